@@ -1,0 +1,40 @@
+//===- EmitTrainer.h - Trainer source from a planned step -------*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_CODEGEN_EMITTRAINER_H
+#define MTC_CODEGEN_EMITTRAINER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mtc {
+
+enum class Target { Cpu, Cuda };
+
+/// A tensor whose initial value the trainer embeds (parameters, buffers,
+/// constants), in the order of the trainer's tensor table.
+struct InitTensor {
+  std::string name;
+  bool isFloat = true;
+  std::vector<int64_t> shape;
+  std::vector<char> bytes;
+};
+
+/// Emits the trainer's source (C++ for the CPU, CUDA C++ for the GPU) for the
+/// planned `@train_step` of `module`, and collects the initial values the
+/// trainer needs. `modelName` appears in the banner and comments.
+llvm::Error emitTrainerSource(mlir::ModuleOp module, Target target,
+                              llvm::StringRef modelName, llvm::raw_ostream &os,
+                              std::vector<InitTensor> &inits);
+
+} // namespace mtc
+
+#endif // MTC_CODEGEN_EMITTRAINER_H

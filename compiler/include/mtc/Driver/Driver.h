@@ -1,0 +1,78 @@
+//===- Driver.h - Pieces of the mtc command-line driver ---------*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_DRIVER_DRIVER_H
+#define MTC_DRIVER_DRIVER_H
+
+#include "mtc/Codegen/EmitTrainer.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mtc {
+
+/// Parses a memory size: plain bytes or a number with a unit, decimal (KB,
+/// MB, GB, TB; K, M, G, T alike) or binary (KiB, MiB, GiB, TiB).
+llvm::Expected<uint64_t> parseMemorySize(llvm::StringRef text);
+
+/// "1.50 GiB (1610612736 bytes)" style rendering.
+std::string formatBytes(uint64_t bytes);
+
+/// What the planned step needs, read off the planned IR.
+struct MemoryReport {
+  uint64_t totalBytes = 0;
+  uint64_t arenaBytes = 0;
+  uint64_t lowerBoundBytes = 0;
+  uint64_t parameterBytes = 0;
+  uint64_t bufferBytes = 0;
+  uint64_t inputBytes = 0;
+  uint64_t gradientBytes = 0;
+  uint64_t optimizerStateBytes = 0;
+  uint64_t activationPeakBytes = 0;
+  uint64_t workspacePeakBytes = 0;
+  uint64_t constantBytes = 0;
+  uint64_t forwardFlops = 0;
+  uint64_t backwardFlops = 0;
+  uint64_t optimizerFlops = 0;
+  uint64_t recomputeFlops = 0;
+  std::optional<uint64_t> budgetBytes;
+  int64_t numParameters = 0;
+  int64_t parameterElements = 0;
+};
+
+/// Computes the report of the planned @train_step in `module`.
+llvm::Expected<MemoryReport> computeMemoryReport(mlir::ModuleOp module);
+
+void writeReportJson(const MemoryReport &report, llvm::raw_ostream &os);
+void printReportTable(const MemoryReport &report, llvm::raw_ostream &os);
+
+/// How `mtc compile` builds the generated source into an executable.
+struct BuildOptions {
+  Target target = Target::Cpu;
+  std::string arch = "sm_80";
+  /// Output executable; the sources are written beside it.
+  std::string output;
+  bool verbose = false;
+};
+
+/// Whether the toolchain for `target` is available; the reason otherwise.
+llvm::Error checkToolchain(Target target);
+
+/// Writes the generated source and initial values beside the output and
+/// runs the host (or CUDA) compiler to produce the trainer.
+llvm::Error buildTrainer(const std::string &source,
+                         const std::vector<InitTensor> &inits,
+                         const BuildOptions &options);
+
+} // namespace mtc
+
+#endif // MTC_DRIVER_DRIVER_H

@@ -1,0 +1,763 @@
+//===- EmitTrainer.cpp - Trainer source from a planned step ---------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Walks the planned @train_step once and prints, for each op, either a named
+// elementwise kernel (a loop on the CPU, a __global__ function on CUDA) or a
+// call into the runtime kernel library, every pointer being a constant
+// offset into the one arena. The tensor table and `main` follow.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/Codegen/EmitTrainer.h"
+#include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
+#include "mtc/Dialect/Mtc/IR/MtcOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstring>
+
+using namespace mlir;
+using namespace mtc;
+
+namespace {
+
+llvm::Error makeError(const Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+int64_t numel(Value v) { return getNumElements(v.getType()); }
+
+bool isFloat(Value v) {
+  return isa<FloatType>(cast<RankedTensorType>(v.getType()).getElementType());
+}
+
+/// Row-major strides of a shape, in elements.
+SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+std::string list(ArrayRef<int64_t> values) {
+  std::string s;
+  for (int64_t v : values)
+    s += (s.empty() ? "" : ", ") + std::to_string(v);
+  return s;
+}
+
+/// Exact decimal form of a float literal.
+std::string floatLiteral(float value) {
+  if (std::isinf(value))
+    return value > 0 ? "INFINITY" : "(-INFINITY)";
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.9gf", value);
+  std::string s = buffer;
+  if (s.find_first_of(".en") == std::string::npos)
+    s.insert(s.size() - 1, ".0");
+  return s;
+}
+
+/// The ONNX node an op came from, for comments.
+std::string nodeName(Location loc) {
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return name.getName().str();
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location inner : fused.getLocations())
+      if (auto name = dyn_cast<NameLoc>(inner))
+        return name.getName().str();
+  return "";
+}
+
+class Emitter {
+public:
+  Emitter(func::FuncOp func, Target target, StringRef modelName)
+      : func(func), target(target), modelName(modelName) {}
+
+  llvm::Error emit(llvm::raw_ostream &os, std::vector<InitTensor> &inits);
+
+private:
+  mutable func::FuncOp func;
+  Target target;
+  StringRef modelName;
+  std::string kernels, body;
+  llvm::raw_string_ostream k{kernels}, s{body};
+  int opIndex = 0;
+  std::string error;
+
+  bool cuda() const { return target == Target::Cuda; }
+
+  /// Byte offset of a value in the arena.
+  int64_t offsetOf(Value v) const;
+  /// A typed pointer expression into the arena.
+  std::string ptr(Value v) const;
+  std::string ptrAt(int64_t offset, StringRef type) const;
+
+  void emitOp(Operation *op);
+
+  /// An elementwise kernel over `out`: `expr` reads operand j as `in<j>`
+  /// (already indexed with broadcasting).
+  void emitElementwise(Operation *op, StringRef name, ValueRange operands,
+                       Value out, StringRef expr);
+  void emitCall(const Twine &call) { s << "  " << call << ";\n"; }
+
+  void emitGemm(GemmOp op);
+  void emitMatMul(MatMulOp op);
+  void emitStridedCopy(Value src, int64_t srcOffset,
+                       ArrayRef<int64_t> srcStrides, Value dst,
+                       int64_t dstOffset, ArrayRef<int64_t> dstStrides,
+                       ArrayRef<int64_t> shape);
+  std::string convParams(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
+                         ArrayRef<int64_t> y, ArrayRef<int64_t> strides,
+                         ArrayRef<int64_t> pads, ArrayRef<int64_t> dilations,
+                         int64_t group);
+  template <typename PoolOp>
+  std::string poolParams(PoolOp op, Value in, Value out, bool includePad);
+  std::string workspace(Operation *op) const;
+  void emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis, bool log,
+                       bool backward);
+};
+
+int64_t Emitter::offsetOf(Value v) const {
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    return func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
+                                              attr::kOffset)
+        .getInt();
+  Operation *def = v.getDefiningOp();
+  auto offsets = def->getAttrOfType<DenseI64ArrayAttr>(attr::kOffsets);
+  return offsets[cast<OpResult>(v).getResultNumber()];
+}
+
+std::string Emitter::ptrAt(int64_t offset, StringRef type) const {
+  return ("reinterpret_cast<" + type + " *>(arena + " + Twine(offset) + ")")
+      .str();
+}
+
+std::string Emitter::ptr(Value v) const {
+  return ptrAt(offsetOf(v), isFloat(v) ? "float" : "int64_t");
+}
+
+std::string Emitter::workspace(Operation *op) const {
+  auto ws = op->getAttrOfType<DenseI64ArrayAttr>(attr::kWorkspace);
+  return ws ? ptrAt(ws[0], "float") : "nullptr";
+}
+
+void Emitter::emitElementwise(Operation *op, StringRef name,
+                              ValueRange operands, Value out, StringRef expr) {
+  std::string kernel = ("k" + Twine(opIndex) + "_" + name).str();
+  ArrayRef<int64_t> outShape = shapeOf(out);
+  int64_t n = numel(out);
+  StringRef outType = isFloat(out) ? "float" : "int64_t";
+
+  // Signature and the index math for broadcast operands.
+  std::string params, index, loads;
+  for (auto [j, v] : llvm::enumerate(operands)) {
+    StringRef type = isFloat(v) ? "float" : "int64_t";
+    params += ("const " + type + " *__restrict in" + Twine(j) + "p, ").str();
+  }
+  params += (outType + " *__restrict out").str();
+  bool needIndex = false;
+  for (Value v : operands)
+    needIndex |= shapeOf(v) != outShape && numel(v) != 1;
+  if (needIndex) {
+    index += "    int64_t rest = i;\n";
+    for (auto [j, v] : llvm::enumerate(operands))
+      index += ("    int64_t i" + Twine(j) + " = 0;\n").str();
+    SmallVector<int64_t> outStrides = stridesOf(outShape);
+    for (int64_t d = outShape.size() - 1; d >= 0; --d) {
+      std::string update;
+      for (auto [j, v] : llvm::enumerate(operands)) {
+        ArrayRef<int64_t> shape = shapeOf(v);
+        int64_t lead = outShape.size() - shape.size();
+        if (d < lead || shape[d - lead] == 1)
+          continue;
+        int64_t stride = stridesOf(shape)[d - lead];
+        update += (" i" + Twine(j) + " += c * " + Twine(stride) + ";").str();
+      }
+      if (update.empty() && outShape[d] == 1)
+        continue;
+      index += ("    { int64_t c = rest % " + Twine(outShape[d]) +
+                "; rest /= " + Twine(outShape[d]) + ";" + update + " }\n")
+                   .str();
+    }
+  }
+  for (auto [j, v] : llvm::enumerate(operands)) {
+    StringRef type = isFloat(v) ? "float" : "int64_t";
+    std::string at = numel(v) == 1          ? "0"
+                     : shapeOf(v) == outShape ? "i"
+                                              : ("i" + Twine(j)).str();
+    loads += ("    const " + type + " in" + Twine(j) + " = in" + Twine(j) +
+              "p[" + at + "];\n")
+                 .str();
+  }
+
+  std::string node = nodeName(op->getLoc());
+  k << "// " << op->getName() << (node.empty() ? "" : " from ONNX node '")
+    << node << (node.empty() ? "" : "'") << "\n";
+  if (cuda()) {
+    k << "__global__ void " << kernel << "(" << params << ") {\n"
+      << "  const int64_t i = int64_t(blockIdx.x) * blockDim.x + "
+         "threadIdx.x;\n"
+      << "  if (i < " << n << ") {\n";
+  } else {
+    k << "static void " << kernel << "(" << params << ") {\n";
+    if (n >= 32768)
+      k << "#pragma omp parallel for schedule(static)\n";
+    k << "  for (int64_t i = 0; i < " << n << "; ++i) {\n";
+  }
+  k << index << loads << "    out[i] = " << expr << ";\n  }\n}\n\n";
+
+  std::string args;
+  for (Value v : operands)
+    args += ptr(v) + ", ";
+  args += ptr(out);
+  if (cuda()) {
+    int64_t blocks = (n + 255) / 256;
+    s << "  " << kernel << "<<<" << std::max<int64_t>(blocks, 1)
+      << ", 256, 0, cudaStreamOf(ctx)>>>(" << args << ");\n"
+      << "  checkLaunch(ctx, \"" << kernel << "\");\n";
+  } else {
+    s << "  " << kernel << "(" << args << ");\n";
+  }
+}
+
+void Emitter::emitStridedCopy(Value src, int64_t srcOffset,
+                              ArrayRef<int64_t> srcStrides, Value dst,
+                              int64_t dstOffset, ArrayRef<int64_t> dstStrides,
+                              ArrayRef<int64_t> shape) {
+  int rank = shape.size();
+  s << "  {\n    const int64_t shape[] = {" << list(shape) << "};\n"
+    << "    const int64_t srcStrides[] = {" << list(srcStrides) << "};\n"
+    << "    const int64_t dstStrides[] = {" << list(dstStrides) << "};\n"
+    << "    stridedCopy(ctx, " << rank << ", shape, " << ptr(src) << ", "
+    << srcOffset << ", srcStrides, " << ptr(dst) << ", " << dstOffset
+    << ", dstStrides, " << (isFloat(src) ? 4 : 8) << ");\n  }\n";
+}
+
+std::string Emitter::convParams(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
+                                ArrayRef<int64_t> y, ArrayRef<int64_t> strides,
+                                ArrayRef<int64_t> pads,
+                                ArrayRef<int64_t> dilations, int64_t group) {
+  return llvm::formatv("Conv2dParams{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, "
+                       "{8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}}",
+                       x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3],
+                       strides[0], strides[1], pads[0], pads[1], dilations[0],
+                       dilations[1], group)
+      .str();
+}
+
+template <typename PoolOp>
+std::string Emitter::poolParams(PoolOp op, Value in, Value out,
+                                bool includePad) {
+  ArrayRef<int64_t> x = shapeOf(in), y = shapeOf(out);
+  ArrayRef<int64_t> kernel = op.getKernelShape(), strides = op.getStrides(),
+                    pads = op.getPads(), dilations = op.getDilations();
+  return llvm::formatv("Pool2dParams{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, "
+                       "{8}, {9}, {10}, {11}, {12}, {13}, {14}}",
+                       x[0], x[1], x[2], x[3], kernel[0], kernel[1], y[2],
+                       y[3], strides[0], strides[1], pads[0], pads[1],
+                       dilations[0], dilations[1],
+                       includePad ? "true" : "false")
+      .str();
+}
+
+void Emitter::emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis,
+                              bool log, bool backward) {
+  ArrayRef<int64_t> shape = shapeOf(out);
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i)
+    outer *= shape[i];
+  for (size_t i = axis + 1; i < shape.size(); ++i)
+    inner *= shape[i];
+  std::string dims = llvm::formatv("{0}, {1}, {2}", outer, shape[axis], inner);
+  if (backward)
+    emitCall("softmaxBackward(ctx, " + dims + ", " + ptr(in) + ", " +
+             ptr(aux) + ", " + ptr(out) + ", " + (log ? "true" : "false") +
+             ")");
+  else
+    emitCall("softmaxForward(ctx, " + dims + ", " + ptr(in) + ", " + ptr(out) +
+             ", " + (log ? "true" : "false") + ")");
+}
+
+void Emitter::emitGemm(GemmOp op) {
+  ArrayRef<int64_t> a = shapeOf(op.getA()), b = shapeOf(op.getB());
+  bool ta = op.getTransA(), tb = op.getTransB();
+  int64_t m = ta ? a[1] : a[0], kk = ta ? a[0] : a[1], n = tb ? b[0] : b[1];
+  float beta = 0.0f;
+  if (Value c = op.getC()) {
+    // Y starts as C broadcast to [M, N]; the GEMM accumulates onto it.
+    emitElementwise(op, "gemm_bias", c, op.getOutput(), "in0");
+    beta = op.getBeta().convertToFloat();
+  }
+  emitCall(llvm::formatv("gemm(ctx, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, "
+                         "{8}, {9}, {10}, {11}, {12})",
+                         ta ? "true" : "false", tb ? "true" : "false", m, n, kk,
+                         floatLiteral(op.getAlpha().convertToFloat()),
+                         ptr(op.getA()), a[1], ptr(op.getB()), b[1],
+                         floatLiteral(beta), ptr(op.getOutput()), n)
+               .str());
+}
+
+void Emitter::emitMatMul(MatMulOp op) {
+  ArrayRef<int64_t> a = shapeOf(op.getA()), b = shapeOf(op.getB()),
+                    y = shapeOf(op.getOutput());
+  bool ta = op.getTransposeA(), tb = op.getTransposeB();
+  int64_t ar = a.size(), br = b.size(), yr = y.size();
+  int64_t m = y[yr - 2], n = y[yr - 1];
+  int64_t kk = ta ? a[ar - 2] : a[ar - 1];
+  int64_t lda = a[ar - 1], ldb = b[br - 1];
+  ArrayRef<int64_t> yBatch = y.drop_back(2);
+  int64_t batch = 1;
+  for (int64_t d : yBatch)
+    batch *= d;
+  int64_t aMat = a[ar - 2] * a[ar - 1], bMat = b[br - 2] * b[br - 1];
+  int64_t aBatch = getNumElements(op.getA().getType()) / aMat;
+  int64_t bBatch = getNumElements(op.getB().getType()) / bMat;
+  auto batchStride = [&](int64_t count, int64_t mat) -> std::optional<int64_t> {
+    if (count == 1)
+      return 0;
+    if (count == batch)
+      return mat;
+    return std::nullopt;
+  };
+  auto sa = batchStride(aBatch, aMat), sb = batchStride(bBatch, bMat);
+  // A full or fully broadcast batch is one strided-batched call; anything
+  // else (e.g. [2,1,..] x [1,3,..]) loops over the output batch.
+  if (sa && sb && (aBatch == batch || bBatch == batch || batch == 1)) {
+    emitCall(llvm::formatv(
+                 "gemmStridedBatched(ctx, {0}, {1}, {2}, {3}, {4}, 1.0f, {5}, "
+                 "{6}, {7}, {8}, {9}, {10}, 0.0f, {11}, {12}, {13}, {14})",
+                 ta ? "true" : "false", tb ? "true" : "false", m, n, kk,
+                 ptr(op.getA()), lda, *sa, ptr(op.getB()), ldb, *sb,
+                 ptr(op.getOutput()), n, m * n, batch)
+                 .str());
+    return;
+  }
+  SmallVector<int64_t> aStrides, bStrides;
+  int64_t lead = yBatch.size();
+  auto batchStrides = [&](ArrayRef<int64_t> shape, int64_t mat) {
+    SmallVector<int64_t> out(lead, 0);
+    ArrayRef<int64_t> bs = shape.drop_back(2);
+    int64_t stride = mat;
+    for (int64_t d = bs.size() - 1; d >= 0; --d) {
+      int64_t od = d + (lead - bs.size());
+      out[od] = bs[d] == 1 ? 0 : stride;
+      stride *= bs[d];
+    }
+    return out;
+  };
+  aStrides = batchStrides(a, aMat);
+  bStrides = batchStrides(b, bMat);
+  s << "  for (int64_t bi = 0; bi < " << batch << "; ++bi) {\n"
+    << "    int64_t rest = bi, ao = 0, bo = 0;\n";
+  for (int64_t d = lead - 1; d >= 0; --d)
+    s << "    { int64_t c = rest % " << yBatch[d] << "; rest /= " << yBatch[d]
+      << "; ao += c * " << aStrides[d] << "; bo += c * " << bStrides[d]
+      << "; }\n";
+  s << llvm::formatv("    gemm(ctx, {0}, {1}, {2}, {3}, {4}, 1.0f, {5} + ao, "
+                     "{6}, {7} + bo, {8}, 0.0f, {9} + bi * {10}, {3});\n",
+                     ta ? "true" : "false", tb ? "true" : "false", m, n, kk,
+                     ptr(op.getA()), lda, ptr(op.getB()), ldb,
+                     ptr(op.getOutput()), m * n)
+    << "  }\n";
+}
+
+void Emitter::emitOp(Operation *op) {
+  std::string node = nodeName(op->getLoc());
+  s << "  // " << op->getName();
+  if (!node.empty())
+    s << " (ONNX node '" << node << "')";
+  if (op->hasAttr(attr::kBackward))
+    s << " [backward]";
+  s << "\n";
+
+  auto unary = [&](StringRef name, StringRef cpuExpr, StringRef cudaExpr) {
+    emitElementwise(op, name, op->getOperand(0), op->getResult(0),
+                    cuda() ? cudaExpr : cpuExpr);
+  };
+  auto binary = [&](StringRef name, StringRef expr) {
+    emitElementwise(op, name, op->getOperands(), op->getResult(0), expr);
+  };
+
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](ConstantOp) { s << "  // (initialized at start-up)\n"; })
+      .Case([&](ReluOp) { unary("relu", "in0 > 0.0f ? in0 : 0.0f", "in0 > 0.0f ? in0 : 0.0f"); })
+      .Case([&](TanhOp) { unary("tanh", "std::tanh(in0)", "tanhf(in0)"); })
+      .Case([&](SigmoidOp) {
+        unary("sigmoid", "1.0f / (1.0f + std::exp(-in0))",
+              "1.0f / (1.0f + expf(-in0))");
+      })
+      .Case([&](ExpOp) { unary("exp", "std::exp(in0)", "expf(in0)"); })
+      .Case([&](LogOp) { unary("log", "std::log(in0)", "logf(in0)"); })
+      .Case([&](NegOp) { unary("neg", "-in0", "-in0"); })
+      .Case([&](SqrtOp) { unary("sqrt", "std::sqrt(in0)", "sqrtf(in0)"); })
+      .Case([&](AddOp) { binary("add", "in0 + in1"); })
+      .Case([&](SubOp) { binary("sub", "in0 - in1"); })
+      .Case([&](MulOp) { binary("mul", "in0 * in1"); })
+      .Case([&](DivOp) { binary("div", "in0 / in1"); })
+      .Case([&](ReluGradOp) { binary("relu_grad", "in1 > 0.0f ? in0 : 0.0f"); })
+      .Case([&](ExpandOp e) {
+        emitElementwise(op, "expand", e.getInput(), e.getOutput(), "in0");
+      })
+      .Case([&](GemmOp g) { emitGemm(g); })
+      .Case([&](MatMulOp m) { emitMatMul(m); })
+      .Case([&](ConvOp c) {
+        emitCall("conv2dForward(ctx, " +
+                 convParams(shapeOf(c.getInput()), shapeOf(c.getWeight()),
+                            shapeOf(c.getOutput()), c.getStrides(),
+                            c.getPads(), c.getDilations(), c.getGroup()) +
+                 ", " + ptr(c.getInput()) + ", " + ptr(c.getWeight()) + ", " +
+                 (c.getBias() ? ptr(c.getBias()) : "nullptr") + ", " +
+                 ptr(c.getOutput()) + ", " + workspace(op) + ")");
+      })
+      .Case([&](ConvBackwardDataOp c) {
+        emitCall("conv2dBackwardData(ctx, " +
+                 convParams(shapeOf(c.getOutput()), shapeOf(c.getWeight()),
+                            shapeOf(c.getGrad()), c.getStrides(), c.getPads(),
+                            c.getDilations(), c.getGroup()) +
+                 ", " + ptr(c.getGrad()) + ", " + ptr(c.getWeight()) + ", " +
+                 ptr(c.getOutput()) + ", " + workspace(op) + ")");
+      })
+      .Case([&](ConvBackwardFilterOp c) {
+        emitCall("conv2dBackwardFilter(ctx, " +
+                 convParams(shapeOf(c.getInput()), shapeOf(c.getOutput()),
+                            shapeOf(c.getGrad()), c.getStrides(), c.getPads(),
+                            c.getDilations(), c.getGroup()) +
+                 ", " + ptr(c.getInput()) + ", " + ptr(c.getGrad()) + ", " +
+                 ptr(c.getOutput()) + ", " + workspace(op) + ")");
+      })
+      .Case([&](MaxPoolOp p) {
+        emitCall("maxPool2dForward(ctx, " +
+                 poolParams(p, p.getInput(), p.getOutput(), false) + ", " +
+                 ptr(p.getInput()) + ", " + ptr(p.getOutput()) + ")");
+      })
+      .Case([&](MaxPoolGradOp p) {
+        emitCall("maxPool2dBackward(ctx, " +
+                 poolParams(p, p.getInput(), p.getGrad(), false) + ", " +
+                 ptr(p.getInput()) + ", " + ptr(p.getGrad()) + ", " +
+                 ptr(p.getOutput()) + ")");
+      })
+      .Case([&](AvgPoolOp p) {
+        emitCall("avgPool2dForward(ctx, " +
+                 poolParams(p, p.getInput(), p.getOutput(),
+                            p.getCountIncludePad()) +
+                 ", " + ptr(p.getInput()) + ", " + ptr(p.getOutput()) + ")");
+      })
+      .Case([&](AvgPoolGradOp p) {
+        emitCall("avgPool2dBackward(ctx, " +
+                 poolParams(p, p.getOutput(), p.getGrad(),
+                            p.getCountIncludePad()) +
+                 ", " + ptr(p.getGrad()) + ", " + ptr(p.getOutput()) + ")");
+      })
+      .Case([&](GlobalAvgPoolOp p) {
+        ArrayRef<int64_t> in = shapeOf(p.getInput());
+        float scale = float(getNumElements(p.getOutput().getType())) /
+                      float(getNumElements(p.getInput().getType()));
+        s << "  {\n    const int64_t in[] = {" << list(in) << "};\n"
+          << "    const int64_t out[] = {" << list(shapeOf(p.getOutput()))
+          << "};\n    reduceSum(ctx, " << in.size() << ", in, out, "
+          << ptr(p.getInput()) << ", " << ptr(p.getOutput()) << ", "
+          << floatLiteral(scale) << ");\n  }\n";
+      })
+      .Case([&](ReshapeOp r) {
+        emitCall("copyBytes(ctx, " + ptr(r.getOutput()) + ", " +
+                 ptr(r.getInput()) + ", " +
+                 std::to_string(getTensorBytes(r.getInput().getType())) + ")");
+      })
+      .Case([&](TransposeOp t) {
+        SmallVector<int64_t> inStrides = stridesOf(shapeOf(t.getInput()));
+        SmallVector<int64_t> srcStrides;
+        for (int64_t p : t.getPerm())
+          srcStrides.push_back(inStrides[p]);
+        emitStridedCopy(t.getInput(), 0, srcStrides, t.getOutput(), 0,
+                        stridesOf(shapeOf(t.getOutput())),
+                        shapeOf(t.getOutput()));
+      })
+      .Case([&](PadOp p) {
+        ArrayRef<int64_t> in = shapeOf(p.getInput());
+        SmallVector<int64_t> outStrides = stridesOf(shapeOf(p.getOutput()));
+        int64_t offset = 0;
+        for (size_t d = 0; d < in.size(); ++d)
+          offset += p.getPads()[d] * outStrides[d];
+        emitCall("fill(ctx, " + ptr(p.getOutput()) + ", " +
+                 std::to_string(numel(p.getOutput())) + ", " +
+                 floatLiteral(p.getValue().convertToFloat()) + ")");
+        emitStridedCopy(p.getInput(), 0, stridesOf(in), p.getOutput(), offset,
+                        outStrides, in);
+      })
+      .Case([&](SliceOp sl) {
+        SmallVector<int64_t> inStrides = stridesOf(shapeOf(sl.getInput()));
+        SmallVector<int64_t> srcStrides;
+        int64_t offset = 0;
+        for (size_t d = 0; d < inStrides.size(); ++d) {
+          offset += sl.getStarts()[d] * inStrides[d];
+          srcStrides.push_back(inStrides[d] * sl.getSteps()[d]);
+        }
+        emitStridedCopy(sl.getInput(), offset, srcStrides, sl.getOutput(), 0,
+                        stridesOf(shapeOf(sl.getOutput())),
+                        shapeOf(sl.getOutput()));
+      })
+      .Case<ReduceSumOp, ReduceMeanOp>([&](auto r) {
+        ArrayRef<int64_t> in = shapeOf(r.getInput());
+        SmallVector<int64_t> kept(in);
+        int64_t count = 1;
+        for (int64_t axis : r.getAxes()) {
+          count *= in[axis];
+          kept[axis] = 1;
+        }
+        float scale =
+            isa<ReduceMeanOp>(op) ? 1.0f / static_cast<float>(count) : 1.0f;
+        s << "  {\n    const int64_t in[] = {" << list(in) << "};\n"
+          << "    const int64_t out[] = {" << list(kept) << "};\n"
+          << "    reduceSum(ctx, " << in.size() << ", in, out, "
+          << ptr(r.getInput()) << ", " << ptr(r.getOutput()) << ", "
+          << floatLiteral(scale) << ");\n  }\n";
+      })
+      .Case([&](SoftmaxOp o) {
+        emitSoftmaxLike(o.getInput(), Value(), o.getOutput(), o.getAxis(),
+                        false, false);
+      })
+      .Case([&](LogSoftmaxOp o) {
+        emitSoftmaxLike(o.getInput(), Value(), o.getOutput(), o.getAxis(),
+                        true, false);
+      })
+      .Case([&](SoftmaxGradOp o) {
+        emitSoftmaxLike(o.getOutputValue(), o.getGrad(), o.getOutput(),
+                        o.getAxis(), o.getLog(), true);
+      })
+      .Case<SoftmaxCrossEntropyOp, SoftmaxCrossEntropyGradOp>([&](auto o) {
+        ArrayRef<int64_t> x = shapeOf(o.getLogProb());
+        int64_t d = 1;
+        for (size_t i = 2; i < x.size(); ++i)
+          d *= x[i];
+        StringRef reduction = o.getReduction();
+        std::string red = reduction == "mean" ? "Reduction::Mean"
+                          : reduction == "sum" ? "Reduction::Sum"
+                                               : "Reduction::None";
+        // INT64_MIN never matches a label: no ignore_index.
+        std::string ignore =
+            o.getIgnoreIndexAttr()
+                ? std::to_string(o.getIgnoreIndexAttr().getInt()) + "LL"
+                : "INT64_MIN";
+        std::string dims = llvm::formatv("{0}, {1}, {2}", x[0], x[1], d);
+        if constexpr (std::is_same_v<decltype(o), SoftmaxCrossEntropyOp>)
+          emitCall("softmaxCrossEntropyForward(ctx, " + dims + ", " +
+                   ptr(o.getLogits()) + ", " + ptr(o.getLabels()) + ", " +
+                   red + ", " + ignore + ", " + ptr(o.getLoss()) + ", " +
+                   ptr(o.getLogProb()) + ")");
+        else
+          emitCall("softmaxCrossEntropyBackward(ctx, " + dims + ", " +
+                   ptr(o.getGrad()) + ", " + ptr(o.getLogProb()) + ", " +
+                   ptr(o.getLabels()) + ", " + red + ", " + ignore + ", " +
+                   ptr(o.getOutput()) + ")");
+      })
+      .Case([&](SgdUpdateOp u) {
+        emitCall("sgdUpdate(ctx, " + std::to_string(numel(u.getParam())) +
+                 ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) +
+                 ", nullptr, " + floatLiteral(u.getLr().convertToFloat()) +
+                 ", 0.0f, " +
+                 floatLiteral(u.getWeightDecay().convertToFloat()) +
+                 ", false)");
+      })
+      .Case([&](SgdMomentumUpdateOp u) {
+        emitCall("sgdUpdate(ctx, " + std::to_string(numel(u.getParam())) +
+                 ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) + ", " +
+                 ptr(u.getMomentumBuffer()) + ", " +
+                 floatLiteral(u.getLr().convertToFloat()) + ", " +
+                 floatLiteral(u.getMomentum().convertToFloat()) + ", " +
+                 floatLiteral(u.getWeightDecay().convertToFloat()) + ", " +
+                 (u.getNesterov() ? "true" : "false") + ")");
+      })
+      .Case([&](AdamWUpdateOp u) {
+        emitCall("adamwUpdate(ctx, " + std::to_string(numel(u.getParam())) +
+                 ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) + ", " +
+                 ptr(u.getExpAvg()) + ", " + ptr(u.getExpAvgSq()) + ", " +
+                 floatLiteral(u.getLr().convertToFloat()) + ", " +
+                 floatLiteral(u.getBeta1().convertToFloat()) + ", " +
+                 floatLiteral(u.getBeta2().convertToFloat()) + ", " +
+                 floatLiteral(u.getEps().convertToFloat()) + ", " +
+                 floatLiteral(u.getWeightDecay().convertToFloat()) + ")");
+      })
+      .Default([&](Operation *other) {
+        if (error.empty())
+          error = ("no code generation for '" + other->getName().getStringRef() +
+                   "'")
+                      .str();
+      });
+}
+
+/// The raw bytes of a dense or dense_resource elements attribute.
+std::vector<char> rawBytes(ElementsAttr attr) {
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(attr)) {
+    AsmResourceBlob *blob = resource.getRawHandle().getBlob();
+    if (!blob)
+      return {};
+    ArrayRef<char> data = blob->getData();
+    return std::vector<char>(data.begin(), data.end());
+  }
+  std::vector<char> out;
+  auto dense = cast<DenseElementsAttr>(attr);
+  int64_t count = getNumElements(dense.getType());
+  if (dense.getElementType().isF32()) {
+    out.resize(count * 4);
+    int64_t i = 0;
+    for (float v : dense.getValues<float>())
+      std::memcpy(out.data() + 4 * i++, &v, 4);
+  } else {
+    out.resize(count * 8);
+    int64_t i = 0;
+    for (int64_t v : dense.getValues<int64_t>())
+      std::memcpy(out.data() + 8 * i++, &v, 8);
+  }
+  return out;
+}
+
+const char *roleEnum(StringRef role) {
+  if (role == attr::role::kParam)
+    return "Role::Param";
+  if (role == attr::role::kBuffer)
+    return "Role::Buffer";
+  if (role == attr::role::kState)
+    return "Role::State";
+  return "Role::Input";
+}
+
+llvm::Error Emitter::emit(llvm::raw_ostream &os,
+                          std::vector<InitTensor> &inits) {
+  Block &block = func.getBody().front();
+  auto arena = func->getAttrOfType<IntegerAttr>(attr::kArenaSize);
+  if (!arena)
+    return makeError("@train_step has no memory plan (run --mtc-memory-plan)");
+
+  for (Operation &op : block.without_terminator()) {
+    emitOp(&op);
+    ++opIndex;
+  }
+  if (!error.empty())
+    return makeError(error);
+
+  // The tensor table: arguments, then constants, then the step's results.
+  std::string table;
+  llvm::raw_string_ostream t(table);
+  int numTensors = 0;
+  DenseMap<unsigned, int> tableIndexOfArg;
+  auto entry = [&](StringRef name, StringRef role, Value v, int64_t offset,
+                   int owner) {
+    ArrayRef<int64_t> shape = shapeOf(v);
+    SmallVector<int64_t> padded(shape);
+    padded.resize(8, 0);
+    t << "    {\"" << name << "\", " << role << ", "
+      << (isFloat(v) ? "DType::F32" : "DType::I64") << ", " << shape.size()
+      << ", {" << list(padded) << "}, " << offset << "ull, "
+      << getTensorBytes(v.getType()) << "ull, " << owner << "},\n";
+    return numTensors++;
+  };
+  int64_t batch = 0;
+  for (BlockArgument arg : block.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    StringRef role =
+        func.getArgAttrOfType<StringAttr>(i, attr::kRole).getValue();
+    StringRef name =
+        func.getArgAttrOfType<StringAttr>(i, attr::kName).getValue();
+    int owner = -1;
+    if (auto o = func.getArgAttrOfType<IntegerAttr>(i, attr::kOwner))
+      owner = tableIndexOfArg.lookup(o.getInt());
+    tableIndexOfArg[i] = entry(name, roleEnum(role), arg, offsetOf(arg), owner);
+    if (role == attr::role::kInput) {
+      if (shapeOf(arg).empty())
+        return makeError("graph input '" + name +
+                         "' is a scalar; inputs need a leading batch axis");
+      if (batch && batch != shapeOf(arg)[0])
+        return makeError("graph inputs disagree on the batch size (" +
+                         Twine(batch) + " vs " + Twine(shapeOf(arg)[0]) +
+                         " for '" + name + "')");
+      batch = shapeOf(arg)[0];
+    }
+    if (auto init = func.getArgAttrOfType<ElementsAttr>(i, attr::kInit))
+      inits.push_back({name.str(), true, shapeOf(arg).vec(),
+                       rawBytes(init)});
+  }
+  int constants = 0;
+  for (Operation &op : block.without_terminator())
+    if (auto c = dyn_cast<ConstantOp>(op)) {
+      std::string name = "mtc.const." + std::to_string(constants++);
+      entry(name, "Role::Constant", c, offsetOf(c), -1);
+      inits.push_back({name, isFloat(c), shapeOf(c).vec(),
+                       rawBytes(c.getValue())});
+    }
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    auto role = func.getResultAttrOfType<StringAttr>(i, attr::kRole);
+    auto name = func.getResultAttrOfType<StringAttr>(i, attr::kName);
+    if (role.getValue() == attr::role::kLoss)
+      entry(name ? name.getValue() : "loss", "Role::Loss", v, offsetOf(v), -1);
+    else if (role.getValue() == attr::role::kGrad)
+      entry(name.getValue(), "Role::Grad", v, offsetOf(v),
+            tableIndexOfArg.lookup(
+                func.getResultAttrOfType<IntegerAttr>(i, attr::kOwner)
+                    .getInt()));
+  }
+
+  auto summary = func->getAttrOfType<StringAttr>(attr::kOptimizerSummary);
+  os << "// Trainer generated by mtc from '" << modelName << "'.\n"
+     << "// Target: " << (cuda() ? "cuda" : "cpu") << ". One arena of "
+     << arena.getInt() << " bytes, planned at compile time.\n"
+     << "// Every pointer below is a fixed offset into that arena.\n\n"
+     << "#include \"mtc/runtime/Kernels.h\"\n"
+     << "#include \"mtc/runtime/Trainer.h\"\n";
+  if (cuda())
+    os << "#include \"mtc/runtime/Cuda.h\"\n";
+  os << "\n#include <climits>\n#include <cmath>\n#include <cstdint>\n\n"
+     << "using namespace mtc::rt;\n\n"
+     << "extern \"C\" const unsigned char mtc_init_data[];\n"
+     << "extern \"C\" const unsigned char mtc_init_data_end[];\n\n"
+     << "namespace {\n\n"
+     << kernels
+     << "/// One training step: forward, backward, optimizer update.\n"
+     << "void step(Context &ctx, unsigned char *arena) {\n"
+     << body << "}\n\n"
+     << "const TensorDesc kTensors[] = {\n"
+     << table << "};\n\n"
+     << "} // namespace\n\n"
+     << "int main(int argc, char **argv) {\n"
+     << "  ModelDesc desc;\n"
+     << "  desc.modelName = \"" << modelName << "\";\n"
+     << "  desc.target = \"" << (cuda() ? "cuda" : "cpu") << "\";\n"
+     << "  desc.optimizer = \"" << (summary ? summary.getValue() : "") << "\";\n"
+     << "  desc.arenaBytes = " << arena.getInt() << "ull;\n"
+     << "  desc.tensors = kTensors;\n"
+     << "  desc.numTensors = " << numTensors << ";\n"
+     << "  desc.batchSize = " << batch << ";\n"
+     << "  desc.initData = mtc_init_data;\n"
+     << "  desc.initSize = static_cast<uint64_t>(mtc_init_data_end - "
+        "mtc_init_data);\n"
+     << "  desc.step = step;\n"
+     << "  return trainerMain(argc, argv, desc);\n"
+     << "}\n";
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error mtc::emitTrainerSource(ModuleOp module, Target target,
+                                   StringRef modelName, llvm::raw_ostream &os,
+                                   std::vector<InitTensor> &inits) {
+  auto func = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!func)
+    return makeError("no @train_step to generate code for");
+  Emitter emitter(func, target, modelName);
+  return emitter.emit(os, inits);
+}

@@ -1,0 +1,120 @@
+//===- ImportContext.h - State shared by the per-op importers ---*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Each ONNX op is imported by a small function registered under its op type
+// (one file per family in Ops/). They read operands and attributes through
+// ImportContext and bind their outputs back into it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_IMPORT_IMPORTCONTEXT_H
+#define MTC_IMPORT_IMPORTCONTEXT_H
+
+#include "mtc/Dialect/Mtc/IR/MtcOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mtc::import {
+
+/// A tensor whose value is known at import time (Constant nodes, integer
+/// initializers, folded shape computations).
+struct KnownTensor {
+  std::vector<int64_t> shape;
+  bool isFloat = false;
+  std::vector<double> values; ///< row-major, as double for both kinds
+};
+
+class ImportContext {
+public:
+  ImportContext(mlir::OpBuilder &builder, int64_t opset)
+      : builder(builder), opset(opset) {}
+
+  mlir::OpBuilder &builder;
+  /// Version of the default ONNX domain the model imports.
+  int64_t opset;
+
+  /// The node being imported, for locations and error messages.
+  const onnx::NodeProto *node = nullptr;
+  mlir::Location loc() const;
+
+  /// Emits "<op> node '<name>': <message>" and returns failure.
+  mlir::LogicalResult fail(const llvm::Twine &message) const;
+
+  // Operands -------------------------------------------------------------
+
+  /// Whether input `i` is present (ONNX allows empty names for omitted
+  /// optional inputs).
+  bool hasInput(int i) const;
+  /// The tensor value of input `i` (materializing known constants).
+  mlir::FailureOr<mlir::Value> input(int i);
+  /// Input `i` as known integers, if it is a compile-time constant.
+  std::optional<std::vector<int64_t>> constInts(int i) const;
+  /// Input `i` as known floats, if it is a compile-time constant.
+  std::optional<std::vector<double>> constFloats(int i) const;
+
+  // Attributes -----------------------------------------------------------
+
+  const onnx::AttributeProto *attr(llvm::StringRef name) const;
+  int64_t intAttr(llvm::StringRef name, int64_t fallback) const;
+  float floatAttr(llvm::StringRef name, float fallback) const;
+  std::string stringAttr(llvm::StringRef name, llvm::StringRef fallback) const;
+  std::vector<int64_t> intsAttr(llvm::StringRef name,
+                                std::vector<int64_t> fallback) const;
+
+  // Results --------------------------------------------------------------
+
+  /// Binds output `i` of the current node.
+  void bind(int i, mlir::Value value);
+  /// Records output `i` as a compile-time constant.
+  void bindKnown(int i, KnownTensor tensor);
+  /// Whether output `i` is used (non-empty name).
+  bool hasOutput(int i) const;
+
+  // Graph-level state -------------------------------------------------------
+
+  void bindName(const std::string &name, mlir::Value value) {
+    values[name] = value;
+  }
+  void bindKnownName(const std::string &name, KnownTensor tensor) {
+    known[name] = std::move(tensor);
+  }
+  mlir::FailureOr<mlir::Value> lookup(const std::string &name);
+
+private:
+  llvm::StringMap<mlir::Value> values;
+  llvm::StringMap<KnownTensor> known;
+};
+
+/// Imports the current node of the context.
+using OpImporter = mlir::LogicalResult (*)(ImportContext &ctx);
+
+/// op type -> importer; filled once by the per-family register functions.
+const llvm::StringMap<OpImporter> &getOpImporters();
+
+void registerElementwiseImporters(llvm::StringMap<OpImporter> &table);
+void registerLinalgImporters(llvm::StringMap<OpImporter> &table);
+void registerConvPoolImporters(llvm::StringMap<OpImporter> &table);
+void registerShapeImporters(llvm::StringMap<OpImporter> &table);
+void registerReduceImporters(llvm::StringMap<OpImporter> &table);
+void registerLossImporters(llvm::StringMap<OpImporter> &table);
+
+/// Shape of a value of ranked tensor type.
+llvm::ArrayRef<int64_t> shapeOf(mlir::Value v);
+
+/// Normalizes a possibly negative axis; fails for out-of-range axes.
+mlir::FailureOr<int64_t> normalizeAxis(ImportContext &ctx, int64_t axis,
+                                       int64_t rank);
+
+} // namespace mtc::import
+
+#endif // MTC_IMPORT_IMPORTCONTEXT_H

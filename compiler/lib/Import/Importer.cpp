@@ -1,0 +1,469 @@
+//===- Importer.cpp - ONNX graph to @forward ------------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ImportContext.h"
+#include "OnnxLoader.h"
+
+#include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
+#include "mtc/Import/OnnxImporter.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstring>
+
+using namespace mlir;
+using namespace mtc;
+using namespace mtc::import;
+
+//===----------------------------------------------------------------------===//
+// ImportContext
+//===----------------------------------------------------------------------===//
+
+Location ImportContext::loc() const {
+  MLIRContext *context = builder.getContext();
+  std::string name = node->name().empty() ? node->op_type() : node->name();
+  return NameLoc::get(StringAttr::get(context, name));
+}
+
+LogicalResult ImportContext::fail(const Twine &message) const {
+  return emitError(loc()) << node->op_type() << " node '" << node->name()
+                          << "': " << message;
+}
+
+bool ImportContext::hasInput(int i) const {
+  return i < node->input_size() && !node->input(i).empty();
+}
+
+bool ImportContext::hasOutput(int i) const {
+  return i < node->output_size() && !node->output(i).empty();
+}
+
+FailureOr<Value> ImportContext::lookup(const std::string &name) {
+  auto it = values.find(name);
+  if (it != values.end())
+    return it->second;
+  auto k = known.find(name);
+  if (k == known.end())
+    return failure();
+  // Materialize the constant once.
+  const KnownTensor &t = k->second;
+  Type element = t.isFloat ? Type(builder.getF32Type())
+                           : Type(builder.getI64Type());
+  auto type = RankedTensorType::get(t.shape, element);
+  DenseElementsAttr attr;
+  if (t.isFloat) {
+    SmallVector<float> data(t.values.begin(), t.values.end());
+    attr = DenseElementsAttr::get(type, ArrayRef<float>(data));
+  } else {
+    SmallVector<int64_t> data;
+    for (double v : t.values)
+      data.push_back(static_cast<int64_t>(v));
+    attr = DenseElementsAttr::get(type, ArrayRef<int64_t>(data));
+  }
+  Value v = builder.create<ConstantOp>(
+      NameLoc::get(builder.getStringAttr(name)), attr);
+  values[name] = v;
+  return v;
+}
+
+FailureOr<Value> ImportContext::input(int i) {
+  if (!hasInput(i)) {
+    (void)fail("missing input " + Twine(i));
+    return failure();
+  }
+  auto v = lookup(node->input(i));
+  if (failed(v))
+    (void)fail("input '" + node->input(i) + "' is not defined before use");
+  return v;
+}
+
+std::optional<std::vector<int64_t>> ImportContext::constInts(int i) const {
+  if (!hasInput(i))
+    return std::nullopt;
+  auto k = known.find(node->input(i));
+  if (k == known.end() || k->second.isFloat)
+    return std::nullopt;
+  std::vector<int64_t> out;
+  for (double v : k->second.values)
+    out.push_back(static_cast<int64_t>(v));
+  return out;
+}
+
+std::optional<std::vector<double>> ImportContext::constFloats(int i) const {
+  if (!hasInput(i))
+    return std::nullopt;
+  auto k = known.find(node->input(i));
+  if (k == known.end())
+    return std::nullopt;
+  return k->second.values;
+}
+
+const onnx::AttributeProto *ImportContext::attr(StringRef name) const {
+  for (const auto &a : node->attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+
+int64_t ImportContext::intAttr(StringRef name, int64_t fallback) const {
+  const auto *a = attr(name);
+  return a ? a->i() : fallback;
+}
+
+float ImportContext::floatAttr(StringRef name, float fallback) const {
+  const auto *a = attr(name);
+  return a ? a->f() : fallback;
+}
+
+std::string ImportContext::stringAttr(StringRef name,
+                                      StringRef fallback) const {
+  const auto *a = attr(name);
+  return a ? a->s() : fallback.str();
+}
+
+std::vector<int64_t> ImportContext::intsAttr(StringRef name,
+                                             std::vector<int64_t> fallback)
+    const {
+  const auto *a = attr(name);
+  if (!a)
+    return fallback;
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+void ImportContext::bind(int i, Value value) {
+  if (hasOutput(i))
+    values[node->output(i)] = value;
+}
+
+void ImportContext::bindKnown(int i, KnownTensor tensor) {
+  if (hasOutput(i))
+    known[node->output(i)] = std::move(tensor);
+}
+
+ArrayRef<int64_t> mtc::import::shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+FailureOr<int64_t> mtc::import::normalizeAxis(ImportContext &ctx, int64_t axis,
+                                              int64_t rank) {
+  if (axis < -rank || axis >= rank) {
+    (void)ctx.fail("axis " + Twine(axis) + " is out of range for rank " +
+                   Twine(rank));
+    return failure();
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+const llvm::StringMap<OpImporter> &mtc::import::getOpImporters() {
+  static const llvm::StringMap<OpImporter> table = [] {
+    llvm::StringMap<OpImporter> t;
+    registerElementwiseImporters(t);
+    registerLinalgImporters(t);
+    registerConvPoolImporters(t);
+    registerShapeImporters(t);
+    registerReduceImporters(t);
+    registerLossImporters(t);
+    return t;
+  }();
+  return table;
+}
+
+std::vector<std::string> mtc::getSupportedOnnxOps() {
+  std::vector<std::string> ops;
+  for (const auto &entry : import::getOpImporters())
+    ops.push_back(entry.getKey().str());
+  llvm::sort(ops);
+  return ops;
+}
+
+//===----------------------------------------------------------------------===//
+// Tensors
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+llvm::Error makeError(const Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+std::string dtypeName(int32_t dtype) {
+  return onnx::TensorProto::DataType_Name(
+      static_cast<onnx::TensorProto::DataType>(dtype));
+}
+
+/// The element type mtc uses for an ONNX dtype, or null when unsupported.
+Type elementTypeOf(Builder &b, int32_t dtype) {
+  switch (dtype) {
+  case onnx::TensorProto::FLOAT:
+    return b.getF32Type();
+  case onnx::TensorProto::INT64:
+    return b.getI64Type();
+  default:
+    return nullptr;
+  }
+}
+
+/// Decodes an initializer or Constant tensor into doubles.
+llvm::Expected<KnownTensor> decodeTensor(const onnx::TensorProto &t) {
+  KnownTensor out;
+  out.shape.assign(t.dims().begin(), t.dims().end());
+  int64_t count = 1;
+  for (int64_t d : out.shape)
+    count *= d;
+  const std::string &raw = t.raw_data();
+  auto bad = [&] {
+    return makeError("tensor '" + t.name() + "' holds the wrong number of " +
+                     "elements for its shape");
+  };
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT: {
+    out.isFloat = true;
+    if (t.has_raw_data()) {
+      if (raw.size() != static_cast<size_t>(count) * 4)
+        return bad();
+      for (int64_t i = 0; i < count; ++i) {
+        float v;
+        std::memcpy(&v, raw.data() + 4 * i, 4);
+        out.values.push_back(v);
+      }
+    } else {
+      if (t.float_data_size() != count)
+        return bad();
+      out.values.assign(t.float_data().begin(), t.float_data().end());
+    }
+    return out;
+  }
+  case onnx::TensorProto::INT64:
+  case onnx::TensorProto::INT32: {
+    size_t width = t.data_type() == onnx::TensorProto::INT64 ? 8 : 4;
+    if (t.has_raw_data()) {
+      if (raw.size() != static_cast<size_t>(count) * width)
+        return bad();
+      for (int64_t i = 0; i < count; ++i) {
+        int64_t v = 0;
+        if (width == 8) {
+          std::memcpy(&v, raw.data() + 8 * i, 8);
+        } else {
+          int32_t v32;
+          std::memcpy(&v32, raw.data() + 4 * i, 4);
+          v = v32;
+        }
+        out.values.push_back(static_cast<double>(v));
+      }
+    } else if (width == 8) {
+      if (t.int64_data_size() != count)
+        return bad();
+      for (int64_t v : t.int64_data())
+        out.values.push_back(static_cast<double>(v));
+    } else {
+      if (t.int32_data_size() != count)
+        return bad();
+      for (int32_t v : t.int32_data())
+        out.values.push_back(v);
+    }
+    return out;
+  }
+  default:
+    return makeError("tensor '" + t.name() + "' has element type " +
+                     dtypeName(t.data_type()) +
+                     "; mtc supports FLOAT and INT64 tensors");
+  }
+}
+
+/// An f32 initializer as a resource blob (not printed inline: models are
+/// large).
+DenseResourceElementsAttr floatResource(Builder &b, const onnx::TensorProto &t,
+                                        const KnownTensor &k) {
+  SmallVector<float> data(k.values.begin(), k.values.end());
+  auto type = RankedTensorType::get(k.shape, b.getF32Type());
+  ArrayRef<char> bytes(reinterpret_cast<const char *>(data.data()),
+                       data.size() * sizeof(float));
+  return DenseResourceElementsAttr::get(
+      type, t.name(),
+      HeapAsmResourceBlob::allocateAndCopyWithAlign(bytes, alignof(float)));
+}
+
+/// The ranked tensor type of a graph input, with every dim bound.
+llvm::Expected<RankedTensorType> inputType(Builder &b,
+                                           const onnx::ValueInfoProto &info) {
+  if (!info.type().has_tensor_type())
+    return makeError("input '" + info.name() + "' is not a tensor");
+  const auto &tensor = info.type().tensor_type();
+  Type element = elementTypeOf(b, tensor.elem_type());
+  if (!element)
+    return makeError("input '" + info.name() + "' has element type " +
+                     dtypeName(tensor.elem_type()) +
+                     "; mtc supports FLOAT and INT64 inputs");
+  if (!tensor.has_shape())
+    return makeError("input '" + info.name() + "' has no shape");
+  SmallVector<int64_t> shape;
+  for (const auto &dim : tensor.shape().dim()) {
+    if (!dim.has_dim_value())
+      return makeError("input '" + info.name() + "' has an unbound dim");
+    shape.push_back(dim.dim_value());
+  }
+  return RankedTensorType::get(shape, element);
+}
+
+int64_t defaultOpset(const onnx::ModelProto &model) {
+  for (const auto &op : model.opset_import())
+    if (op.domain().empty() || op.domain() == "ai.onnx")
+      return op.version();
+  return -1;
+}
+
+std::string supportedList() {
+  std::string list;
+  for (const std::string &op : getSupportedOnnxOps())
+    list += (list.empty() ? "" : ", ") + op;
+  return list;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Graph import
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<OwningOpRef<ModuleOp>>
+mtc::importOnnxFile(MLIRContext &context, StringRef path,
+                    const ImportOptions &options) {
+  context.loadDialect<MtcDialect, func::FuncDialect>();
+  auto loaded = loadOnnxModel(path, options);
+  if (!loaded)
+    return loaded.takeError();
+  const onnx::ModelProto &model = **loaded;
+  const onnx::GraphProto &graph = model.graph();
+  int64_t opset = defaultOpset(model);
+  if (opset < 11)
+    return makeError("'" + path + "' imports ONNX opset " + Twine(opset) +
+                     "; mtc supports opsets 11 to 17");
+
+  // Fail early on unsupported ops, listing all of them at once.
+  std::string unsupported;
+  for (const auto &node : graph.node())
+    if (!import::getOpImporters().count(node.op_type()) ||
+        !(node.domain().empty() || node.domain() == "ai.onnx"))
+      unsupported += "\n  " + node.op_type() + " (node '" + node.name() +
+                     "', domain '" +
+                     (node.domain().empty() ? "ai.onnx" : node.domain()) +
+                     "', opset " + std::to_string(opset) + ")";
+  if (!unsupported.empty())
+    return makeError("unsupported ONNX ops in '" + path + "':" + unsupported +
+                     "\nsupported ops: " + supportedList());
+
+  OpBuilder b(&context);
+  Location fileLoc = FileLineColLoc::get(&context, path, 0, 0);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
+
+  // Arguments: graph inputs that are not initializers, then initializers.
+  llvm::StringMap<const onnx::TensorProto *> initializers;
+  for (const auto &t : graph.initializer())
+    initializers[t.name()] = &t;
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  SmallVector<std::string> argNames;
+  auto named = [&](StringRef role, StringRef name,
+                   std::optional<NamedAttribute> extra = std::nullopt) {
+    SmallVector<NamedAttribute> attrs{
+        b.getNamedAttr(attr::kRole, b.getStringAttr(role)),
+        b.getNamedAttr(attr::kName, b.getStringAttr(name))};
+    if (extra)
+      attrs.push_back(*extra);
+    return b.getDictionaryAttr(attrs);
+  };
+  for (const auto &input : graph.input()) {
+    if (initializers.count(input.name()))
+      continue;
+    auto type = inputType(b, input);
+    if (!type)
+      return type.takeError();
+    argTypes.push_back(*type);
+    argAttrs.push_back(named(attr::role::kInput, input.name()));
+    argNames.push_back(input.name());
+  }
+  // Float initializers are trainable candidates (autodiff demotes those no
+  // gradient reaches to buffers); integer ones are compile-time constants.
+  llvm::StringMap<KnownTensor> knownInits;
+  for (const auto &t : graph.initializer()) {
+    auto decoded = decodeTensor(t);
+    if (!decoded)
+      return decoded.takeError();
+    if (!decoded->isFloat) {
+      knownInits[t.name()] = std::move(*decoded);
+      continue;
+    }
+    auto resource = floatResource(b, t, *decoded);
+    argTypes.push_back(resource.getType());
+    argAttrs.push_back(named(attr::role::kParam, t.name(),
+                             b.getNamedAttr(attr::kInit, resource)));
+    argNames.push_back(t.name());
+    // Small float initializers may also feed shape-like inputs.
+    if (decoded->values.size() <= 16)
+      knownInits[t.name()] = std::move(*decoded);
+  }
+
+  auto func = func::FuncOp::create(fileLoc, "forward",
+                                   b.getFunctionType(argTypes, {}));
+  module->push_back(func);
+  Block *body = func.addEntryBlock();
+  for (unsigned i = 0; i < argAttrs.size(); ++i)
+    func.setArgAttrs(i, argAttrs[i]);
+  b.setInsertionPointToStart(body);
+
+  ImportContext ctx(b, opset);
+  for (unsigned i = 0; i < argNames.size(); ++i)
+    ctx.bindName(argNames[i], body->getArgument(i));
+  for (auto &entry : knownInits)
+    ctx.bindKnownName(entry.getKey().str(), entry.getValue());
+
+  // Capture diagnostics so they become the returned error.
+  std::string diagnostics;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
+    llvm::raw_string_ostream os(diagnostics);
+    if (!diagnostics.empty())
+      os << "\n";
+    os << diag;
+    return success();
+  });
+
+  for (const auto &node : graph.node()) {
+    ctx.node = &node;
+    OpImporter importer = import::getOpImporters().lookup(node.op_type());
+    if (failed(importer(ctx)))
+      return makeError("cannot import '" + path + "': " +
+                       (diagnostics.empty() ? "failed to import " +
+                                                  node.op_type() + " node '" +
+                                                  node.name() + "'"
+                                            : diagnostics));
+  }
+
+  SmallVector<Value> results;
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (const auto &output : graph.output()) {
+    auto v = ctx.lookup(output.name());
+    if (failed(v))
+      return makeError("graph output '" + output.name() +
+                       "' is not produced by any node");
+    results.push_back(*v);
+    resultAttrs.push_back(
+        b.getDictionaryAttr(b.getNamedAttr(attr::kName,
+                                           b.getStringAttr(output.name()))));
+  }
+  b.create<func::ReturnOp>(fileLoc, results);
+  func.setType(b.getFunctionType(argTypes, ValueRange(results).getTypes()));
+  func.setAllResultAttrs(resultAttrs);
+
+  if (failed(verify(*module)))
+    return makeError("the imported model does not verify:\n" + diagnostics);
+  return std::move(module);
+}

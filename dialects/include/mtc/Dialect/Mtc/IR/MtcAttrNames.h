@@ -1,0 +1,58 @@
+//===- MtcAttrNames.h - Attribute names shared by the passes ----*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The training step is a func.func whose arguments and results carry these
+// discardable attributes; they are the contract between import, autodiff,
+// the optimizer, memory planning and code generation.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_DIALECT_MTC_IR_MTCATTRNAMES_H
+#define MTC_DIALECT_MTC_IR_MTCATTRNAMES_H
+
+#include "llvm/ADT/StringRef.h"
+
+namespace mtc::attr {
+
+/// Argument/result: the ONNX name (initializer, input, output) or a derived
+/// one ("<param>.grad", "<param>.momentum").
+constexpr llvm::StringLiteral kName = "mtc.name";
+/// Argument: "param", "buffer", "state" or "input". Result: "loss", "grad"
+/// or "update".
+constexpr llvm::StringLiteral kRole = "mtc.role";
+/// Argument: initial value of a param or buffer (dense or dense_resource).
+constexpr llvm::StringLiteral kInit = "mtc.init";
+/// Result "grad" / argument "state": index of the parameter argument.
+constexpr llvm::StringLiteral kOwner = "mtc.owner";
+/// Result "update": index of the argument it overwrites in place.
+constexpr llvm::StringLiteral kTied = "mtc.tied";
+/// Op: created by autodiff (part of the backward pass).
+constexpr llvm::StringLiteral kBackward = "mtc.backward";
+/// Op: created by the optimizer pass.
+constexpr llvm::StringLiteral kOptimizer = "mtc.optimizer";
+/// Memory plan: argument byte offset; op result byte offsets; op scratch
+/// [offset, bytes]; function arena size and max-live lower bound.
+constexpr llvm::StringLiteral kOffset = "mtc.offset";
+constexpr llvm::StringLiteral kOffsets = "mtc.offsets";
+constexpr llvm::StringLiteral kWorkspace = "mtc.workspace";
+constexpr llvm::StringLiteral kArenaSize = "mtc.arena_size";
+constexpr llvm::StringLiteral kLowerBound = "mtc.lower_bound";
+/// Function: summary of the optimizer, for the trainer's banner.
+constexpr llvm::StringLiteral kOptimizerSummary = "mtc.optimizer_summary";
+
+namespace role {
+constexpr llvm::StringLiteral kParam = "param";
+constexpr llvm::StringLiteral kBuffer = "buffer";
+constexpr llvm::StringLiteral kState = "state";
+constexpr llvm::StringLiteral kInput = "input";
+constexpr llvm::StringLiteral kLoss = "loss";
+constexpr llvm::StringLiteral kGrad = "grad";
+constexpr llvm::StringLiteral kUpdate = "update";
+} // namespace role
+
+} // namespace mtc::attr
+
+#endif // MTC_DIALECT_MTC_IR_MTCATTRNAMES_H

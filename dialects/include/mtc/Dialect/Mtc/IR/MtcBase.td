@@ -1,0 +1,44 @@
+//===- MtcBase.td - mtc dialect definition -----------------*- tablegen -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_DIALECT_MTC_IR_MTCBASE_TD
+#define MTC_DIALECT_MTC_IR_MTCBASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Mtc_Dialect : Dialect {
+  let name = "mtc";
+  let cppNamespace = "::mtc";
+  let summary = "Tensor-level training IR of the mtc compiler";
+  let description = [{
+    The `mtc` dialect holds a training step at the tensor level: a small core
+    set of ops on statically shaped builtin ranked tensors, each carrying its
+    own gradient rule (`GradientOpInterface`) and cost (`CostOpInterface`).
+    ONNX models are imported into it; autodiff, the optimizer, memory
+    planning and code generation all work on it.
+
+    Example:
+
+    ```mlir
+    %0 = mtc.gemm %x, %w, %b {transB = true} : (tensor<16x64xf32>,
+           tensor<128x64xf32>, tensor<128xf32>) -> tensor<16x128xf32>
+    %1 = mtc.relu %0 : tensor<16x128xf32>
+    ```
+  }];
+  let hasConstantMaterializer = 1;
+}
+
+class Mtc_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Mtc_Dialect, mnemonic, traits>;
+
+/// Floating-point tensors with a fully static shape.
+def Mtc_FloatTensor : StaticShapeTensorOf<[F32]>;
+/// Integer tensors (labels, indices) with a fully static shape.
+def Mtc_IntTensor : StaticShapeTensorOf<[I64]>;
+def Mtc_AnyTensor : StaticShapeTensorOf<[F32, I64]>;
+
+#endif // MTC_DIALECT_MTC_IR_MTCBASE_TD

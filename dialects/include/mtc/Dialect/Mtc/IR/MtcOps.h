@@ -1,0 +1,38 @@
+//===- MtcOps.h - mtc dialect ops ---------------------------------*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_DIALECT_MTC_IR_MTCOPS_H
+#define MTC_DIALECT_MTC_IR_MTCOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mtc/Dialect/Mtc/IR/MtcDialect.h"
+
+namespace mtc {
+
+/// Bytes of a statically shaped tensor type (0 for anything else).
+int64_t getTensorBytes(mlir::Type type);
+
+/// Elements of a statically shaped tensor type.
+int64_t getNumElements(mlir::Type type);
+
+/// NumPy broadcast of two shapes; failure when they are incompatible.
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
+
+} // namespace mtc
+
+#include "mtc/Dialect/Mtc/IR/MtcInterfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "mtc/Dialect/Mtc/IR/MtcOps.h.inc"
+
+#endif // MTC_DIALECT_MTC_IR_MTCOPS_H

@@ -1,0 +1,679 @@
+//===- MtcOps.td - mtc dialect ops -------------------------*- tablegen -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_DIALECT_MTC_IR_MTCOPS_TD
+#define MTC_DIALECT_MTC_IR_MTCOPS_TD
+
+include "mtc/Dialect/Mtc/IR/MtcBase.td"
+include "mtc/Dialect/Mtc/IR/MtcInterfaces.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+/// A side-effect free op with a cost.
+class Mtc_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Mtc_Op<mnemonic, !listconcat([Pure,
+          DeclareOpInterfaceMethods<Mtc_CostOpInterface>], traits)>;
+
+/// A differentiable compute op.
+class Mtc_DiffOp<string mnemonic, list<Trait> traits = []>
+    : Mtc_ComputeOp<mnemonic, !listconcat([
+          DeclareOpInterfaceMethods<Mtc_GradientOpInterface>], traits)>;
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+def Mtc_ConstantOp : Mtc_ComputeOp<"constant",
+    [ConstantLike, AllTypesMatch<["value", "output"]>]> {
+  let summary = "A constant tensor";
+  let description = [{
+    A tensor known at compile time: ONNX `Constant` nodes and initializers
+    that are neither trained nor buffers, and constants created by gradient
+    rules.
+
+    Example:
+
+    ```mlir
+    %0 = mtc.constant dense<1.0> : tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Mtc_AnyTensor:$output);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Mtc_UnaryOp<string mnemonic, string formula>
+    : Mtc_DiffOp<mnemonic, [SameOperandsAndResultType]> {
+  let summary = "Elementwise " # formula;
+  let description = [{
+    Computes `}] # formula # [{` for every element.
+
+    Example:
+
+    ```mlir
+    %y = mtc.}] # mnemonic # [{ %x : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+}
+
+def Mtc_ReluOp : Mtc_UnaryOp<"relu", "y = max(x, 0)">;
+def Mtc_TanhOp : Mtc_UnaryOp<"tanh", "y = tanh(x)">;
+def Mtc_SigmoidOp : Mtc_UnaryOp<"sigmoid", "y = 1 / (1 + exp(-x))">;
+def Mtc_ExpOp : Mtc_UnaryOp<"exp", "y = exp(x)">;
+def Mtc_LogOp : Mtc_UnaryOp<"log", "y = log(x)">;
+def Mtc_NegOp : Mtc_UnaryOp<"neg", "y = -x">;
+def Mtc_SqrtOp : Mtc_UnaryOp<"sqrt", "y = sqrt(x)">;
+
+class Mtc_BinaryOp<string mnemonic, string formula>
+    : Mtc_DiffOp<mnemonic, [InferTypeOpAdaptor]> {
+  let summary = "Elementwise " # formula # " with broadcasting";
+  let description = [{
+    Computes `}] # formula # [{` with multidirectional (NumPy) broadcasting
+    of the operands, as ONNX does.
+
+    Example:
+
+    ```mlir
+    %y = mtc.}] # mnemonic # [{ %a, %b : (tensor<2x3xf32>, tensor<3xf32>)
+           -> tensor<2x3xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$lhs, Mtc_FloatTensor:$rhs);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def Mtc_AddOp : Mtc_BinaryOp<"add", "y = a + b">;
+def Mtc_SubOp : Mtc_BinaryOp<"sub", "y = a - b">;
+def Mtc_MulOp : Mtc_BinaryOp<"mul", "y = a * b">;
+def Mtc_DivOp : Mtc_BinaryOp<"div", "y = a / b">;
+
+def Mtc_ReluGradOp : Mtc_ComputeOp<"relu_grad", [SameOperandsAndResultType]> {
+  let summary = "Gradient of relu";
+  let description = [{
+    `dx = x > 0 ? dy : 0`, the VJP of `mtc.relu` (PyTorch's convention: the
+    gradient at 0 is 0).
+
+    Example:
+
+    ```mlir
+    %dx = mtc.relu_grad %dy, %x : tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$input);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$grad `,` $input attr-dict `:` type($output)";
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def Mtc_GemmOp : Mtc_DiffOp<"gemm", [InferTypeOpAdaptor]> {
+  let summary = "General matrix multiply (ONNX Gemm)";
+  let description = [{
+    `Y = alpha * op(A) * op(B) + beta * C`, with `op` transposing when
+    `transA`/`transB` is set and `C` broadcast to `Y`'s shape. `C` is
+    optional.
+
+    Example:
+
+    ```mlir
+    %y = mtc.gemm %a, %b, %c {transB = true} : (tensor<16x64xf32>,
+           tensor<128x64xf32>, tensor<128xf32>) -> tensor<16x128xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$a, Mtc_FloatTensor:$b,
+                   Optional<Mtc_FloatTensor>:$c,
+                   DefaultValuedAttr<BoolAttr, "false">:$transA,
+                   DefaultValuedAttr<BoolAttr, "false">:$transB,
+                   DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
+                   DefaultValuedAttr<F32Attr, "1.0f">:$beta);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$a `,` $b (`,` $c^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_MatMulOp : Mtc_DiffOp<"matmul", [InferTypeOpAdaptor]> {
+  let summary = "Batched matrix product with broadcasting (ONNX MatMul)";
+  let description = [{
+    NumPy `matmul`: the last two dims are multiplied, leading dims broadcast;
+    1-D operands are not accepted here (the importer reshapes them).
+    `transpose_a`/`transpose_b` transpose the last two dims of an operand
+    first, which gradient rules use to avoid materialized transposes.
+
+    Example:
+
+    ```mlir
+    %y = mtc.matmul %a, %b : (tensor<2x3x4xf32>, tensor<4x5xf32>)
+           -> tensor<2x3x5xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$a, Mtc_FloatTensor:$b,
+                   DefaultValuedAttr<BoolAttr, "false">:$transpose_a,
+                   DefaultValuedAttr<BoolAttr, "false">:$transpose_b);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$a `,` $b attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling (2-D, NCHW)
+//===----------------------------------------------------------------------===//
+
+def Mtc_ConvOp : Mtc_DiffOp<"conv", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
+  let summary = "2-D convolution (ONNX Conv)";
+  let description = [{
+    NCHW input, OIHW weight (`I = C / group`), optional bias of `O`
+    elements. `pads` is `[top, left, bottom, right]`.
+
+    Example:
+
+    ```mlir
+    %y = mtc.conv %x, %w, %b {strides = array<i64: 1, 1>,
+           pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>,
+           group = 1 : i64} : (tensor<8x3x16x16xf32>, tensor<8x3x3x3xf32>,
+           tensor<8xf32>) -> tensor<8x8x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$weight,
+                   Optional<Mtc_FloatTensor>:$bias,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations, I64Attr:$group);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$input `,` $weight (`,` $bias^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_ConvBackwardDataOp : Mtc_ComputeOp<"conv_backward_data", [
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
+  let summary = "Gradient of a convolution with respect to its input";
+  let description = [{
+    The transposed convolution of `grad` (dY) with `weight`; the result has
+    the shape of the forward input. Attributes are the forward op's.
+
+    Example:
+
+    ```mlir
+    %dx = mtc.conv_backward_data %dy, %w {strides = array<i64: 1, 1>,
+            pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>,
+            group = 1 : i64} : (tensor<8x8x16x16xf32>, tensor<8x3x3x3xf32>)
+            -> tensor<8x3x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$weight,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations, I64Attr:$group);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$grad `,` $weight attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_ConvBackwardFilterOp : Mtc_ComputeOp<"conv_backward_filter", [
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
+  let summary = "Gradient of a convolution with respect to its weight";
+  let description = [{
+    Correlates the forward `input` with `grad` (dY); the result has the
+    weight's shape. Attributes are the forward op's.
+
+    Example:
+
+    ```mlir
+    %dw = mtc.conv_backward_filter %x, %dy {strides = array<i64: 1, 1>,
+            pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>,
+            group = 1 : i64} : (tensor<8x3x16x16xf32>, tensor<8x8x16x16xf32>)
+            -> tensor<8x3x3x3xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$grad,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations, I64Attr:$group);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$input `,` $grad attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+class Mtc_PoolAttrs {
+  dag poolAttrs = (ins DenseI64ArrayAttr:$kernel_shape,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+}
+
+def Mtc_MaxPoolOp : Mtc_DiffOp<"max_pool", [InferTypeOpAdaptor]>,
+                    Mtc_PoolAttrs {
+  let summary = "2-D max pooling (ONNX MaxPool)";
+  let description = [{
+    Max over each window; padded cells never win. `pads` is
+    `[top, left, bottom, right]`.
+
+    Example:
+
+    ```mlir
+    %y = mtc.max_pool %x {kernel_shape = array<i64: 2, 2>,
+           strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>,
+           dilations = array<i64: 1, 1>} : (tensor<8x8x16x16xf32>)
+           -> tensor<8x8x8x8xf32>
+    ```
+  }];
+  let arguments = !con((ins Mtc_FloatTensor:$input), poolAttrs);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_MaxPoolGradOp : Mtc_ComputeOp<"max_pool_grad",
+    [AllTypesMatch<["input", "output"]>]>, Mtc_PoolAttrs {
+  let summary = "Gradient of max pooling";
+  let description = [{
+    Routes each element of `grad` to the position that won its window in the
+    forward pass (recomputed from `input`, first maximum in window order).
+
+    Example:
+
+    ```mlir
+    %dx = mtc.max_pool_grad %x, %dy {kernel_shape = array<i64: 2, 2>,
+            strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>,
+            dilations = array<i64: 1, 1>} : (tensor<8x8x16x16xf32>,
+            tensor<8x8x8x8xf32>) -> tensor<8x8x16x16xf32>
+    ```
+  }];
+  let arguments = !con((ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$grad),
+                       poolAttrs);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$input `,` $grad attr-dict `:` functional-type(operands, results)";
+}
+
+def Mtc_AvgPoolOp : Mtc_DiffOp<"avg_pool", [InferTypeOpAdaptor]>,
+                    Mtc_PoolAttrs {
+  let summary = "2-D average pooling (ONNX AveragePool)";
+  let description = [{
+    Mean over each window. With `count_include_pad` padded cells count in the
+    divisor, otherwise only cells inside the input do.
+
+    Example:
+
+    ```mlir
+    %y = mtc.avg_pool %x {kernel_shape = array<i64: 2, 2>,
+           strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>,
+           dilations = array<i64: 1, 1>} : (tensor<8x8x16x16xf32>)
+           -> tensor<8x8x8x8xf32>
+    ```
+  }];
+  let arguments = !con((ins Mtc_FloatTensor:$input), poolAttrs,
+      (ins DefaultValuedAttr<BoolAttr, "false">:$count_include_pad));
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_AvgPoolGradOp : Mtc_ComputeOp<"avg_pool_grad">, Mtc_PoolAttrs {
+  let summary = "Gradient of average pooling";
+  let description = [{
+    Spreads each element of `grad` evenly over its window; the result has
+    the forward input's shape.
+
+    Example:
+
+    ```mlir
+    %dx = mtc.avg_pool_grad %dy {kernel_shape = array<i64: 2, 2>,
+            strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>,
+            dilations = array<i64: 1, 1>} : (tensor<8x8x8x8xf32>)
+            -> tensor<8x8x16x16xf32>
+    ```
+  }];
+  let arguments = !con((ins Mtc_FloatTensor:$grad), poolAttrs,
+      (ins DefaultValuedAttr<BoolAttr, "false">:$count_include_pad));
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$grad attr-dict `:` functional-type(operands, results)";
+}
+
+def Mtc_GlobalAvgPoolOp : Mtc_DiffOp<"global_avg_pool", [InferTypeOpAdaptor]> {
+  let summary = "Mean over all spatial positions (ONNX GlobalAveragePool)";
+  let description = [{
+    `[N, C, H, W] -> [N, C, 1, 1]`.
+
+    Example:
+
+    ```mlir
+    %y = mtc.global_avg_pool %x : (tensor<8x16x4x4xf32>)
+           -> tensor<8x16x1x1xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+def Mtc_ReshapeOp : Mtc_DiffOp<"reshape"> {
+  let summary = "Reinterpret a tensor with another static shape";
+  let description = [{
+    The element count is preserved; the data order (row-major) is unchanged.
+    ONNX Reshape and Flatten import to it once their shapes are known.
+
+    Example:
+
+    ```mlir
+    %y = mtc.reshape %x : (tensor<8x16x2x2xf32>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_AnyTensor:$input);
+  let results = (outs Mtc_AnyTensor:$output);
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_ExpandOp : Mtc_DiffOp<"expand"> {
+  let summary = "Broadcast a tensor to a larger shape";
+  let description = [{
+    NumPy broadcasting of `input` to the result shape, which must be
+    exactly the broadcast shape.
+
+    Example:
+
+    ```mlir
+    %y = mtc.expand %x : (tensor<8x1xf32>) -> tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_AnyTensor:$input);
+  let results = (outs Mtc_AnyTensor:$output);
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_TransposeOp : Mtc_DiffOp<"transpose", [InferTypeOpAdaptor]> {
+  let summary = "Permute the dimensions of a tensor";
+  let description = [{
+    Result dim `i` is input dim `perm[i]`.
+
+    Example:
+
+    ```mlir
+    %y = mtc.transpose %x {perm = array<i64: 1, 0>} : (tensor<2x3xf32>)
+           -> tensor<3x2xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_AnyTensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs Mtc_AnyTensor:$output);
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_PadOp : Mtc_DiffOp<"pad", [InferTypeOpAdaptor]> {
+  let summary = "Constant padding (ONNX Pad, mode constant)";
+  let description = [{
+    `pads` holds the begin pads of every dim followed by the end pads, all
+    non-negative; new cells hold `value`.
+
+    Example:
+
+    ```mlir
+    %y = mtc.pad %x {pads = array<i64: 0, 1, 0, 1>, value = 0.0 : f32}
+           : (tensor<2x3xf32>) -> tensor<2x5xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input, DenseI64ArrayAttr:$pads,
+                   DefaultValuedAttr<F32Attr, "0.0f">:$value);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_SliceOp : Mtc_DiffOp<"slice"> {
+  let summary = "Strided window of a tensor";
+  let description = [{
+    Result element `i` (a multi-index) is `input[starts + i * steps]`; the
+    result shape gives the window's extent. Steps are positive.
+
+    Example:
+
+    ```mlir
+    %y = mtc.slice %x {starts = array<i64: 0, 1>, steps = array<i64: 1, 1>}
+           : (tensor<2x5xf32>) -> tensor<2x3xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_AnyTensor:$input, DenseI64ArrayAttr:$starts,
+                   DenseI64ArrayAttr:$steps);
+  let results = (outs Mtc_AnyTensor:$output);
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalizations
+//===----------------------------------------------------------------------===//
+
+class Mtc_ReduceOp<string mnemonic, string what>
+    : Mtc_DiffOp<mnemonic, [InferTypeOpAdaptor]> {
+  let summary = "The " # what # " over some axes";
+  let description = [{
+    Reduces `input` over `axes` (sorted, non-negative, unique; empty means
+    none). With `keepdims` the reduced dims stay as 1.
+
+    Example:
+
+    ```mlir
+    %y = mtc.}] # mnemonic # [{ %x {axes = array<i64: 1>, keepdims = true}
+           : (tensor<4x8xf32>) -> tensor<4x1xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input, DenseI64ArrayAttr:$axes,
+                   DefaultValuedAttr<BoolAttr, "true">:$keepdims);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_ReduceSumOp : Mtc_ReduceOp<"reduce_sum", "sum">;
+def Mtc_ReduceMeanOp : Mtc_ReduceOp<"reduce_mean", "mean">;
+
+class Mtc_SoftmaxLikeOp<string mnemonic, string formula>
+    : Mtc_DiffOp<mnemonic, [SameOperandsAndResultType]> {
+  let summary = formula # " along one axis";
+  let description = [{
+    Computes `}] # formula # [{` along `axis` (non-negative), numerically
+    stable.
+
+    Example:
+
+    ```mlir
+    %y = mtc.}] # mnemonic # [{ %x {axis = 1 : i64} : tensor<4x10xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+  let hasVerifier = 1;
+}
+
+def Mtc_SoftmaxOp : Mtc_SoftmaxLikeOp<"softmax", "softmax">;
+def Mtc_LogSoftmaxOp : Mtc_SoftmaxLikeOp<"log_softmax", "log(softmax)">;
+
+def Mtc_SoftmaxGradOp : Mtc_ComputeOp<"softmax_grad",
+    [SameOperandsAndResultType]> {
+  let summary = "Gradient of softmax or log-softmax from its output";
+  let description = [{
+    Softmax: `dx = y * (dy - sum(dy * y))`; with `log`, `y` is the
+    log-softmax output and `dx = dy - exp(y) * sum(dy)`; sums run along
+    `axis`.
+
+    Example:
+
+    ```mlir
+    %dx = mtc.softmax_grad %y, %dy {axis = 1 : i64, log = false}
+            : tensor<4x10xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$output_value, Mtc_FloatTensor:$grad,
+                   I64Attr:$axis, DefaultValuedAttr<BoolAttr, "false">:$log);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$output_value `,` $grad attr-dict `:` type($output)";
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+def Mtc_SoftmaxCrossEntropyOp : Mtc_DiffOp<"softmax_cross_entropy",
+    [InferTypeOpAdaptor]> {
+  let summary = "Softmax cross-entropy (ONNX SoftmaxCrossEntropyLoss)";
+  let description = [{
+    `logits` are `[N, C]` or `[N, C, D...]`, `labels` `[N]` or `[N, D...]`.
+    Returns the loss (a scalar for `mean`/`sum`, `[N, D...]` for `none`) and
+    `log_softmax(logits)` along `C`, which the gradient reuses. `mean`
+    divides by the number of labels that are not `ignore_index`.
+
+    Example:
+
+    ```mlir
+    %loss, %logp = mtc.softmax_cross_entropy %logits, %labels
+        {reduction = "mean"} : (tensor<16x10xf32>, tensor<16xi64>)
+        -> (tensor<f32>, tensor<16x10xf32>)
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$logits, Mtc_IntTensor:$labels,
+                   DefaultValuedAttr<StrAttr, "\"mean\"">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Mtc_FloatTensor:$loss, Mtc_FloatTensor:$log_prob);
+  let assemblyFormat =
+      "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_SoftmaxCrossEntropyGradOp : Mtc_ComputeOp<
+    "softmax_cross_entropy_grad", [AllTypesMatch<["log_prob", "output"]>]> {
+  let summary = "Gradient of softmax cross-entropy with respect to logits";
+  let description = [{
+    `dlogits = dloss * (softmax - onehot(labels))` with the forward op's
+    reduction and `ignore_index` (ignored positions get 0).
+
+    Example:
+
+    ```mlir
+    %d = mtc.softmax_cross_entropy_grad %dloss, %logp, %labels
+        {reduction = "mean"} : (tensor<f32>, tensor<16x10xf32>,
+        tensor<16xi64>) -> tensor<16x10xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$log_prob,
+                   Mtc_IntTensor:$labels,
+                   DefaultValuedAttr<StrAttr, "\"mean\"">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$grad `,` $log_prob `,` $labels attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates
+//===----------------------------------------------------------------------===//
+
+def Mtc_SgdUpdateOp : Mtc_ComputeOp<"sgd_update",
+    [AllTypesMatch<["param", "grad", "new_param"]>]> {
+  let summary = "SGD step without momentum";
+  let description = [{
+    `p' = p - lr * (g + weight_decay * p)`. The result is written in place
+    of `param` by the memory plan.
+
+    Example:
+
+    ```mlir
+    %p1 = mtc.sgd_update %p, %g {lr = 0.1 : f32, weight_decay = 0.0 : f32}
+            : tensor<10x64xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$param, Mtc_FloatTensor:$grad,
+                   F32Attr:$lr, DefaultValuedAttr<F32Attr, "0.0f">:$weight_decay);
+  let results = (outs Mtc_FloatTensor:$new_param);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($param)";
+}
+
+def Mtc_SgdMomentumUpdateOp : Mtc_ComputeOp<"sgd_momentum_update",
+    [AllTypesMatch<["param", "grad", "momentum_buffer", "new_param",
+                    "new_momentum_buffer"]>]> {
+  let summary = "SGD step with (Nesterov) momentum, PyTorch semantics";
+  let description = [{
+    `d = g + wd * p; buf' = momentum * buf + d; d = nesterov ? d + momentum *
+    buf' : buf'; p' = p - lr * d`. Results are written in place of `param`
+    and `momentum_buffer`.
+
+    Example:
+
+    ```mlir
+    %p1, %b1 = mtc.sgd_momentum_update %p, %g, %b {lr = 0.1 : f32,
+                 momentum = 0.9 : f32} : tensor<10x64xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$param, Mtc_FloatTensor:$grad,
+                   Mtc_FloatTensor:$momentum_buffer, F32Attr:$lr,
+                   F32Attr:$momentum,
+                   DefaultValuedAttr<F32Attr, "0.0f">:$weight_decay,
+                   DefaultValuedAttr<BoolAttr, "false">:$nesterov);
+  let results = (outs Mtc_FloatTensor:$new_param,
+                      Mtc_FloatTensor:$new_momentum_buffer);
+  let assemblyFormat =
+      "$param `,` $grad `,` $momentum_buffer attr-dict `:` type($param)";
+}
+
+def Mtc_AdamWUpdateOp : Mtc_ComputeOp<"adamw_update",
+    [AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param",
+                    "new_exp_avg", "new_exp_avg_sq"]>]> {
+  let summary = "AdamW step with bias correction, PyTorch semantics";
+  let description = [{
+    Decoupled weight decay `p *= 1 - lr * wd`, then the Adam update with
+    bias corrections for the trainer's step counter `t` (1 on the first
+    step). Results are written in place of the operands.
+
+    Example:
+
+    ```mlir
+    %p1, %m1, %v1 = mtc.adamw_update %p, %g, %m, %v {lr = 0.001 : f32,
+        beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32,
+        weight_decay = 0.01 : f32} : tensor<10x64xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$param, Mtc_FloatTensor:$grad,
+                   Mtc_FloatTensor:$exp_avg, Mtc_FloatTensor:$exp_avg_sq,
+                   F32Attr:$lr, F32Attr:$beta1, F32Attr:$beta2, F32Attr:$eps,
+                   DefaultValuedAttr<F32Attr, "0.0f">:$weight_decay);
+  let results = (outs Mtc_FloatTensor:$new_param, Mtc_FloatTensor:$new_exp_avg,
+                      Mtc_FloatTensor:$new_exp_avg_sq);
+  let assemblyFormat = "$param `,` $grad `,` $exp_avg `,` $exp_avg_sq "
+                       "attr-dict `:` type($param)";
+}
+
+#endif // MTC_DIALECT_MTC_IR_MTCOPS_TD

@@ -1,0 +1,138 @@
+//===- Costs.cpp - FLOP and scratch estimates of the mtc ops --------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// FLOPs count a multiply-add as two operations and every other arithmetic
+// operation (including exp, log, tanh) as one, the convention of the usual
+// model FLOP counters. Pure data movement costs 0 FLOPs; its price shows up
+// in getBytesMoved().
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/Dialect/Mtc/IR/MtcOps.h"
+#include "mtc/runtime/Kernels.h"
+
+using namespace mlir;
+using namespace mtc;
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+static int64_t numel(Value v) { return getNumElements(v.getType()); }
+
+int64_t ConstantOp::getFlops() { return 0; }
+
+#define MTC_ELEMENTWISE_FLOPS(OP, PER_ELEMENT)                                 \
+  int64_t OP::getFlops() { return PER_ELEMENT * numel(getOutput()); }
+MTC_ELEMENTWISE_FLOPS(ReluOp, 1)
+MTC_ELEMENTWISE_FLOPS(TanhOp, 1)
+MTC_ELEMENTWISE_FLOPS(SigmoidOp, 3)
+MTC_ELEMENTWISE_FLOPS(ExpOp, 1)
+MTC_ELEMENTWISE_FLOPS(LogOp, 1)
+MTC_ELEMENTWISE_FLOPS(NegOp, 1)
+MTC_ELEMENTWISE_FLOPS(SqrtOp, 1)
+MTC_ELEMENTWISE_FLOPS(AddOp, 1)
+MTC_ELEMENTWISE_FLOPS(SubOp, 1)
+MTC_ELEMENTWISE_FLOPS(MulOp, 1)
+MTC_ELEMENTWISE_FLOPS(DivOp, 1)
+MTC_ELEMENTWISE_FLOPS(ReluGradOp, 1)
+MTC_ELEMENTWISE_FLOPS(SoftmaxOp, 5)
+MTC_ELEMENTWISE_FLOPS(LogSoftmaxOp, 5)
+MTC_ELEMENTWISE_FLOPS(SoftmaxGradOp, 4)
+MTC_ELEMENTWISE_FLOPS(SoftmaxCrossEntropyGradOp, 3)
+MTC_ELEMENTWISE_FLOPS(ReshapeOp, 0)
+MTC_ELEMENTWISE_FLOPS(ExpandOp, 0)
+MTC_ELEMENTWISE_FLOPS(TransposeOp, 0)
+MTC_ELEMENTWISE_FLOPS(PadOp, 0)
+MTC_ELEMENTWISE_FLOPS(SliceOp, 0)
+#undef MTC_ELEMENTWISE_FLOPS
+
+int64_t SgdUpdateOp::getFlops() { return 4 * numel(getParam()); }
+int64_t SgdMomentumUpdateOp::getFlops() { return 7 * numel(getParam()); }
+int64_t AdamWUpdateOp::getFlops() { return 14 * numel(getParam()); }
+
+int64_t GemmOp::getFlops() {
+  ArrayRef<int64_t> a = shapeOf(getA());
+  int64_t k = getTransA() ? a[0] : a[1];
+  int64_t mn = numel(getOutput());
+  return 2 * mn * k + (getC() ? 2 * mn : 0);
+}
+
+int64_t MatMulOp::getFlops() {
+  ArrayRef<int64_t> a = shapeOf(getA());
+  int64_t k = a[a.size() - (getTransposeA() ? 2 : 1)];
+  return 2 * numel(getOutput()) * k;
+}
+
+/// Multiply-adds of the convolution whose input, weight and output shapes
+/// are given.
+static int64_t convMacs(ArrayRef<int64_t> w, ArrayRef<int64_t> y) {
+  return y[0] * y[1] * y[2] * y[3] * w[1] * w[2] * w[3];
+}
+
+static rt::Conv2dParams convParams(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
+                                   ArrayRef<int64_t> y,
+                                   ArrayRef<int64_t> strides,
+                                   ArrayRef<int64_t> pads,
+                                   ArrayRef<int64_t> dilations,
+                                   int64_t group) {
+  rt::Conv2dParams p;
+  p.n = x[0], p.c = x[1], p.h = x[2], p.w = x[3];
+  p.k = w[0], p.kh = w[2], p.kw = w[3];
+  p.oh = y[2], p.ow = y[3];
+  p.strideH = strides[0], p.strideW = strides[1];
+  p.padTop = pads[0], p.padLeft = pads[1];
+  p.dilationH = dilations[0], p.dilationW = dilations[1];
+  p.groups = group;
+  return p;
+}
+
+int64_t ConvOp::getFlops() {
+  int64_t bias = getBias() ? numel(getOutput()) : 0;
+  return 2 * convMacs(shapeOf(getWeight()), shapeOf(getOutput())) + bias;
+}
+int64_t ConvOp::getWorkspaceBytes() {
+  return rt::conv2dWorkspaceBytes(convParams(
+      shapeOf(getInput()), shapeOf(getWeight()), shapeOf(getOutput()),
+      getStrides(), getPads(), getDilations(), getGroup()));
+}
+
+int64_t ConvBackwardDataOp::getFlops() {
+  return 2 * convMacs(shapeOf(getWeight()), shapeOf(getGrad()));
+}
+int64_t ConvBackwardDataOp::getWorkspaceBytes() {
+  return rt::conv2dWorkspaceBytes(convParams(
+      shapeOf(getOutput()), shapeOf(getWeight()), shapeOf(getGrad()),
+      getStrides(), getPads(), getDilations(), getGroup()));
+}
+
+int64_t ConvBackwardFilterOp::getFlops() {
+  return 2 * convMacs(shapeOf(getOutput()), shapeOf(getGrad()));
+}
+int64_t ConvBackwardFilterOp::getWorkspaceBytes() {
+  return rt::conv2dWorkspaceBytes(convParams(
+      shapeOf(getInput()), shapeOf(getOutput()), shapeOf(getGrad()),
+      getStrides(), getPads(), getDilations(), getGroup()));
+}
+
+static int64_t window(ArrayRef<int64_t> kernel) { return kernel[0] * kernel[1]; }
+
+int64_t MaxPoolOp::getFlops() {
+  return numel(getOutput()) * window(getKernelShape());
+}
+int64_t MaxPoolGradOp::getFlops() {
+  return numel(getGrad()) * window(getKernelShape());
+}
+int64_t AvgPoolOp::getFlops() {
+  return numel(getOutput()) * window(getKernelShape());
+}
+int64_t AvgPoolGradOp::getFlops() {
+  return numel(getGrad()) * window(getKernelShape());
+}
+int64_t GlobalAvgPoolOp::getFlops() { return numel(getInput()); }
+int64_t ReduceSumOp::getFlops() { return numel(getInput()); }
+int64_t ReduceMeanOp::getFlops() { return numel(getInput()); }
+int64_t SoftmaxCrossEntropyOp::getFlops() { return 5 * numel(getLogits()); }

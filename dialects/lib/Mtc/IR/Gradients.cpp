@@ -1,0 +1,368 @@
+//===- Gradients.cpp - Reverse-mode rules of the mtc ops ------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Each differentiable op emits its vector-Jacobian product as mtc ops. The
+// rules follow PyTorch's autograd formulas so that gradients agree with it to
+// rounding: e.g. the division rule is -dy * a / b^2 through the quotient, the
+// sqrt rule dy / (2 * y).
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/Dialect/Mtc/IR/MtcOps.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+
+using namespace mlir;
+using namespace mtc;
+
+namespace {
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+/// A scalar f32 constant (rank 0), broadcast by the binary ops.
+Value scalar(OpBuilder &b, Location loc, float value) {
+  auto type = RankedTensorType::get({}, b.getF32Type());
+  return b.create<ConstantOp>(loc, DenseElementsAttr::get(type, value));
+}
+
+/// Sums `grad` (the shape of a broadcast result) down to `target`'s shape:
+/// over the leading dims `target` lacks and the dims where it has size 1.
+Value reduceToShape(OpBuilder &b, Location loc, Value grad, Value target) {
+  ArrayRef<int64_t> from = shapeOf(grad), to = shapeOf(target);
+  if (from == to)
+    return grad;
+  size_t lead = from.size() - to.size();
+  SmallVector<int64_t> axes;
+  for (size_t i = 0; i < from.size(); ++i)
+    if (i < lead || (to[i - lead] == 1 && from[i] != 1))
+      axes.push_back(i);
+  Value sum = grad;
+  if (!axes.empty())
+    sum = b.create<ReduceSumOp>(loc, grad, b.getDenseI64ArrayAttr(axes),
+                                b.getBoolAttr(true));
+  if (shapeOf(sum) != to)
+    sum = b.create<ReshapeOp>(loc, target.getType(), sum);
+  return sum;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReluOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                    SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<ReluGradOp>(getLoc(), getType(), dy[0], getInput()));
+  return success();
+}
+
+LogicalResult TanhOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                    SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  Value ySq = b.create<MulOp>(loc, getOutput(), getOutput());
+  Value oneMinus = b.create<SubOp>(loc, scalar(b, loc, 1.0f), ySq);
+  dx.push_back(b.create<MulOp>(loc, dy[0], oneMinus));
+  return success();
+}
+
+LogicalResult SigmoidOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                       SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  Value oneMinus = b.create<SubOp>(loc, scalar(b, loc, 1.0f), getOutput());
+  Value slope = b.create<MulOp>(loc, getOutput(), oneMinus);
+  dx.push_back(b.create<MulOp>(loc, dy[0], slope));
+  return success();
+}
+
+LogicalResult ExpOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                   SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<MulOp>(getLoc(), dy[0], getOutput()));
+  return success();
+}
+
+LogicalResult LogOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                   SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<DivOp>(getLoc(), dy[0], getInput()));
+  return success();
+}
+
+LogicalResult NegOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                   SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<NegOp>(getLoc(), getType(), dy[0]));
+  return success();
+}
+
+LogicalResult SqrtOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                    SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  Value twice = b.create<MulOp>(loc, getOutput(), scalar(b, loc, 2.0f));
+  dx.push_back(b.create<DivOp>(loc, dy[0], twice));
+  return success();
+}
+
+LogicalResult AddOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                   SmallVectorImpl<Value> &dx) {
+  dx.push_back(reduceToShape(b, getLoc(), dy[0], getLhs()));
+  dx.push_back(reduceToShape(b, getLoc(), dy[0], getRhs()));
+  return success();
+}
+
+LogicalResult SubOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                   SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  dx.push_back(reduceToShape(b, loc, dy[0], getLhs()));
+  Value neg = b.create<NegOp>(loc, dy[0].getType(), dy[0]);
+  dx.push_back(reduceToShape(b, loc, neg, getRhs()));
+  return success();
+}
+
+LogicalResult MulOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                   SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  dx.push_back(
+      reduceToShape(b, loc, b.create<MulOp>(loc, dy[0], getRhs()), getLhs()));
+  dx.push_back(
+      reduceToShape(b, loc, b.create<MulOp>(loc, dy[0], getLhs()), getRhs()));
+  return success();
+}
+
+LogicalResult DivOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                   SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  dx.push_back(
+      reduceToShape(b, loc, b.create<DivOp>(loc, dy[0], getRhs()), getLhs()));
+  // d/db (a / b) = -a / b^2 = -y / b.
+  Value scaled = b.create<DivOp>(loc, b.create<MulOp>(loc, dy[0], getOutput()),
+                                 getRhs());
+  Value neg = b.create<NegOp>(loc, scaled.getType(), scaled);
+  dx.push_back(reduceToShape(b, loc, neg, getRhs()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+LogicalResult GemmOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                    SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  bool ta = getTransA(), tb = getTransB();
+  FloatAttr alpha = b.getF32FloatAttr(getAlpha().convertToFloat());
+  FloatAttr one = b.getF32FloatAttr(1.0f);
+  Value g = dy[0];
+  auto gemm = [&](Value x, Value y, bool tx, bool ty) -> Value {
+    return b.create<GemmOp>(loc, x, y, Value(), b.getBoolAttr(tx),
+                            b.getBoolAttr(ty), alpha, one);
+  };
+  // With op(A) = A^T when transA (same for B): dop(A) = alpha * dY op(B)^T
+  // and dop(B) = alpha * op(A)^T dY; a transposed operand takes the
+  // transposed product, which is again a single GEMM.
+  dx.push_back(ta ? gemm(getB(), g, tb, true) : gemm(g, getB(), false, !tb));
+  dx.push_back(tb ? gemm(g, getA(), true, ta) : gemm(getA(), g, !ta, false));
+  if (Value c = getC()) {
+    Value dc = reduceToShape(b, loc, g, c);
+    float beta = getBeta().convertToFloat();
+    if (beta != 1.0f)
+      dc = b.create<MulOp>(loc, dc, scalar(b, loc, beta));
+    dx.push_back(dc);
+  }
+  return success();
+}
+
+LogicalResult MatMulOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                      SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  bool ta = getTransposeA(), tb = getTransposeB();
+  Value g = dy[0];
+  auto matmul = [&](Value x, Value y, bool tx, bool ty) -> Value {
+    return b.create<MatMulOp>(loc, x, y, b.getBoolAttr(tx), b.getBoolAttr(ty));
+  };
+  Value da = ta ? matmul(getB(), g, tb, true) : matmul(g, getB(), false, !tb);
+  Value db = tb ? matmul(g, getA(), true, ta) : matmul(getA(), g, !ta, false);
+  dx.push_back(reduceToShape(b, loc, da, getA()));
+  dx.push_back(reduceToShape(b, loc, db, getB()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConvOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                    SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  dx.push_back(b.create<ConvBackwardDataOp>(
+      loc, getInput().getType(), dy[0], getWeight(), getStridesAttr(),
+      getPadsAttr(), getDilationsAttr(), getGroupAttr()));
+  dx.push_back(b.create<ConvBackwardFilterOp>(
+      loc, getWeight().getType(), getInput(), dy[0], getStridesAttr(),
+      getPadsAttr(), getDilationsAttr(), getGroupAttr()));
+  if (getBias())
+    dx.push_back(b.create<ReduceSumOp>(loc, dy[0],
+                                       b.getDenseI64ArrayAttr({0, 2, 3}),
+                                       b.getBoolAttr(false)));
+  return success();
+}
+
+LogicalResult MaxPoolOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                       SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<MaxPoolGradOp>(
+      getLoc(), getInput().getType(), getInput(), dy[0], getKernelShapeAttr(),
+      getStridesAttr(), getPadsAttr(), getDilationsAttr(), getCeilModeAttr()));
+  return success();
+}
+
+LogicalResult AvgPoolOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                       SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<AvgPoolGradOp>(
+      getLoc(), getInput().getType(), dy[0], getKernelShapeAttr(),
+      getStridesAttr(), getPadsAttr(), getDilationsAttr(), getCeilModeAttr(),
+      getCountIncludePadAttr()));
+  return success();
+}
+
+LogicalResult GlobalAvgPoolOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                             SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  int64_t window = getNumElements(getInput().getType()) /
+                   getNumElements(getOutput().getType());
+  Value scaled = b.create<MulOp>(loc, dy[0], scalar(b, loc, 1.0f / window));
+  dx.push_back(b.create<ExpandOp>(loc, getInput().getType(), scaled));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                       SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<ReshapeOp>(getLoc(), getInput().getType(), dy[0]));
+  return success();
+}
+
+LogicalResult ExpandOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                      SmallVectorImpl<Value> &dx) {
+  dx.push_back(reduceToShape(b, getLoc(), dy[0], getInput()));
+  return success();
+}
+
+LogicalResult TransposeOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                         SmallVectorImpl<Value> &dx) {
+  ArrayRef<int64_t> perm = getPerm();
+  SmallVector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i)
+    inverse[perm[i]] = i;
+  dx.push_back(b.create<TransposeOp>(getLoc(), dy[0],
+                                     b.getDenseI64ArrayAttr(inverse)));
+  return success();
+}
+
+LogicalResult PadOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                   SmallVectorImpl<Value> &dx) {
+  size_t rank = shapeOf(getInput()).size();
+  SmallVector<int64_t> starts(getPads().take_front(rank));
+  SmallVector<int64_t> steps(rank, 1);
+  dx.push_back(b.create<SliceOp>(getLoc(), getInput().getType(), dy[0],
+                                 b.getDenseI64ArrayAttr(starts),
+                                 b.getDenseI64ArrayAttr(steps)));
+  return success();
+}
+
+LogicalResult SliceOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                     SmallVectorImpl<Value> &dx) {
+  if (llvm::any_of(getSteps(), [](int64_t s) { return s != 1; }))
+    return emitOpError("gradient of a slice with steps other than 1 is not "
+                       "supported yet");
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getOutput());
+  SmallVector<int64_t> pads(getStarts());
+  for (size_t i = 0; i < in.size(); ++i)
+    pads.push_back(in[i] - getStarts()[i] - out[i]);
+  dx.push_back(b.create<PadOp>(getLoc(), dy[0], b.getDenseI64ArrayAttr(pads),
+                               b.getF32FloatAttr(0.0f)));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and softmax
+//===----------------------------------------------------------------------===//
+
+/// Broadcasts the gradient of a reduction back over the reduced axes.
+static Value expandReduced(OpBuilder &b, Location loc, Value grad,
+                           Value input, ArrayRef<int64_t> axes) {
+  SmallVector<int64_t> kept(shapeOf(input));
+  for (int64_t axis : axes)
+    kept[axis] = 1;
+  auto keptType = RankedTensorType::get(
+      kept, cast<RankedTensorType>(grad.getType()).getElementType());
+  if (shapeOf(grad) != ArrayRef<int64_t>(kept))
+    grad = b.create<ReshapeOp>(loc, keptType, grad);
+  if (shapeOf(grad) == shapeOf(input))
+    return grad;
+  return b.create<ExpandOp>(loc, input.getType(), grad);
+}
+
+LogicalResult ReduceSumOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                         SmallVectorImpl<Value> &dx) {
+  dx.push_back(expandReduced(b, getLoc(), dy[0], getInput(), getAxes()));
+  return success();
+}
+
+LogicalResult ReduceMeanOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                          SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  int64_t count = 1;
+  for (int64_t axis : getAxes())
+    count *= shapeOf(getInput())[axis];
+  Value scaled = b.create<DivOp>(loc, dy[0], scalar(b, loc, float(count)));
+  dx.push_back(expandReduced(b, loc, scaled, getInput(), getAxes()));
+  return success();
+}
+
+LogicalResult SoftmaxOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                       SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<SoftmaxGradOp>(getLoc(), getType(), getOutput(),
+                                       dy[0], getAxisAttr(),
+                                       b.getBoolAttr(false)));
+  return success();
+}
+
+LogicalResult LogSoftmaxOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                          SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<SoftmaxGradOp>(getLoc(), getType(), getOutput(),
+                                       dy[0], getAxisAttr(),
+                                       b.getBoolAttr(true)));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+LogicalResult SoftmaxCrossEntropyOp::buildGradient(OpBuilder &b,
+                                                   ArrayRef<Value> dy,
+                                                   SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  Value dlogits;
+  if (dy[0])
+    dlogits = b.create<SoftmaxCrossEntropyGradOp>(
+        loc, getLogProb().getType(), dy[0], getLogProb(), getLabels(),
+        getReductionAttr(), getIgnoreIndexAttr());
+  if (dy[1]) {
+    // The log-probabilities are a log-softmax of the logits along C.
+    Value viaLogProb = b.create<SoftmaxGradOp>(
+        loc, getLogProb().getType(), getLogProb(), dy[1],
+        b.getI64IntegerAttr(1), b.getBoolAttr(true));
+    dlogits = dlogits ? Value(b.create<AddOp>(loc, dlogits, viaLogProb))
+                      : viaLogProb;
+  }
+  dx.push_back(dlogits);
+  dx.push_back(Value());
+  return success();
+}

@@ -1,0 +1,531 @@
+//===- MtcOps.cpp - mtc op verifiers and shape inference ------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/Dialect/Mtc/IR/MtcOps.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace mtc;
+
+//===----------------------------------------------------------------------===//
+// Shape helpers
+//===----------------------------------------------------------------------===//
+
+int64_t mtc::getNumElements(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return 0;
+  return tensor.getNumElements();
+}
+
+int64_t mtc::getTensorBytes(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return 0;
+  int64_t bits = tensor.getElementType().getIntOrFloatBitWidth();
+  return tensor.getNumElements() * ((bits + 7) / 8);
+}
+
+FailureOr<SmallVector<int64_t>> mtc::broadcastShapes(ArrayRef<int64_t> a,
+                                                     ArrayRef<int64_t> b) {
+  size_t rank = std::max(a.size(), b.size());
+  SmallVector<int64_t> out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return failure();
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+static RankedTensorType tensorOf(ArrayRef<int64_t> shape, Type element) {
+  return RankedTensorType::get(shape, element);
+}
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+static Type elementOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+
+static LogicalResult emitOptionalError(std::optional<Location> loc,
+                                       const Twine &message) {
+  if (loc)
+    return mlir::emitError(*loc, message);
+  return failure();
+}
+
+//===----------------------------------------------------------------------===//
+// ConstantOp
+//===----------------------------------------------------------------------===//
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+//===----------------------------------------------------------------------===//
+// Elementwise binary ops
+//===----------------------------------------------------------------------===//
+
+template <typename Adaptor>
+static LogicalResult inferBinary(std::optional<Location> loc, Adaptor adaptor,
+                                 SmallVectorImpl<Type> &types) {
+  auto shape = broadcastShapes(shapeOf(adaptor.getLhs()),
+                               shapeOf(adaptor.getRhs()));
+  if (failed(shape))
+    return emitOptionalError(loc, "operand shapes do not broadcast");
+  if (elementOf(adaptor.getLhs()) != elementOf(adaptor.getRhs()))
+    return emitOptionalError(loc, "operand element types differ");
+  types.push_back(tensorOf(*shape, elementOf(adaptor.getLhs())));
+  return success();
+}
+
+#define MTC_BINARY_INFER(OP)                                                   \
+  LogicalResult OP::inferReturnTypes(MLIRContext *,                            \
+                                     std::optional<Location> loc,              \
+                                     Adaptor adaptor,                          \
+                                     SmallVectorImpl<Type> &types) {           \
+    return inferBinary(loc, adaptor, types);                                   \
+  }
+MTC_BINARY_INFER(AddOp)
+MTC_BINARY_INFER(SubOp)
+MTC_BINARY_INFER(MulOp)
+MTC_BINARY_INFER(DivOp)
+#undef MTC_BINARY_INFER
+
+//===----------------------------------------------------------------------===//
+// GemmOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc,
+                                       Adaptor adaptor,
+                                       SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> a = shapeOf(adaptor.getA()), b = shapeOf(adaptor.getB());
+  if (a.size() != 2 || b.size() != 2)
+    return emitOptionalError(loc, "gemm operands must be 2-D");
+  bool transA = adaptor.getTransA(), transB = adaptor.getTransB();
+  int64_t m = transA ? a[1] : a[0], ka = transA ? a[0] : a[1];
+  int64_t kb = transB ? b[1] : b[0], n = transB ? b[0] : b[1];
+  if (ka != kb)
+    return emitOptionalError(loc, "gemm inner dimensions differ: " +
+                                      Twine(ka) + " vs " + Twine(kb));
+  types.push_back(tensorOf({m, n}, elementOf(adaptor.getA())));
+  return success();
+}
+
+LogicalResult GemmOp::verify() {
+  if (Value c = getC()) {
+    auto shape = broadcastShapes(shapeOf(c), shapeOf(getOutput()));
+    if (failed(shape) || ArrayRef<int64_t>(*shape) != shapeOf(getOutput()))
+      return emitOpError("C does not broadcast to the result shape");
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MatMulOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> a = shapeOf(adaptor.getA()), b = shapeOf(adaptor.getB());
+  if (a.size() < 2 || b.size() < 2)
+    return emitOptionalError(loc, "matmul operands must have rank >= 2");
+  bool ta = adaptor.getTransposeA(), tb = adaptor.getTransposeB();
+  int64_t m = a[a.size() - (ta ? 1 : 2)], ka = a[a.size() - (ta ? 2 : 1)];
+  int64_t kb = b[b.size() - (tb ? 1 : 2)], n = b[b.size() - (tb ? 2 : 1)];
+  if (ka != kb)
+    return emitOptionalError(loc, "matmul inner dimensions differ: " +
+                                      Twine(ka) + " vs " + Twine(kb));
+  auto batch = broadcastShapes(a.drop_back(2), b.drop_back(2));
+  if (failed(batch))
+    return emitOptionalError(loc, "matmul batch dimensions do not broadcast");
+  SmallVector<int64_t> shape = *batch;
+  shape.push_back(m);
+  shape.push_back(n);
+  types.push_back(tensorOf(shape, elementOf(adaptor.getA())));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution
+//===----------------------------------------------------------------------===//
+
+/// Checks the 2-D window attributes shared by conv and pooling ops.
+static LogicalResult verifyWindowAttrs(function_ref<InFlightDiagnostic()> err,
+                                       ArrayRef<int64_t> strides,
+                                       ArrayRef<int64_t> pads,
+                                       ArrayRef<int64_t> dilations) {
+  if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4)
+    return err() << "expects 2 strides, 2 dilations and 4 pads";
+  if (llvm::any_of(strides, [](int64_t s) { return s <= 0; }) ||
+      llvm::any_of(dilations, [](int64_t d) { return d <= 0; }) ||
+      llvm::any_of(pads, [](int64_t p) { return p < 0; }))
+    return err() << "strides and dilations must be positive, pads >= 0";
+  return success();
+}
+
+static int64_t windowOutput(int64_t in, int64_t kernel, int64_t stride,
+                            int64_t padBegin, int64_t padEnd,
+                            int64_t dilation, bool ceilMode) {
+  int64_t span = in + padBegin + padEnd - dilation * (kernel - 1) - 1;
+  if (span < 0)
+    return 0;
+  int64_t out = (ceilMode ? (span + stride - 1) / stride : span / stride) + 1;
+  // As PyTorch: the last window must start inside the input or the begin
+  // padding.
+  if (ceilMode && (out - 1) * stride >= in + padBegin)
+    --out;
+  return out;
+}
+
+LogicalResult ConvOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc,
+                                       Adaptor adaptor,
+                                       SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> x = shapeOf(adaptor.getInput());
+  ArrayRef<int64_t> w = shapeOf(adaptor.getWeight());
+  ArrayRef<int64_t> s = adaptor.getStrides(), p = adaptor.getPads(),
+                    d = adaptor.getDilations();
+  if (x.size() != 4 || w.size() != 4 || s.size() != 2 || p.size() != 4 ||
+      d.size() != 2)
+    return emitOptionalError(loc, "conv expects 4-D input and weight");
+  int64_t oh = windowOutput(x[2], w[2], s[0], p[0], p[2], d[0], false);
+  int64_t ow = windowOutput(x[3], w[3], s[1], p[1], p[3], d[1], false);
+  types.push_back(tensorOf({x[0], w[0], oh, ow}, elementOf(adaptor.getInput())));
+  return success();
+}
+
+static LogicalResult verifyConvShapes(Operation *op, ArrayRef<int64_t> x,
+                                      ArrayRef<int64_t> w,
+                                      ArrayRef<int64_t> y,
+                                      ArrayRef<int64_t> strides,
+                                      ArrayRef<int64_t> pads,
+                                      ArrayRef<int64_t> dilations,
+                                      int64_t group) {
+  auto err = [&] { return op->emitOpError(); };
+  if (failed(verifyWindowAttrs(err, strides, pads, dilations)))
+    return failure();
+  if (x.size() != 4 || w.size() != 4 || y.size() != 4)
+    return op->emitOpError("expects 4-D input, weight and output");
+  if (group <= 0 || x[1] % group != 0 || w[0] % group != 0)
+    return op->emitOpError("group ")
+           << group << " must divide the input and output channels";
+  if (w[1] * group != x[1])
+    return op->emitOpError("weight has ")
+           << w[1] << " input channels per group, expected " << x[1] / group;
+  int64_t oh = windowOutput(x[2], w[2], strides[0], pads[0], pads[2],
+                            dilations[0], false);
+  int64_t ow = windowOutput(x[3], w[3], strides[1], pads[1], pads[3],
+                            dilations[1], false);
+  if (y[0] != x[0] || y[1] != w[0] || y[2] != oh || y[3] != ow || oh <= 0 ||
+      ow <= 0)
+    return op->emitOpError("output shape does not match the convolution");
+  return success();
+}
+
+LogicalResult ConvOp::verify() {
+  if (Value b = getBias())
+    if (shapeOf(b).size() != 1 || shapeOf(b)[0] != shapeOf(getWeight())[0])
+      return emitOpError("bias must have one element per output channel");
+  return verifyConvShapes(*this, shapeOf(getInput()), shapeOf(getWeight()),
+                          shapeOf(getOutput()), getStrides(), getPads(),
+                          getDilations(), getGroup());
+}
+
+LogicalResult ConvBackwardDataOp::verify() {
+  return verifyConvShapes(*this, shapeOf(getOutput()), shapeOf(getWeight()),
+                          shapeOf(getGrad()), getStrides(), getPads(),
+                          getDilations(), getGroup());
+}
+
+LogicalResult ConvBackwardFilterOp::verify() {
+  return verifyConvShapes(*this, shapeOf(getInput()), shapeOf(getOutput()),
+                          shapeOf(getGrad()), getStrides(), getPads(),
+                          getDilations(), getGroup());
+}
+
+//===----------------------------------------------------------------------===//
+// Pooling
+//===----------------------------------------------------------------------===//
+
+static FailureOr<SmallVector<int64_t>>
+inferPoolShape(std::optional<Location> loc, ArrayRef<int64_t> x,
+               ArrayRef<int64_t> k, ArrayRef<int64_t> s, ArrayRef<int64_t> p,
+               ArrayRef<int64_t> d, bool ceilMode) {
+  if (x.size() != 4 || k.size() != 2 || s.size() != 2 || p.size() != 4 ||
+      d.size() != 2) {
+    (void)emitOptionalError(loc, "pooling expects a 4-D input, 2 kernel "
+                                 "dims, 2 strides, 2 dilations and 4 pads");
+    return failure();
+  }
+  return SmallVector<int64_t>{
+      x[0], x[1], windowOutput(x[2], k[0], s[0], p[0], p[2], d[0], ceilMode),
+      windowOutput(x[3], k[1], s[1], p[1], p[3], d[1], ceilMode)};
+}
+
+template <typename Adaptor>
+static LogicalResult inferPool(std::optional<Location> loc, Adaptor adaptor,
+                               SmallVectorImpl<Type> &types) {
+  auto shape = inferPoolShape(loc, shapeOf(adaptor.getInput()),
+                              adaptor.getKernelShape(), adaptor.getStrides(),
+                              adaptor.getPads(), adaptor.getDilations(),
+                              adaptor.getCeilMode());
+  if (failed(shape))
+    return failure();
+  types.push_back(tensorOf(*shape, elementOf(adaptor.getInput())));
+  return success();
+}
+
+LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  return inferPool(loc, adaptor, types);
+}
+
+LogicalResult AvgPoolOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  return inferPool(loc, adaptor, types);
+}
+
+template <typename Op> static LogicalResult verifyPool(Op op) {
+  auto err = [&] { return op.emitOpError(); };
+  if (failed(verifyWindowAttrs(err, op.getStrides(), op.getPads(),
+                               op.getDilations())))
+    return failure();
+  ArrayRef<int64_t> k = op.getKernelShape();
+  if (k.size() != 2 || k[0] <= 0 || k[1] <= 0)
+    return op.emitOpError("expects a positive 2-D kernel_shape");
+  ArrayRef<int64_t> p = op.getPads();
+  if (p[0] >= k[0] || p[2] >= k[0] || p[1] >= k[1] || p[3] >= k[1])
+    return op.emitOpError("pads must be smaller than the kernel");
+  ArrayRef<int64_t> y = shapeOf(op.getOutput());
+  if (y.size() != 4 || y[2] <= 0 || y[3] <= 0)
+    return op.emitOpError("window does not fit the input");
+  return success();
+}
+
+LogicalResult MaxPoolOp::verify() { return verifyPool(*this); }
+LogicalResult AvgPoolOp::verify() { return verifyPool(*this); }
+
+LogicalResult GlobalAvgPoolOp::inferReturnTypes(MLIRContext *,
+                                                std::optional<Location> loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> x = shapeOf(adaptor.getInput());
+  if (x.size() < 3)
+    return emitOptionalError(loc, "global_avg_pool expects rank >= 3");
+  SmallVector<int64_t> shape(x.begin(), x.end());
+  std::fill(shape.begin() + 2, shape.end(), 1);
+  types.push_back(tensorOf(shape, elementOf(adaptor.getInput())));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  if (getNumElements(getInput().getType()) !=
+      getNumElements(getOutput().getType()))
+    return emitOpError("element count changes from ")
+           << getNumElements(getInput().getType()) << " to "
+           << getNumElements(getOutput().getType());
+  if (elementOf(getInput()) != elementOf(getOutput()))
+    return emitOpError("element type changes");
+  return success();
+}
+
+LogicalResult ExpandOp::verify() {
+  auto shape = broadcastShapes(shapeOf(getInput()), shapeOf(getOutput()));
+  if (failed(shape) || ArrayRef<int64_t>(*shape) != shapeOf(getOutput()))
+    return emitOpError("input does not broadcast to the result shape");
+  if (elementOf(getInput()) != elementOf(getOutput()))
+    return emitOpError("element type changes");
+  return success();
+}
+
+static bool isPermutation(ArrayRef<int64_t> perm) {
+  SmallVector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(perm.size()) || seen[p])
+      return false;
+    seen[p] = true;
+  }
+  return true;
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> x = shapeOf(adaptor.getInput());
+  ArrayRef<int64_t> perm = adaptor.getPerm();
+  if (perm.size() != x.size() || !isPermutation(perm))
+    return emitOptionalError(loc, "perm is not a permutation of the dims");
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm)
+    shape.push_back(x[p]);
+  types.push_back(tensorOf(shape, elementOf(adaptor.getInput())));
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  if (!isPermutation(getPerm()) || getPerm().size() != shapeOf(getInput()).size())
+    return emitOpError("perm is not a permutation of the dims");
+  return success();
+}
+
+LogicalResult PadOp::inferReturnTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> x = shapeOf(adaptor.getInput());
+  ArrayRef<int64_t> pads = adaptor.getPads();
+  if (pads.size() != 2 * x.size())
+    return emitOptionalError(loc, "pad expects 2 pads per dimension");
+  SmallVector<int64_t> shape;
+  for (size_t i = 0; i < x.size(); ++i)
+    shape.push_back(x[i] + pads[i] + pads[i + x.size()]);
+  types.push_back(tensorOf(shape, elementOf(adaptor.getInput())));
+  return success();
+}
+
+LogicalResult PadOp::verify() {
+  if (llvm::any_of(getPads(), [](int64_t p) { return p < 0; }))
+    return emitOpError("pads must be non-negative");
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getInput()), y = shapeOf(getOutput());
+  if (getStarts().size() != x.size() || getSteps().size() != x.size() ||
+      y.size() != x.size())
+    return emitOpError("expects one start and step per dimension");
+  for (size_t i = 0; i < x.size(); ++i) {
+    int64_t start = getStarts()[i], step = getSteps()[i];
+    if (step <= 0)
+      return emitOpError("steps must be positive");
+    if (start < 0 || (y[i] > 0 && start + (y[i] - 1) * step >= x[i]))
+      return emitOpError("window leaves the input in dimension ") << i;
+  }
+  if (elementOf(getInput()) != elementOf(getOutput()))
+    return emitOpError("element type changes");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and softmax
+//===----------------------------------------------------------------------===//
+
+static bool validAxes(ArrayRef<int64_t> axes, size_t rank) {
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i] < 0 || axes[i] >= static_cast<int64_t>(rank) ||
+        (i > 0 && axes[i] <= axes[i - 1]))
+      return false;
+  return true;
+}
+
+template <typename Adaptor>
+static LogicalResult inferReduce(std::optional<Location> loc, Adaptor adaptor,
+                                 SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> x = shapeOf(adaptor.getInput());
+  ArrayRef<int64_t> axes = adaptor.getAxes();
+  if (!validAxes(axes, x.size()))
+    return emitOptionalError(loc, "axes must be sorted, unique, in range");
+  SmallVector<int64_t> shape;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!llvm::is_contained(axes, static_cast<int64_t>(i)))
+      shape.push_back(x[i]);
+    else if (adaptor.getKeepdims())
+      shape.push_back(1);
+  }
+  types.push_back(tensorOf(shape, elementOf(adaptor.getInput())));
+  return success();
+}
+
+LogicalResult ReduceSumOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferReduce(loc, adaptor, types);
+}
+LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  return inferReduce(loc, adaptor, types);
+}
+LogicalResult ReduceSumOp::verify() {
+  return success(validAxes(getAxes(), shapeOf(getInput()).size()));
+}
+LogicalResult ReduceMeanOp::verify() {
+  return success(validAxes(getAxes(), shapeOf(getInput()).size()));
+}
+
+LogicalResult SoftmaxOp::verify() {
+  if (getAxis() < 0 ||
+      getAxis() >= static_cast<int64_t>(shapeOf(getInput()).size()))
+    return emitOpError("axis out of range");
+  return success();
+}
+LogicalResult LogSoftmaxOp::verify() {
+  if (getAxis() < 0 ||
+      getAxis() >= static_cast<int64_t>(shapeOf(getInput()).size()))
+    return emitOpError("axis out of range");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+SoftmaxCrossEntropyOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> x = shapeOf(adaptor.getLogits());
+  if (x.size() < 2)
+    return emitOptionalError(loc, "logits must be [N, C, ...]");
+  Type element = elementOf(adaptor.getLogits());
+  if (adaptor.getReduction() == "none") {
+    SmallVector<int64_t> shape{x[0]};
+    shape.append(x.begin() + 2, x.end());
+    types.push_back(tensorOf(shape, element));
+  } else {
+    types.push_back(tensorOf({}, element));
+  }
+  types.push_back(adaptor.getLogits().getType());
+  return success();
+}
+
+LogicalResult SoftmaxCrossEntropyOp::verify() {
+  StringRef r = getReduction();
+  if (r != "mean" && r != "sum" && r != "none")
+    return emitOpError("reduction must be mean, sum or none, got '")
+           << r << "'";
+  ArrayRef<int64_t> x = shapeOf(getLogits()), l = shapeOf(getLabels());
+  SmallVector<int64_t> expected{x[0]};
+  expected.append(x.begin() + 2, x.end());
+  if (l != ArrayRef<int64_t>(expected))
+    return emitOpError("labels must have the shape of logits without C");
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "mtc/Dialect/Mtc/IR/MtcOps.cpp.inc"

@@ -1,0 +1,40 @@
+//===- Passes.h - mtc passes and pipelines ----------------------*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_PASSES_PASSES_H
+#define MTC_PASSES_PASSES_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <string>
+
+namespace mtc {
+
+#define GEN_PASS_DECL
+#include "mtc/Passes/Passes.h.inc"
+
+/// Options of the training pipeline (`mtc compile` flags map onto these).
+struct TrainPipelineOptions {
+  AutodiffPassOptions autodiff;
+  OptimizerPassOptions optimizer;
+  MemoryPlanPassOptions memoryPlan;
+};
+
+/// import output -> autodiff -> cse -> optimizer -> memory plan.
+void buildTrainPipeline(mlir::OpPassManager &pm,
+                        const TrainPipelineOptions &options);
+
+/// Registers the passes and the `mtc-train-pipeline` pipeline.
+void registerMtcPassesAndPipelines();
+
+#define GEN_PASS_REGISTRATION
+#include "mtc/Passes/Passes.h.inc"
+
+} // namespace mtc
+
+#endif // MTC_PASSES_PASSES_H

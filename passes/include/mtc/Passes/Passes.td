@@ -1,0 +1,82 @@
+//===- Passes.td - mtc passes ------------------------------*- tablegen -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_PASSES_PASSES_TD
+#define MTC_PASSES_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+//===----------------------------------------------------------------------===//
+// Training graph construction
+//===----------------------------------------------------------------------===//
+
+def AutodiffPass : Pass<"mtc-autodiff", "mlir::ModuleOp"> {
+  let summary = "Build the training step by reverse-mode differentiation";
+  let description = [{
+    Turns `@forward` (first result: the scalar loss) into `@train_step`
+    returning the loss and the gradient of every parameter argument that
+    reaches the loss through differentiable operands. The VJP of each op comes
+    from its `GradientOpInterface`; gradients of values used several times
+    are summed. Parameters no gradient reaches become buffers. Other forward
+    results are dropped.
+
+    Example: `mtc-opt --mtc-autodiff model.mlir`
+  }];
+  let dependentDialects = ["::mtc::MtcDialect"];
+  let options = [
+    Option<"function", "function", "std::string", "\"forward\"",
+           "Name of the forward function to differentiate">,
+  ];
+}
+
+def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
+  let summary = "Append in-place optimizer updates to the training step";
+  let description = [{
+    For every gradient result of `@train_step`, adds the update of its
+    parameter (SGD with optional (Nesterov) momentum and weight decay, or
+    AdamW), new state arguments named `<param>.<slot>`, and results tied to
+    the parameter and state arguments they overwrite.
+
+    Example: `mtc-opt --mtc-optimizer="optimizer=adamw lr=0.001"`
+  }];
+  let dependentDialects = ["::mtc::MtcDialect"];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", "\"sgd\"",
+           "Update rule: sgd or adamw">,
+    Option<"lr", "lr", "double", "0.01", "Learning rate">,
+    Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
+    Option<"nesterov", "nesterov", "bool", "false", "SGD Nesterov momentum">,
+    Option<"weightDecay", "weight-decay", "double", "0.0",
+           "Weight decay (L2 for SGD, decoupled for AdamW)">,
+    Option<"beta1", "beta1", "double", "0.9", "AdamW first-moment decay">,
+    Option<"beta2", "beta2", "double", "0.999", "AdamW second-moment decay">,
+    Option<"eps", "eps", "double", "1e-8", "AdamW denominator epsilon">,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+def MemoryPlanPass : Pass<"mtc-memory-plan", "mlir::ModuleOp"> {
+  let summary = "Assign every tensor of the step an offset in one arena";
+  let description = [{
+    Computes the liveness of every value of `@train_step` over its op order
+    (arguments and tied results live across steps), then places them in a
+    single arena with a best-fit, largest-first heuristic. Records
+    `mtc.offset` on arguments, `mtc.offsets` (and `mtc.workspace` for kernel
+    scratch) on ops, and `mtc.arena_size` / `mtc.lower_bound` (the maximum
+    bytes live at one point) on the function.
+
+    Example: `mtc-opt --mtc-memory-plan`
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", "256",
+           "Byte alignment of every tensor">,
+  ];
+}
+
+#endif // MTC_PASSES_PASSES_TD

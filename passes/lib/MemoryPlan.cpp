@@ -1,0 +1,210 @@
+//===- MemoryPlan.cpp - One static arena for the whole step ---------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Every tensor of the step gets a fixed byte range in a single arena.
+// Arguments (parameters, buffers, optimizer state, inputs) and constants
+// persist across steps; values produced by ops live from their definition to
+// their last use; results of the step live to its end; update results share
+// the storage of the argument they are tied to; kernel scratch lives only
+// during its op. Placement is best-fit in decreasing size order against the
+// already placed buffers whose lifetimes overlap.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
+#include "mtc/Dialect/Mtc/IR/MtcOps.h"
+#include "mtc/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace mtc {
+#define GEN_PASS_DEF_MEMORYPLANPASS
+#include "mtc/Passes/Passes.h.inc"
+} // namespace mtc
+
+using namespace mlir;
+using namespace mtc;
+
+namespace {
+
+/// A buffer to place: bytes and the op-index interval [start, end] it lives.
+struct Buffer {
+  int64_t bytes;
+  int64_t start, end;
+  int64_t offset = -1;
+};
+
+int64_t alignTo(int64_t bytes, int64_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+class MemoryPlanPass : public mtc::impl::MemoryPlanPassBase<MemoryPlanPass> {
+public:
+  using MemoryPlanPassBase::MemoryPlanPassBase;
+
+  void runOnOperation() override {
+    auto func = getOperation().lookupSymbol<func::FuncOp>("train_step");
+    if (!func) {
+      getOperation().emitError("no @train_step: run --mtc-autodiff first");
+      return signalPassFailure();
+    }
+    if (alignment <= 0 || (alignment & (alignment - 1))) {
+      func.emitError("alignment must be a positive power of two");
+      return signalPassFailure();
+    }
+    if (failed(plan(func)))
+      signalPassFailure();
+  }
+
+private:
+  LogicalResult plan(func::FuncOp func);
+};
+
+/// Places the buffers, largest first, each at the lowest offset where it fits
+/// between the buffers already placed that are live at the same time.
+int64_t placeBestFit(MutableArrayRef<Buffer> buffers) {
+  SmallVector<unsigned> order(buffers.size());
+  for (unsigned i = 0; i < order.size(); ++i)
+    order[i] = i;
+  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+    if (buffers[a].bytes != buffers[b].bytes)
+      return buffers[a].bytes > buffers[b].bytes;
+    return buffers[a].start < buffers[b].start;
+  });
+  int64_t arena = 0;
+  SmallVector<unsigned> placed;
+  for (unsigned i : order) {
+    Buffer &buf = buffers[i];
+    SmallVector<std::pair<int64_t, int64_t>> taken;
+    for (unsigned j : placed) {
+      const Buffer &other = buffers[j];
+      if (other.start <= buf.end && buf.start <= other.end)
+        taken.push_back({other.offset, other.offset + other.bytes});
+    }
+    llvm::sort(taken);
+    // Best fit: the smallest gap that holds the buffer; else the end.
+    int64_t bestOffset = -1, bestGap = INT64_MAX, cursor = 0;
+    for (auto [begin, end] : taken) {
+      if (begin > cursor && begin - cursor >= buf.bytes &&
+          begin - cursor < bestGap) {
+        bestGap = begin - cursor;
+        bestOffset = cursor;
+      }
+      cursor = std::max(cursor, end);
+    }
+    buf.offset = bestOffset >= 0 ? bestOffset : cursor;
+    arena = std::max(arena, buf.offset + buf.bytes);
+    placed.push_back(i);
+  }
+  return arena;
+}
+
+LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  OpBuilder b(func);
+
+  DenseMap<Operation *, int64_t> index;
+  int64_t numOps = 0;
+  for (Operation &op : body)
+    index[&op] = numOps++;
+  int64_t last = numOps - 1;
+
+  SmallVector<Buffer> buffers;
+  DenseMap<Value, unsigned> bufferOf;
+  SmallVector<std::pair<Operation *, unsigned>> workspaces;
+
+  auto addValue = [&](Value v, int64_t start, bool persistent) {
+    int64_t end = start;
+    if (persistent) {
+      start = 0;
+      end = last;
+    } else {
+      for (Operation *user : v.getUsers())
+        end = std::max(end, index.lookup(user));
+      // Results of the step are read by the trainer after it.
+      if (llvm::is_contained(ret.getOperands(), v))
+        end = last;
+    }
+    bufferOf[v] = buffers.size();
+    buffers.push_back({alignTo(getTensorBytes(v.getType()), alignment), start,
+                       end});
+  };
+
+  for (BlockArgument arg : body.getArguments())
+    addValue(arg, 0, /*persistent=*/true);
+
+  // Update results overwrite their tied argument in place, which is only
+  // sound when the update is the argument's last reader.
+  DenseMap<Value, unsigned> tiedTo;
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    auto tied = func.getResultAttrOfType<IntegerAttr>(i, attr::kTied);
+    if (!tied)
+      continue;
+    BlockArgument arg = func.getArgument(tied.getInt());
+    Operation *def = v.getDefiningOp();
+    if (!def)
+      return func.emitError("tied result ") << i << " has no defining op";
+    for (Operation *user : arg.getUsers())
+      if (user != ret && index.lookup(user) > index.lookup(def))
+        return def->emitOpError("overwrites argument ")
+               << arg.getArgNumber() << " that is read after it";
+    tiedTo[v] = bufferOf[arg];
+  }
+
+  for (Operation &op : body.without_terminator()) {
+    bool constant = isa<ConstantOp>(op);
+    for (Value r : op.getResults()) {
+      auto it = tiedTo.find(r);
+      if (it != tiedTo.end()) {
+        bufferOf[r] = it->second;
+        continue;
+      }
+      addValue(r, index[&op], /*persistent=*/constant);
+    }
+    if (auto cost = dyn_cast<CostOpInterface>(op))
+      if (int64_t scratch = cost.getWorkspaceBytes()) {
+        workspaces.push_back({&op, buffers.size()});
+        buffers.push_back({alignTo(scratch, alignment), index[&op],
+                           index[&op]});
+      }
+  }
+
+  // Lower bound: the most bytes live at any one op.
+  SmallVector<int64_t> live(numOps + 1, 0);
+  for (const Buffer &buf : buffers) {
+    live[buf.start] += buf.bytes;
+    live[buf.end + 1] -= buf.bytes;
+  }
+  int64_t lowerBound = 0, running = 0;
+  for (int64_t i = 0; i < numOps; ++i) {
+    running += live[i];
+    lowerBound = std::max(lowerBound, running);
+  }
+
+  int64_t arena = placeBestFit(buffers);
+
+  for (BlockArgument arg : body.getArguments())
+    func.setArgAttr(arg.getArgNumber(), attr::kOffset,
+                    b.getI64IntegerAttr(buffers[bufferOf[arg]].offset));
+  for (Operation &op : body.without_terminator()) {
+    if (op.getNumResults() == 0)
+      continue;
+    SmallVector<int64_t> offsets;
+    for (Value r : op.getResults())
+      offsets.push_back(buffers[bufferOf[r]].offset);
+    op.setAttr(attr::kOffsets, b.getDenseI64ArrayAttr(offsets));
+  }
+  for (auto [op, i] : workspaces)
+    op->setAttr(attr::kWorkspace,
+                b.getDenseI64ArrayAttr({buffers[i].offset, buffers[i].bytes}));
+  func->setAttr(attr::kArenaSize, b.getI64IntegerAttr(arena));
+  func->setAttr(attr::kLowerBound, b.getI64IntegerAttr(lowerBound));
+  return success();
+}
+
+} // namespace

@@ -1,0 +1,152 @@
+//===- Optimizer.cpp - In-place optimizer updates -------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
+#include "mtc/Dialect/Mtc/IR/MtcOps.h"
+#include "mtc/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace mtc {
+#define GEN_PASS_DEF_OPTIMIZERPASS
+#include "mtc/Passes/Passes.h.inc"
+} // namespace mtc
+
+using namespace mlir;
+using namespace mtc;
+
+namespace {
+
+class OptimizerPass : public mtc::impl::OptimizerPassBase<OptimizerPass> {
+public:
+  using OptimizerPassBase::OptimizerPassBase;
+
+  void runOnOperation() override {
+    auto func = getOperation().lookupSymbol<func::FuncOp>("train_step");
+    if (!func) {
+      getOperation().emitError("no @train_step: run --mtc-autodiff first");
+      return signalPassFailure();
+    }
+    if (failed(verifyOptions(func)) || failed(addUpdates(func)))
+      return signalPassFailure();
+  }
+
+private:
+  LogicalResult verifyOptions(func::FuncOp func);
+  LogicalResult addUpdates(func::FuncOp func);
+  /// Appends a zero-initialized state argument `<param>.<slot>`.
+  BlockArgument addState(func::FuncOp func, unsigned param, StringRef slot);
+};
+
+LogicalResult OptimizerPass::verifyOptions(func::FuncOp func) {
+  if (optimizer != "sgd" && optimizer != "adamw")
+    return func.emitError() << "unknown optimizer '" << optimizer
+                            << "' (expected sgd or adamw)";
+  if (lr < 0 || momentum < 0 || weightDecay < 0 || eps < 0)
+    return func.emitError("lr, momentum, weight decay and eps must be >= 0");
+  if (optimizer == "sgd" && nesterov && momentum <= 0)
+    return func.emitError("Nesterov momentum requires momentum > 0");
+  if (optimizer == "adamw" &&
+      (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1))
+    return func.emitError("AdamW betas must lie in [0, 1)");
+  return success();
+}
+
+BlockArgument OptimizerPass::addState(func::FuncOp func, unsigned param,
+                                      StringRef slot) {
+  OpBuilder b(func);
+  unsigned index = func.getNumArguments();
+  auto name = func.getArgAttrOfType<StringAttr>(param, attr::kName);
+  NamedAttribute attrs[] = {
+      b.getNamedAttr(attr::kRole, b.getStringAttr(attr::role::kState)),
+      b.getNamedAttr(attr::kOwner, b.getI64IntegerAttr(param)),
+      b.getNamedAttr(attr::kName,
+                     b.getStringAttr((name ? name.getValue() : StringRef()) +
+                                     "." + slot))};
+  Type type = func.getArgument(param).getType();
+  (void)func.insertArgument(index, type, b.getDictionaryAttr(attrs),
+                            func.getArgument(param).getLoc());
+  return func.getArgument(index);
+}
+
+LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  OpBuilder b(ret);
+  SmallVector<Value> results(ret.getOperands());
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    resultAttrs.push_back(func.getResultAttrDict(i)
+                              ? func.getResultAttrDict(i)
+                              : b.getDictionaryAttr({}));
+  auto tied = [&](Value v, unsigned arg) {
+    results.push_back(v);
+    resultAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(attr::kRole, b.getStringAttr(attr::role::kUpdate)),
+         b.getNamedAttr(attr::kTied, b.getI64IntegerAttr(arg))}));
+  };
+
+  FloatAttr lrAttr = b.getF32FloatAttr(lr);
+  FloatAttr wdAttr = b.getF32FloatAttr(weightDecay);
+  unsigned numGrads = func.getNumResults();
+  for (unsigned i = 0; i < numGrads; ++i) {
+    auto role = func.getResultAttrOfType<StringAttr>(i, attr::kRole);
+    if (!role || role.getValue() != attr::role::kGrad)
+      continue;
+    auto owner = func.getResultAttrOfType<IntegerAttr>(i, attr::kOwner);
+    unsigned p = owner.getInt();
+    Value param = func.getArgument(p);
+    Value grad = ret.getOperand(i);
+    Location loc = param.getLoc();
+    Operation *update;
+    if (optimizer == "adamw") {
+      BlockArgument m = addState(func, p, "exp_avg");
+      BlockArgument v = addState(func, p, "exp_avg_sq");
+      update = b.create<AdamWUpdateOp>(
+          loc, TypeRange{param.getType(), param.getType(), param.getType()},
+          param, grad, m, v, lrAttr, b.getF32FloatAttr(beta1),
+          b.getF32FloatAttr(beta2), b.getF32FloatAttr(eps), wdAttr);
+      tied(update->getResult(0), p);
+      tied(update->getResult(1), m.getArgNumber());
+      tied(update->getResult(2), v.getArgNumber());
+    } else if (momentum > 0) {
+      BlockArgument buf = addState(func, p, "momentum");
+      update = b.create<SgdMomentumUpdateOp>(
+          loc, TypeRange{param.getType(), param.getType()}, param, grad, buf,
+          lrAttr, b.getF32FloatAttr(momentum), wdAttr,
+          b.getBoolAttr(nesterov));
+      tied(update->getResult(0), p);
+      tied(update->getResult(1), buf.getArgNumber());
+    } else {
+      update = b.create<SgdUpdateOp>(loc, param.getType(), param, grad, lrAttr,
+                                     wdAttr);
+      tied(update->getResult(0), p);
+    }
+    update->setAttr(attr::kOptimizer, b.getUnitAttr());
+  }
+  b.create<func::ReturnOp>(ret.getLoc(), results);
+  ret.erase();
+  func.setType(b.getFunctionType(func.getArgumentTypes(),
+                                 ValueRange(results).getTypes()));
+  func.setAllResultAttrs(resultAttrs);
+
+  std::string summary;
+  if (optimizer == "adamw")
+    summary = llvm::formatv("AdamW(lr={0}, betas=({1}, {2}), eps={3}, "
+                            "weight_decay={4})",
+                            lr, beta1, beta2, eps, weightDecay);
+  else
+    summary = llvm::formatv("SGD(lr={0}, momentum={1}, nesterov={2}, "
+                            "weight_decay={3})",
+                            lr, momentum, nesterov ? "true" : "false",
+                            weightDecay);
+  func->setAttr(attr::kOptimizerSummary, b.getStringAttr(summary));
+  return success();
+}
+
+} // namespace

@@ -1,0 +1,29 @@
+//===- Pipelines.cpp - The training pipeline ------------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/Passes/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void mtc::buildTrainPipeline(OpPassManager &pm,
+                             const TrainPipelineOptions &options) {
+  pm.addPass(createAutodiffPass(options.autodiff));
+  // Gradient rules create many identical scalar constants.
+  pm.addPass(createCSEPass());
+  pm.addPass(createOptimizerPass(options.optimizer));
+  pm.addPass(createMemoryPlanPass(options.memoryPlan));
+}
+
+void mtc::registerMtcPassesAndPipelines() {
+  registerMtcPasses();
+  PassPipelineRegistration<>(
+      "mtc-train-pipeline",
+      "Autodiff, CSE, SGD updates and the memory plan with default options",
+      [](OpPassManager &pm) { buildTrainPipeline(pm, {}); });
+}

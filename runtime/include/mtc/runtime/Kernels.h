@@ -1,0 +1,192 @@
+//===- Kernels.h - Kernel library called by generated trainers --*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The kernel library that generated trainers call. The same declarations are
+// implemented twice: runtime/lib/cpu (OpenBLAS, plain loops) and
+// runtime/lib/cuda (cuBLAS, CUDA kernels). Every pointer is a device pointer
+// into the one arena; no function here allocates memory. Tensors are dense,
+// row-major (C order), float32 unless the name says otherwise.
+//
+// Elementwise operations are not here: the code generator emits them as
+// named loops (CPU) or kernels (CUDA) so that later fusion can merge them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_RUNTIME_KERNELS_H
+#define MTC_RUNTIME_KERNELS_H
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mtc::rt {
+
+struct Context;
+
+/// Maximum tensor rank the strided kernels accept.
+constexpr int kMaxRank = 8;
+
+//===----------------------------------------------------------------------===//
+// GEMM
+//===----------------------------------------------------------------------===//
+
+/// C[M,N] = alpha * op(A) * op(B) + beta * C, row-major. op(A) is [M,K]:
+/// A is stored [M,K] (lda >= K) or, when transA, [K,M] (lda >= M). Same for B
+/// with [K,N] / [N,K]. beta == 0 ignores the previous contents of C.
+void gemm(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
+          int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+          int64_t ldb, float beta, float *c, int64_t ldc);
+
+/// `batch` independent GEMMs; matrix i of X starts at x + i * strideX. A
+/// stride of 0 broadcasts one matrix to every batch entry.
+void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
+                        int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t lda, int64_t strideA, const float *b,
+                        int64_t ldb, int64_t strideB, float beta, float *c,
+                        int64_t ldc, int64_t strideC, int64_t batch);
+
+//===----------------------------------------------------------------------===//
+// Convolution (2-D, NCHW, OIHW weights, groups)
+//===----------------------------------------------------------------------===//
+
+struct Conv2dParams {
+  int64_t n, c, h, w;        // input
+  int64_t k, kh, kw;         // output channels, kernel size
+  int64_t oh, ow;            // output spatial size
+  int64_t strideH, strideW;
+  int64_t padTop, padLeft;   // bottom/right padding is implied by oh/ow
+  int64_t dilationH, dilationW;
+  int64_t groups;
+};
+
+/// Bytes of scratch the convolution kernels need (im2col of one image).
+/// The compiler plans exactly this many bytes as the op's temporary.
+inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p) {
+  return static_cast<uint64_t>(p.c / p.groups) * p.kh * p.kw * p.oh * p.ow *
+         sizeof(float);
+}
+
+/// y = conv(x, w) (+ bias[k] when bias is non-null).
+void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
+                   const float *w, const float *bias, float *y,
+                   float *workspace);
+/// dx = conv_transpose(dy, w); dx is overwritten.
+void conv2dBackwardData(Context &ctx, const Conv2dParams &p, const float *dy,
+                        const float *w, float *dx, float *workspace);
+/// dw = sum_n dy (x) im2col(x); dw is overwritten.
+void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
+                          const float *dy, float *dw, float *workspace);
+
+//===----------------------------------------------------------------------===//
+// Pooling (2-D, NCHW)
+//===----------------------------------------------------------------------===//
+
+struct Pool2dParams {
+  int64_t n, c, h, w;
+  int64_t kh, kw;
+  int64_t oh, ow;
+  int64_t strideH, strideW;
+  int64_t padTop, padLeft;
+  int64_t dilationH, dilationW;
+  /// AveragePool: divide by the full window (true) or by the number of
+  /// in-bounds elements (false). Ignored by max pooling.
+  bool countIncludePad;
+  /// Bottom/right padding, which only AveragePool with countIncludePad needs:
+  /// a window is clipped to the padded input [-padTop, h + padBottom) (as
+  /// PyTorch and ONNX do when ceil mode lets it run further). -1 means the
+  /// same as padTop/padLeft (symmetric padding, PyTorch's only kind).
+  int64_t padBottom = -1, padRight = -1;
+};
+
+/// Max pooling; padded positions never win. Ties go to the first element in
+/// row-major window order, as PyTorch does.
+void maxPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
+                      float *y);
+/// dx = scatter of dy to the argmax of each window (recomputed from x).
+/// dx is overwritten.
+void maxPool2dBackward(Context &ctx, const Pool2dParams &p, const float *x,
+                       const float *dy, float *dx);
+void avgPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
+                      float *y);
+/// dx is overwritten.
+void avgPool2dBackward(Context &ctx, const Pool2dParams &p, const float *dy,
+                       float *dx);
+
+//===----------------------------------------------------------------------===//
+// Reductions, softmax, losses
+//===----------------------------------------------------------------------===//
+
+/// y = scale * sum of x over the axes where outShape[i] == 1 and
+/// inShape[i] != 1. Both shapes have the same rank; y has outShape.
+void reduceSum(Context &ctx, int rank, const int64_t *inShape,
+               const int64_t *outShape, const float *x, float *y, float scale);
+
+/// Softmax (or log-softmax) of x viewed as [outer, dim, inner] along dim.
+void softmaxForward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
+                    const float *x, float *y, bool log);
+/// dx from the forward output y and dy; dx is overwritten.
+void softmaxBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
+                     const float *y, const float *dy, float *dx, bool log);
+
+enum class Reduction : int { None = 0, Sum = 1, Mean = 2 };
+
+/// ONNX SoftmaxCrossEntropyLoss without weights. logits are [n, c, d] with
+/// d the product of the trailing dims (1 when absent); labels are int64
+/// [n, d]. logProb receives log_softmax(logits) ([n, c, d]). loss is a
+/// scalar (Sum, Mean) or [n, d] (None). Mean divides by the number of
+/// labels != ignoreIndex. Labels outside [0, c) that are not ignoreIndex are
+/// a data error: the kernel reports it through the context and treats them
+/// as ignored.
+void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c,
+                                int64_t d, const float *logits,
+                                const int64_t *labels, Reduction reduction,
+                                int64_t ignoreIndex, float *loss,
+                                float *logProb);
+/// dlogits from the saved logProb; dloss is a scalar (Sum, Mean) or [n, d].
+/// dlogits is overwritten.
+void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c,
+                                 int64_t d, const float *dloss,
+                                 const float *logProb, const int64_t *labels,
+                                 Reduction reduction, int64_t ignoreIndex,
+                                 float *dlogits);
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+void fill(Context &ctx, float *y, int64_t n, float value);
+/// Copies `bytes` bytes (any dtype).
+void copyBytes(Context &ctx, void *dst, const void *src, uint64_t bytes);
+
+/// dst[dstOffset + sum_i idx_i * dstStrides[i]] =
+///     src[srcOffset + sum_i idx_i * srcStrides[i]] for every index of
+/// `shape` (strides in elements). Covers transpose, slice and the interior of
+/// pad. elemBytes is 4 or 8.
+void stridedCopy(Context &ctx, int rank, const int64_t *shape,
+                 const void *src, int64_t srcOffset, const int64_t *srcStrides,
+                 void *dst, int64_t dstOffset, const int64_t *dstStrides,
+                 int elemBytes);
+
+//===----------------------------------------------------------------------===//
+// Optimizers (in place on parameter and state buffers)
+//===----------------------------------------------------------------------===//
+
+/// PyTorch SGD: d = g + wd * p; with momentum, buf = momentum * buf + d
+/// (buf = d on the first step, i.e. ctx step 1); nesterov: d = d + momentum *
+/// buf, else d = buf; p -= lr * d. momentumBuf is null when momentum == 0.
+void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
+               float *momentumBuf, float lr, float momentum, float weightDecay,
+               bool nesterov);
+
+/// PyTorch AdamW: p *= 1 - lr * wd; m = b1 m + (1-b1) g;
+/// v = b2 v + (1-b2) g^2; p -= lr / (1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) +
+/// eps), t being the step counter of the context (1 on the first step).
+void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
+                 float *v, float lr, float beta1, float beta2, float eps,
+                 float weightDecay);
+
+} // namespace mtc::rt
+
+#endif // MTC_RUNTIME_KERNELS_H

@@ -1,0 +1,84 @@
+//===- Trainer.h - What a generated trainer tells the runtime ---*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// A generated trainer consists of a table of tensors (where each lives in the
+// arena), the step function, and the initial parameter values. Its `main`
+// hands these to trainerMain(), which owns everything else: the command line,
+// the single arena allocation, data loading, checkpoints and metrics.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_RUNTIME_TRAINER_H
+#define MTC_RUNTIME_TRAINER_H
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mtc::rt {
+
+struct Context;
+
+enum class DType : int { F32 = 0, I64 = 1 };
+
+/// What a tensor of the table is to the trainer.
+enum class Role : int {
+  Param = 0,  ///< trainable parameter; initial value in the init data
+  Buffer = 1, ///< non-trainable initializer; initial value in the init data
+  State = 2,  ///< optimizer state "<param>.<slot>", zero-initialized
+  Input = 3,  ///< graph input fed from <name>.npy, one batch per step
+  Grad = 4,   ///< gradient of param `owner`, valid after a step
+  Loss = 5,   ///< the scalar loss, valid after a step
+  /// compile-time constant; initial value in the init data under its name,
+  /// never saved or loaded from a checkpoint
+  Constant = 6,
+};
+
+struct TensorDesc {
+  const char *name;
+  Role role;
+  DType dtype;
+  int rank;
+  int64_t shape[8];
+  uint64_t offset; ///< byte offset in the arena
+  uint64_t bytes;
+  int owner; ///< Grad/State: index in the table of the parameter, else -1
+};
+
+struct ModelDesc {
+  const char *modelName;
+  const char *target;    ///< "cpu" or "cuda"
+  const char *optimizer; ///< human-readable summary of the update rule
+  uint64_t arenaBytes;
+  const TensorDesc *tensors;
+  int numTensors;
+  int64_t batchSize; ///< first dim shared by every Input tensor
+  /// Initial values of Param and Buffer tensors, a safetensors image.
+  const unsigned char *initData;
+  uint64_t initSize;
+  /// Runs one training step on the arena (a device pointer).
+  void (*step)(Context &ctx, unsigned char *arena);
+};
+
+/// Parses the trainer command line and runs it; returns the process exit
+/// code. Never throws and never aborts on bad input.
+int trainerMain(int argc, char **argv, const ModelDesc &desc);
+
+/// The current optimizer step, 1 on the first step.
+int64_t stepCounter(const Context &ctx);
+
+/// The --seed of the run (0 by default), for random operators such as
+/// dropout that derive their masks from (seed, step, op) so that runs and
+/// recomputation are reproducible.
+uint64_t trainingSeed(const Context &ctx);
+
+/// Records a data error found by generated host code (e.g. a gather index
+/// out of range). The first message wins; the trainer stops with it after
+/// the step. Safe to call from several threads.
+void reportDataError(Context &ctx, const char *message);
+
+} // namespace mtc::rt
+
+#endif // MTC_RUNTIME_TRAINER_H

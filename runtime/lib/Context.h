@@ -1,0 +1,69 @@
+//===- Context.h - Per-run state shared by the kernels ----------*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The definition behind the opaque mtc::rt::Context of the public headers.
+// Generated code only ever holds a reference to it; the trainer owns it. The
+// CPU and CUDA libraries each define it once (they are never linked
+// together), the CUDA one adding the stream and the cuBLAS handle.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_RUNTIME_LIB_CONTEXT_H
+#define MTC_RUNTIME_LIB_CONTEXT_H
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#ifdef MTC_RUNTIME_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#endif
+
+namespace mtc::rt {
+
+struct Context {
+  /// Optimizer step, 1 on the first step (0 before training starts).
+  int64_t step = 0;
+  uint64_t seed = 0;
+
+  /// Data errors found during a step. Kernels keep going (treating the bad
+  /// element as ignored) so that a step never crashes; the trainer checks
+  /// the flag after the step and stops with the first message.
+  std::atomic<bool> failed{false};
+  std::mutex errorMutex;
+  std::string firstError;
+  /// Row of the batch (first axis of the inputs) the error is about, or -1;
+  /// lets the trainer name the offending sample of the data file.
+  int64_t firstErrorBatchRow = -1;
+
+#ifdef MTC_RUNTIME_CUDA
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+#endif
+};
+
+/// Records `message` unless an earlier error was recorded.
+void reportError(Context &ctx, const std::string &message,
+                 int64_t batchRow = -1);
+
+/// Whether an error was recorded; cheap enough to call per element.
+inline bool hasError(const Context &ctx) {
+  return ctx.failed.load(std::memory_order_relaxed);
+}
+
+struct ContextError {
+  std::string message;
+  int64_t batchRow = -1;
+};
+
+/// The first recorded error; clears it.
+ContextError takeError(Context &ctx);
+
+} // namespace mtc::rt
+
+#endif // MTC_RUNTIME_LIB_CONTEXT_H

@@ -1,0 +1,63 @@
+//===- Device.h - The device abstraction used by the trainer ----*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The handful of device operations the host side of a trainer needs. The
+// trainer makes exactly one allocation (the arena planned at compile time)
+// and moves data with explicit copies, so the same trainer code serves the
+// CPU (where "device" memory is host memory) and CUDA.
+//
+// Implemented by runtime/lib/cpu/Device.cpp and runtime/lib/cuda/Device.cu.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_RUNTIME_LIB_DEVICE_H
+#define MTC_RUNTIME_LIB_DEVICE_H
+
+#include "mtc/runtime/Status.h"
+
+#include <cstdint>
+#include <string>
+
+namespace mtc::rt {
+
+struct Context;
+
+namespace device {
+
+/// "cpu" or "cuda", compared with ModelDesc::target so that a trainer linked
+/// against the wrong runtime fails clearly.
+const char *kind();
+
+/// Prepares `ctx` for kernels (CUDA: picks the device, creates the stream
+/// and the cuBLAS handle).
+Status initialize(Context &ctx);
+/// Releases what initialize() created. Safe after a failed initialize().
+void shutdown(Context &ctx);
+
+/// A human-readable name of the device, e.g. "NVIDIA H100 80GB HBM3".
+std::string name();
+/// Free and total memory of the device in bytes; false when unknown.
+bool memoryInfo(uint64_t &freeBytes, uint64_t &totalBytes);
+
+/// The single arena allocation (at least 256-byte aligned).
+Status allocate(uint64_t bytes, unsigned char **ptr);
+void release(unsigned char *ptr);
+
+Status memsetZero(Context &ctx, void *dst, uint64_t bytes);
+/// Copies from host memory to device memory; returns once `src` may be
+/// reused.
+Status copyToDevice(Context &ctx, void *dst, const void *src, uint64_t bytes);
+/// Copies from device memory to host memory; returns once `dst` holds the
+/// data (which orders it after every kernel launched before).
+Status copyToHost(Context &ctx, void *dst, const void *src, uint64_t bytes);
+/// Waits for all work on the context, then folds errors that kernels
+/// recorded on the device (CUDA) into the context's error.
+Status synchronize(Context &ctx);
+
+} // namespace device
+} // namespace mtc::rt
+
+#endif // MTC_RUNTIME_LIB_DEVICE_H

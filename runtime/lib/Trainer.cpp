@@ -1,0 +1,867 @@
+//===- Trainer.cpp - The trainer's main program ---------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Everything a generated trainer does besides the step itself: the command
+// line, the single arena allocation, initial values, checkpoints, data
+// batches, logging and metrics. The same source serves the CPU and the CUDA
+// runtime through the device layer (Device.h).
+//
+// Every failure is reported as "error: ..." on stderr with a non-zero exit
+// code (2 for command-line mistakes, 1 for everything else); nothing here
+// throws or aborts.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/runtime/Trainer.h"
+
+#include "Context.h"
+#include "Device.h"
+#include "Metrics.h"
+
+#include "mtc/runtime/Npy.h"
+#include "mtc/runtime/Safetensors.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace mtc::rt {
+
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+//===----------------------------------------------------------------------===//
+// Formatting helpers
+//===----------------------------------------------------------------------===//
+
+uint64_t dtypeBytes(DType dtype) { return dtype == DType::I64 ? 8 : 4; }
+
+const char *dtypeDescription(DType dtype) {
+  return dtype == DType::I64 ? "int64 ('<i8')" : "float32 ('<f4')";
+}
+
+std::string humanBytes(uint64_t bytes) {
+  static const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024)
+    return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes);
+  int unit = -1;
+  while (v >= 1024.0 && unit < 3) {
+    v /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f %s", v, units[unit]);
+  return buf;
+}
+
+std::string shapeString(const int64_t *dims, int rank) {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i)
+    s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+std::string shapeString(const std::vector<int64_t> &dims) {
+  return shapeString(dims.data(), static_cast<int>(dims.size()));
+}
+
+/// An input's expected shape with the sample axis written as N.
+std::string inputShapeString(const TensorDesc &t) {
+  std::string s = "[N";
+  for (int i = 1; i < t.rank; ++i)
+    s += ", " + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+void printError(const std::string &message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+}
+
+void printWarning(const std::string &message) {
+  std::fprintf(stderr, "warning: %s\n", message.c_str());
+}
+
+//===----------------------------------------------------------------------===//
+// Command line
+//===----------------------------------------------------------------------===//
+
+struct Options {
+  std::string dataDir;
+  int64_t steps = -1;
+  uint64_t seed = 0;
+  std::string savePath;
+  std::string loadPath;
+  std::string metricsPath;
+  int64_t logEvery = 1;
+  std::string dumpGradsPath;
+};
+
+const char *programName(int argc, char **argv) {
+  return argc > 0 && argv[0] && argv[0][0] ? argv[0] : "trainer";
+}
+
+void printUsage(const char *prog, const ModelDesc &desc) {
+  std::printf(
+      "usage: %s --steps N [--data DIR] [options]\n"
+      "\n"
+      "Trains model '%s' (target %s, optimizer: %s) with a device memory\n"
+      "plan fixed at compile time.\n"
+      "\n"
+      "options:\n"
+      "  --data DIR          directory with one <input>.npy per model input\n"
+      "                      (first axis = samples; see below); not needed\n"
+      "                      when the model has no inputs\n"
+      "  --steps N           number of optimizer steps to run (required; 0\n"
+      "                      runs none, e.g. to --save the initial values)\n"
+      "  --seed S            seed of random operators such as dropout\n"
+      "                      (default 0); same data and seed give the same\n"
+      "                      losses\n"
+      "  --load F            start from checkpoint F (a .safetensors file\n"
+      "                      written by --save): restores every parameter and\n"
+      "                      buffer, the optimizer state it holds and the step\n"
+      "                      counter\n"
+      "  --save F            after the last step, write parameters, buffers\n"
+      "                      and optimizer state to F (safetensors, written\n"
+      "                      atomically)\n"
+      "  --metrics F         write one JSON line per step to F:\n"
+      "                      {\"step\":K,\"loss\":L,\"time_ms\":T}\n"
+      "  --log-every K       print the loss every K steps (default 1); the\n"
+      "                      last step is always printed\n"
+      "  --dump-grads F      after the last step, write that step's gradients\n"
+      "                      to F (safetensors, named like the parameters);\n"
+      "                      needs --steps >= 1\n"
+      "  --help              show this help and exit\n"
+      "\n"
+      "Flags also accept the --flag=value form.\n",
+      prog, desc.modelName ? desc.modelName : "?",
+      desc.target ? desc.target : "?", desc.optimizer ? desc.optimizer : "?");
+  bool anyInput = false;
+  for (int i = 0; i < desc.numTensors; ++i) {
+    const TensorDesc &t = desc.tensors[i];
+    if (t.role != Role::Input)
+      continue;
+    if (!anyInput)
+      std::printf("\nmodel inputs (files in --data DIR; batches of %" PRId64
+                  " samples):\n",
+                  desc.batchSize);
+    anyInput = true;
+    std::printf("  %s.npy  %s, shape %s\n", t.name, dtypeDescription(t.dtype),
+                inputShapeString(t).c_str());
+  }
+  if (!anyInput)
+    std::printf("\nThe model has no inputs; --data is not needed.\n");
+}
+
+bool parseSigned(const std::string &text, int64_t &out) {
+  if (text.empty() || !(text[0] == '-' || (text[0] >= '0' && text[0] <= '9')))
+    return false;
+  errno = 0;
+  char *end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0')
+    return false;
+  out = v;
+  return true;
+}
+
+bool parseUnsigned(const std::string &text, uint64_t &out) {
+  if (text.empty() || text[0] < '0' || text[0] > '9')
+    return false;
+  errno = 0;
+  char *end = nullptr;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0')
+    return false;
+  out = v;
+  return true;
+}
+
+enum class ParseOutcome { Run, Help, Error };
+
+ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
+                              std::string &error) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i] ? argv[i] : "";
+    if (arg == "--help" || arg == "-h")
+      return ParseOutcome::Help;
+    if (arg.rfind("--", 0) != 0) {
+      error = "unexpected argument '" + arg + "'";
+      return ParseOutcome::Error;
+    }
+    std::string flag = arg, value;
+    bool inlineValue = false;
+    size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      inlineValue = true;
+    }
+    static const char *known[] = {"--data",    "--steps",      "--seed",
+                                  "--save",    "--load",       "--metrics",
+                                  "--log-every", "--dump-grads"};
+    bool isKnown = false;
+    for (const char *k : known)
+      isKnown = isKnown || flag == k;
+    if (!isKnown) {
+      error = "unknown flag '" + flag + "'";
+      return ParseOutcome::Error;
+    }
+    if (!inlineValue) {
+      if (i + 1 >= argc) {
+        error = flag + " needs a value";
+        return ParseOutcome::Error;
+      }
+      value = argv[++i];
+    }
+    if (value.empty()) {
+      error = flag + " needs a non-empty value";
+      return ParseOutcome::Error;
+    }
+
+    if (flag == "--data") {
+      opts.dataDir = value;
+    } else if (flag == "--steps") {
+      if (!parseSigned(value, opts.steps) || opts.steps < 0) {
+        error = "--steps expects a non-negative integer, got '" + value + "'";
+        return ParseOutcome::Error;
+      }
+    } else if (flag == "--seed") {
+      if (!parseUnsigned(value, opts.seed)) {
+        error = "--seed expects a non-negative 64-bit integer, got '" + value +
+                "'";
+        return ParseOutcome::Error;
+      }
+    } else if (flag == "--save") {
+      opts.savePath = value;
+    } else if (flag == "--load") {
+      opts.loadPath = value;
+    } else if (flag == "--metrics") {
+      opts.metricsPath = value;
+    } else if (flag == "--log-every") {
+      if (!parseSigned(value, opts.logEvery) || opts.logEvery < 1) {
+        error = "--log-every expects a positive integer, got '" + value + "'";
+        return ParseOutcome::Error;
+      }
+    } else if (flag == "--dump-grads") {
+      opts.dumpGradsPath = value;
+    }
+  }
+  if (opts.steps < 0) {
+    error = "--steps is required";
+    return ParseOutcome::Error;
+  }
+  if (!opts.dumpGradsPath.empty() && opts.steps == 0) {
+    error = "--dump-grads needs --steps of at least 1 (no gradient is "
+            "computed before the first step)";
+    return ParseOutcome::Error;
+  }
+  return ParseOutcome::Run;
+}
+
+/// Fails early, before any training, when an output file could not be
+/// created at the end of the run.
+Status checkOutputPath(const char *flag, const std::string &path) {
+  std::string dir = ".";
+  size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos)
+    dir = slash == 0 ? "/" : path.substr(0, slash);
+  if (::access(dir.c_str(), W_OK | X_OK) == 0)
+    return Status::success();
+  int err = errno;
+  return Status::error(std::string(flag) + " " + path + ": directory '" + dir +
+                       "' " +
+                       (err == ENOENT ? std::string("does not exist")
+                                      : "is not writable: " +
+                                            std::string(std::strerror(err))));
+}
+
+//===----------------------------------------------------------------------===//
+// Model description
+//===----------------------------------------------------------------------===//
+
+/// Checks what the generated code promises, so that a compiler bug shows up
+/// as a clear message rather than memory corruption.
+Status validateModel(const ModelDesc &desc, int &lossIndex) {
+  auto bug = [](const std::string &msg) {
+    return Status::error("invalid model description (a compiler bug): " + msg);
+  };
+  if (!desc.modelName || !desc.target || !desc.optimizer)
+    return bug("missing model name, target or optimizer");
+  if (!desc.step)
+    return bug("no step function");
+  if (desc.numTensors < 0 || (desc.numTensors > 0 && !desc.tensors))
+    return bug("bad tensor table");
+  if (desc.initSize > 0 && !desc.initData)
+    return bug("initSize is set but initData is null");
+  lossIndex = -1;
+  std::map<std::string, int> checkpointNames, inputNames;
+  for (int i = 0; i < desc.numTensors; ++i) {
+    const TensorDesc &t = desc.tensors[i];
+    if (!t.name || !t.name[0])
+      return bug("tensor #" + std::to_string(i) + " has no name");
+    std::string name = t.name;
+    std::string what = "tensor '" + name + "': ";
+    if (t.rank < 0 || t.rank > 8)
+      return bug(what + "rank " + std::to_string(t.rank));
+    if (t.dtype != DType::F32 && t.dtype != DType::I64)
+      return bug(what + "unknown dtype");
+    uint64_t bytes = dtypeBytes(t.dtype);
+    for (int d = 0; d < t.rank; ++d) {
+      if (t.shape[d] < 0)
+        return bug(what + "negative dimension");
+      bytes *= static_cast<uint64_t>(t.shape[d]);
+    }
+    if (bytes != t.bytes)
+      return bug(what + "size " + std::to_string(t.bytes) +
+                 " does not match its shape " + shapeString(t.shape, t.rank));
+    if (t.offset > desc.arenaBytes || t.bytes > desc.arenaBytes - t.offset)
+      return bug(what + "bytes [" + std::to_string(t.offset) + ", " +
+                 std::to_string(t.offset + t.bytes) +
+                 ") lie outside the arena of " +
+                 std::to_string(desc.arenaBytes) + " bytes");
+    switch (t.role) {
+    case Role::Param:
+    case Role::Buffer:
+    case Role::State:
+      if (!checkpointNames.emplace(name, i).second)
+        return bug("two checkpointed tensors are named '" + name + "'");
+      break;
+    case Role::Input:
+      if (t.rank < 1 || t.shape[0] != desc.batchSize)
+        return bug(what + "an input's first dim must be the batch size " +
+                   std::to_string(desc.batchSize));
+      if (!inputNames.emplace(name, i).second)
+        return bug("two inputs are named '" + name + "'");
+      break;
+    case Role::Grad:
+      break;
+    case Role::Loss:
+      if (lossIndex >= 0)
+        return bug("more than one loss tensor");
+      if (t.dtype != DType::F32 || t.bytes != 4)
+        return bug(what + "the loss must be a float32 scalar");
+      lossIndex = i;
+      break;
+    default:
+      return bug(what + "unknown role");
+    }
+    if (t.role == Role::Grad || t.role == Role::State) {
+      if (t.owner < 0 || t.owner >= desc.numTensors ||
+          desc.tensors[t.owner].role != Role::Param)
+        return bug(what + "owner is not a parameter");
+    }
+    if (t.role == Role::Grad) {
+      const TensorDesc &p = desc.tensors[t.owner];
+      if (p.rank != t.rank || p.bytes != t.bytes || t.dtype != DType::F32 ||
+          std::memcmp(p.shape, t.shape, sizeof(int64_t) * t.rank) != 0)
+        return bug(what + "shape or dtype differs from its parameter");
+    }
+  }
+  if (lossIndex < 0)
+    return bug("no loss tensor");
+  return Status::success();
+}
+
+/// Copies tensor `t` of `file` into the arena after checking dtype and shape.
+Status copyTensorIn(Context &ctx, unsigned char *arena, const TensorDesc &t,
+                    const SafetensorsReader &file,
+                    const SafetensorsTensor &entry, const std::string &where) {
+  std::vector<int64_t> expected(t.shape, t.shape + t.rank);
+  const char *dtype = safetensorsDTypeName(t.dtype);
+  if (entry.dtype != dtype || entry.shape != expected)
+    return Status::error(where + ": tensor '" + t.name + "' is " + entry.dtype +
+                         " " + shapeString(entry.shape) +
+                         " but the model expects " + dtype + " " +
+                         shapeString(expected));
+  return device::copyToDevice(ctx, arena + t.offset, file.data(entry),
+                              t.bytes);
+}
+
+//===----------------------------------------------------------------------===//
+// Data
+//===----------------------------------------------------------------------===//
+
+struct InputFeed {
+  const TensorDesc *tensor = nullptr;
+  std::string path;
+  NpyArray array;
+  uint64_t sampleBytes = 0;
+  std::vector<unsigned char> staging;
+};
+
+Status openInputs(const ModelDesc &desc, const std::string &dir,
+                  std::vector<InputFeed> &feeds, int64_t &numSamples) {
+  std::string allFiles;
+  for (int i = 0; i < desc.numTensors; ++i)
+    if (desc.tensors[i].role == Role::Input)
+      allFiles += (allFiles.empty() ? "" : ", ") +
+                  std::string(desc.tensors[i].name) + ".npy";
+  numSamples = -1;
+  // Reserve so that pointers into `feeds` stay valid while it grows.
+  int count = 0;
+  for (int i = 0; i < desc.numTensors; ++i)
+    count += desc.tensors[i].role == Role::Input ? 1 : 0;
+  feeds.reserve(count);
+  const InputFeed *first = nullptr;
+  for (int i = 0; i < desc.numTensors; ++i) {
+    const TensorDesc &t = desc.tensors[i];
+    if (t.role != Role::Input)
+      continue;
+    feeds.emplace_back();
+    InputFeed &feed = feeds.back();
+    feed.tensor = &t;
+    feed.path = dir + "/" + t.name + ".npy";
+    std::string what = "input '" + std::string(t.name) + "'";
+    if (Status s = feed.array.open(feed.path); !s.ok())
+      return Status::error(what + ": " + s.message() +
+                           " (the data directory must hold " + allFiles + ")");
+    const std::vector<int64_t> &shape = feed.array.shape();
+    bool shapeOk = static_cast<int>(shape.size()) == t.rank;
+    for (int d = 1; shapeOk && d < t.rank; ++d)
+      shapeOk = shape[d] == t.shape[d];
+    if (feed.array.dtype() != t.dtype || !shapeOk)
+      return Status::error(
+          what + ": '" + feed.path + "' has dtype '" + feed.array.descr() +
+          "' and shape " + shapeString(shape) + " but the model expects " +
+          dtypeDescription(t.dtype) + " with shape " + inputShapeString(t) +
+          " (N samples, any N >= 1)");
+    if (shape[0] < 1)
+      return Status::error(what + ": '" + feed.path + "' has no samples");
+    feed.sampleBytes = t.bytes / static_cast<uint64_t>(t.shape[0]);
+    feed.staging.resize(t.bytes);
+    if (!first) {
+      first = &feed;
+      numSamples = shape[0];
+    } else if (shape[0] != numSamples) {
+      return Status::error(
+          "inputs have different sample counts: '" + first->path + "' has " +
+          std::to_string(numSamples) + ", '" + feed.path + "' has " +
+          std::to_string(shape[0]));
+    }
+  }
+  return Status::success();
+}
+
+/// Sample index of batch row `row` for the 0-based global step `stepIndex`:
+/// (stepIndex * B + row) mod numSamples, without overflowing.
+int64_t sampleIndex(int64_t stepIndex, int64_t batch, int64_t row,
+                    int64_t numSamples) {
+  uint64_t n = static_cast<uint64_t>(numSamples);
+  uint64_t a = static_cast<uint64_t>(stepIndex) % n;
+  uint64_t b = static_cast<uint64_t>(batch) % n;
+  unsigned __int128 product = static_cast<unsigned __int128>(a) * b;
+  return static_cast<int64_t>((static_cast<uint64_t>(product % n) +
+                               static_cast<uint64_t>(row)) %
+                              n);
+}
+
+//===----------------------------------------------------------------------===//
+// The run
+//===----------------------------------------------------------------------===//
+
+/// Owns the device state so that every exit path releases it.
+struct DeviceSession {
+  Context &ctx;
+  bool initialized = false;
+  unsigned char *arena = nullptr;
+
+  explicit DeviceSession(Context &c) : ctx(c) {}
+  ~DeviceSession() {
+    if (arena)
+      device::release(arena);
+    if (initialized)
+      device::shutdown(ctx);
+  }
+};
+
+/// Copies the tensors with the given roles to host buffers and writes them.
+Status writeTensors(Context &ctx, const ModelDesc &desc, unsigned char *arena,
+                    const std::string &path, bool grads,
+                    const std::map<std::string, std::string> &metadata,
+                    int &count) {
+  std::vector<std::vector<unsigned char>> buffers;
+  std::vector<SafetensorsEntry> entries;
+  buffers.reserve(desc.numTensors);
+  for (int i = 0; i < desc.numTensors; ++i) {
+    const TensorDesc &t = desc.tensors[i];
+    bool wanted = grads ? t.role == Role::Grad
+                        : (t.role == Role::Param || t.role == Role::Buffer ||
+                           t.role == Role::State);
+    if (!wanted)
+      continue;
+    buffers.emplace_back(t.bytes);
+    if (Status s = device::copyToHost(ctx, buffers.back().data(),
+                                      arena + t.offset, t.bytes);
+        !s.ok())
+      return s;
+    SafetensorsEntry e;
+    // Gradients are stored under their parameter's name so that the file
+    // lines up with the parameters (and with PyTorch's named_parameters).
+    e.name = grads ? desc.tensors[t.owner].name : t.name;
+    e.dtype = t.dtype;
+    e.shape.assign(t.shape, t.shape + t.rank);
+    e.data = buffers.back().data();
+    e.bytes = t.bytes;
+    entries.push_back(std::move(e));
+  }
+  count = static_cast<int>(entries.size());
+  return writeSafetensors(path, entries, metadata);
+}
+
+int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
+  Context ctx;
+  ctx.seed = opts.seed;
+  const TensorDesc &lossTensor = desc.tensors[lossIndex];
+
+  const struct {
+    const char *flag;
+    const std::string &path;
+  } outputs[] = {{"--save", opts.savePath},
+                 {"--metrics", opts.metricsPath},
+                 {"--dump-grads", opts.dumpGradsPath}};
+  for (const auto &output : outputs) {
+    if (output.path.empty())
+      continue;
+    if (Status s = checkOutputPath(output.flag, output.path); !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+  }
+
+  std::printf("mtc trainer: model %s, target %s, optimizer %s\n",
+              desc.modelName, desc.target, desc.optimizer);
+  std::printf("mtc trainer: device %s\n", device::name().c_str());
+  std::printf("mtc trainer: arena %s (%" PRIu64
+              " bytes), planned at compile time\n",
+              humanBytes(desc.arenaBytes).c_str(), desc.arenaBytes);
+  std::fflush(stdout);
+
+  // Data first: a wrong file should fail before the device is touched.
+  std::vector<InputFeed> feeds;
+  int64_t numSamples = 0;
+  if (!opts.dataDir.empty()) {
+    if (Status s = openInputs(desc, opts.dataDir, feeds, numSamples);
+        !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+    if (feeds.empty())
+      printWarning("--data is ignored: the model has no inputs");
+    else
+      std::printf("mtc trainer: data %s, %" PRId64 " samples, batch %" PRId64
+                  " (%" PRId64 " steps per epoch)\n",
+                  opts.dataDir.c_str(), numSamples, desc.batchSize,
+                  (numSamples + desc.batchSize - 1) /
+                      (desc.batchSize > 0 ? desc.batchSize : 1));
+  }
+
+  DeviceSession session(ctx);
+  if (Status s = device::initialize(ctx); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
+  session.initialized = true;
+  if (std::string(device::kind()) == "cuda") {
+    uint64_t freeBytes = 0, totalBytes = 0;
+    if (device::memoryInfo(freeBytes, totalBytes)) {
+      std::printf("mtc trainer: device memory %s free of %s; the plan needs "
+                  "%s\n",
+                  humanBytes(freeBytes).c_str(), humanBytes(totalBytes).c_str(),
+                  humanBytes(desc.arenaBytes).c_str());
+      if (desc.arenaBytes > freeBytes) {
+        printError("the planned arena (" + humanBytes(desc.arenaBytes) +
+                   ") does not fit in the " + humanBytes(freeBytes) +
+                   " of free device memory; compile with a smaller "
+                   "--mem-budget");
+        return kExitFailure;
+      }
+    }
+  }
+  if (Status s = device::allocate(desc.arenaBytes, &session.arena); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
+  unsigned char *arena = session.arena;
+  if (Status s = device::memsetZero(ctx, arena, desc.arenaBytes); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
+
+  // Initial values of parameters and buffers.
+  SafetensorsReader init;
+  if (desc.initSize > 0) {
+    if (Status s = init.parse(desc.initData, desc.initSize,
+                              "initial values embedded in the trainer");
+        !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+  }
+  for (int i = 0; i < desc.numTensors; ++i) {
+    const TensorDesc &t = desc.tensors[i];
+    if (t.role != Role::Param && t.role != Role::Buffer)
+      continue;
+    const SafetensorsTensor *entry = init.find(t.name);
+    if (!entry) {
+      printError("invalid model description (a compiler bug): no initial "
+                 "value for '" +
+                 std::string(t.name) + "'");
+      return kExitFailure;
+    }
+    if (Status s = copyTensorIn(ctx, arena, t, init, *entry,
+                                "initial values embedded in the trainer");
+        !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+  }
+
+  int64_t startStep = 0;
+  if (!opts.loadPath.empty()) {
+    SafetensorsReader checkpoint;
+    if (Status s = checkpoint.open(opts.loadPath); !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+    std::string where = "checkpoint '" + opts.loadPath + "'";
+    int used = 0;
+    for (int i = 0; i < desc.numTensors; ++i) {
+      const TensorDesc &t = desc.tensors[i];
+      if (t.role != Role::Param && t.role != Role::Buffer &&
+          t.role != Role::State)
+        continue;
+      const SafetensorsTensor *entry = checkpoint.find(t.name);
+      if (!entry) {
+        if (t.role == Role::State)
+          continue; // optimizer state starts from zero, as in a fresh run
+        printError(where + " has no tensor '" + t.name + "' (a " +
+                   (t.role == Role::Param ? "parameter" : "buffer") +
+                   " of the model)");
+        return kExitFailure;
+      }
+      if (Status s = copyTensorIn(ctx, arena, t, checkpoint, *entry, where);
+          !s.ok()) {
+        printError(s.message());
+        return kExitFailure;
+      }
+      ++used;
+    }
+    int unused = static_cast<int>(checkpoint.tensors().size()) - used;
+    if (unused > 0) {
+      std::string example;
+      for (const SafetensorsTensor &t : checkpoint.tensors()) {
+        bool known = false;
+        for (int i = 0; i < desc.numTensors && !known; ++i)
+          known = (desc.tensors[i].role == Role::Param ||
+                   desc.tensors[i].role == Role::Buffer ||
+                   desc.tensors[i].role == Role::State) &&
+                  t.name == desc.tensors[i].name;
+        if (!known) {
+          example = t.name;
+          break;
+        }
+      }
+      printWarning(where + " has " + std::to_string(unused) +
+                   " tensor(s) this model does not use, e.g. '" + example +
+                   "'");
+    }
+    auto step = checkpoint.metadata().find("step");
+    if (step != checkpoint.metadata().end()) {
+      if (!parseSigned(step->second, startStep) || startStep < 0) {
+        printError(where + ": metadata \"step\" is not a step count: '" +
+                   step->second + "'");
+        return kExitFailure;
+      }
+    } else {
+      printWarning(where + " has no \"step\" metadata; counting steps from 0");
+    }
+    std::printf("mtc trainer: loaded %s (step %" PRId64 ")\n",
+                opts.loadPath.c_str(), startStep);
+  }
+
+  MetricsWriter metrics;
+  if (!opts.metricsPath.empty()) {
+    if (Status s = metrics.open(opts.metricsPath); !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+  }
+
+  // Name the labels file in data errors when it is unambiguous.
+  const InputFeed *labelFeed = nullptr;
+  int labelInputs = 0;
+  for (const InputFeed &feed : feeds)
+    if (feed.tensor->dtype == DType::I64) {
+      labelFeed = &feed;
+      ++labelInputs;
+    }
+  if (labelInputs != 1)
+    labelFeed = nullptr;
+
+  float loss = std::numeric_limits<float>::quiet_NaN();
+  Clock::time_point loopStart = Clock::now();
+  for (int64_t i = 0; i < opts.steps; ++i) {
+    Clock::time_point stepStart = Clock::now();
+    ctx.step = startStep + i + 1;
+    // Batches follow the global step so that a resumed run sees the same
+    // samples as one that was never interrupted.
+    int64_t stepIndex = ctx.step - 1;
+    for (InputFeed &feed : feeds) {
+      for (int64_t row = 0; row < desc.batchSize; ++row) {
+        int64_t sample =
+            sampleIndex(stepIndex, desc.batchSize, row, numSamples);
+        std::memcpy(feed.staging.data() + row * feed.sampleBytes,
+                    feed.array.data() + sample * feed.sampleBytes,
+                    feed.sampleBytes);
+      }
+      if (Status s = device::copyToDevice(ctx, arena + feed.tensor->offset,
+                                          feed.staging.data(),
+                                          feed.tensor->bytes);
+          !s.ok()) {
+        printError(s.message());
+        return kExitFailure;
+      }
+    }
+
+    desc.step(ctx, arena);
+
+    Status s = device::copyToHost(ctx, &loss, arena + lossTensor.offset,
+                                  sizeof(float));
+    if (s.ok())
+      s = device::synchronize(ctx);
+    if (!s.ok()) {
+      printError("step " + std::to_string(ctx.step) + ": " + s.message());
+      return kExitFailure;
+    }
+    if (hasError(ctx)) {
+      ContextError err = takeError(ctx);
+      std::string where;
+      if (err.batchRow >= 0 && err.batchRow < desc.batchSize && labelFeed)
+        where = " (sample " +
+                std::to_string(sampleIndex(stepIndex, desc.batchSize,
+                                           err.batchRow, numSamples)) +
+                " of '" + labelFeed->path + "')";
+      printError("step " + std::to_string(ctx.step) + ": " + err.message +
+                 where);
+      return kExitFailure;
+    }
+    double stepMs = secondsSince(stepStart) * 1000.0;
+    if (Status ms = metrics.write(ctx.step, loss, stepMs); !ms.ok()) {
+      printError(ms.message());
+      return kExitFailure;
+    }
+    if (ctx.step % opts.logEvery == 0 || i + 1 == opts.steps) {
+      std::printf("step %" PRId64 " loss %.7g (%.3f s)\n", ctx.step,
+                  static_cast<double>(loss), secondsSince(loopStart));
+      std::fflush(stdout);
+    }
+  }
+  if (opts.steps > 0) {
+    double total = secondsSince(loopStart);
+    std::printf("mtc trainer: %" PRId64 " steps in %.3f s (%.2f steps/s)\n",
+                opts.steps, total,
+                total > 0 ? static_cast<double>(opts.steps) / total : 0.0);
+  }
+  if (Status s = metrics.close(); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
+
+  int64_t finalStep = startStep + opts.steps;
+  if (!opts.savePath.empty()) {
+    int count = 0;
+    std::map<std::string, std::string> meta{
+        {"format", "mtc"}, {"step", std::to_string(finalStep)}};
+    if (Status s = writeTensors(ctx, desc, arena, opts.savePath,
+                                /*grads=*/false, meta, count);
+        !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+    std::printf("mtc trainer: saved %d tensors to %s (step %" PRId64 ")\n",
+                count, opts.savePath.c_str(), finalStep);
+  }
+  if (!opts.dumpGradsPath.empty()) {
+    int count = 0;
+    std::map<std::string, std::string> meta{
+        {"loss", formatFloatExact(loss)}, {"step", std::to_string(finalStep)}};
+    if (Status s = writeTensors(ctx, desc, arena, opts.dumpGradsPath,
+                                /*grads=*/true, meta, count);
+        !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+    std::printf("mtc trainer: wrote %d gradients to %s\n", count,
+                opts.dumpGradsPath.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+} // namespace
+
+int trainerMain(int argc, char **argv, const ModelDesc &desc) {
+  const char *prog = programName(argc, argv);
+  int lossIndex = -1;
+  Options opts;
+  std::string error;
+  switch (parseCommandLine(argc, argv, opts, error)) {
+  case ParseOutcome::Help:
+    printUsage(prog, desc);
+    return 0;
+  case ParseOutcome::Error:
+    printError(error);
+    std::fprintf(stderr, "run '%s --help' for usage\n", prog);
+    return kExitUsage;
+  case ParseOutcome::Run:
+    break;
+  }
+
+  if (Status s = validateModel(desc, lossIndex); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
+  if (std::string(desc.target) != device::kind()) {
+    printError("this trainer was generated for target '" +
+               std::string(desc.target) + "' but linked with the " +
+               device::kind() + " runtime");
+    return kExitFailure;
+  }
+  if (opts.dataDir.empty()) {
+    std::string names;
+    for (int i = 0; i < desc.numTensors; ++i)
+      if (desc.tensors[i].role == Role::Input)
+        names += (names.empty() ? "" : ", ") +
+                 std::string(desc.tensors[i].name) + ".npy";
+    if (!names.empty()) {
+      printError("--data DIR is required: the model reads " + names);
+      std::fprintf(stderr, "run '%s --help' for usage\n", prog);
+      return kExitUsage;
+    }
+  }
+  return run(opts, desc, lossIndex);
+}
+
+} // namespace mtc::rt

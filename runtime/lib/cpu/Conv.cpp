@@ -1,0 +1,178 @@
+//===- Conv.cpp - 2-D convolution as im2col + GEMM ------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Each (image, group) pair is lowered to one GEMM over an im2col matrix of
+// shape [cg * kh * kw, oh * ow] held in the workspace, which is exactly
+// conv2dWorkspaceBytes(p) bytes: the plan reserves no more.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+#include "Parallel.h"
+
+#include "mtc/runtime/Kernels.h"
+
+#include <cstring>
+
+namespace mtc::rt {
+
+namespace {
+
+struct ConvShape {
+  int64_t cg, kg;   // input / output channels per group
+  int64_t patch;    // cg * kh * kw: rows of the im2col matrix
+  int64_t pixels;   // oh * ow: columns of the im2col matrix
+  int64_t inPlane;  // h * w
+};
+
+ConvShape shapeOf(const Conv2dParams &p) {
+  ConvShape s;
+  s.cg = p.c / p.groups;
+  s.kg = p.k / p.groups;
+  s.patch = s.cg * p.kh * p.kw;
+  s.pixels = p.oh * p.ow;
+  s.inPlane = p.h * p.w;
+  return s;
+}
+
+bool validParams(Context &ctx, const Conv2dParams &p, const char *what) {
+  if (p.groups <= 0 || p.c % p.groups != 0 || p.k % p.groups != 0 ||
+      p.strideH <= 0 || p.strideW <= 0 || p.dilationH <= 0 ||
+      p.dilationW <= 0) {
+    reportError(ctx, std::string(what) +
+                         ": invalid convolution parameters (groups, stride "
+                         "or dilation)");
+    return false;
+  }
+  return true;
+}
+
+/// col[r, oy * ow + ox] = x[ci, iy, ix] with r = (ci * kh + i) * kw + j,
+/// iy = oy * strideH - padTop + i * dilationH (likewise ix), or 0 where the
+/// tap falls into padding. `x` points at the group's first channel.
+void im2col(const Conv2dParams &p, const ConvShape &s, const float *x,
+            float *col) {
+#pragma omp parallel for schedule(static) if (s.patch * s.pixels >= cpu::kParallelGrain)
+  for (int64_t r = 0; r < s.patch; ++r) {
+    int64_t ci = r / (p.kh * p.kw);
+    int64_t i = (r / p.kw) % p.kh;
+    int64_t j = r % p.kw;
+    const float *plane = x + ci * s.inPlane;
+    float *dst = col + r * s.pixels;
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
+      float *row = dst + oy * p.ow;
+      if (iy < 0 || iy >= p.h) {
+        for (int64_t ox = 0; ox < p.ow; ++ox)
+          row[ox] = 0.0f;
+        continue;
+      }
+      const float *src = plane + iy * p.w;
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        int64_t ix = ox * p.strideW - p.padLeft + j * p.dilationW;
+        row[ox] = (ix >= 0 && ix < p.w) ? src[ix] : 0.0f;
+      }
+    }
+  }
+}
+
+/// The adjoint of im2col: dx[ci, iy, ix] += col[r, pixel] for every tap
+/// that read (ci, iy, ix). Threads own whole channels, so each dx element
+/// is accumulated by one thread in a fixed order.
+void col2imAccumulate(const Conv2dParams &p, const ConvShape &s,
+                      const float *col, float *dx) {
+#pragma omp parallel for schedule(static) if (s.patch * s.pixels >= cpu::kParallelGrain)
+  for (int64_t ci = 0; ci < s.cg; ++ci) {
+    float *plane = dx + ci * s.inPlane;
+    for (int64_t i = 0; i < p.kh; ++i) {
+      for (int64_t j = 0; j < p.kw; ++j) {
+        const float *src = col + ((ci * p.kh + i) * p.kw + j) * s.pixels;
+        for (int64_t oy = 0; oy < p.oh; ++oy) {
+          int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
+          if (iy < 0 || iy >= p.h)
+            continue;
+          for (int64_t ox = 0; ox < p.ow; ++ox) {
+            int64_t ix = ox * p.strideW - p.padLeft + j * p.dilationW;
+            if (ix >= 0 && ix < p.w)
+              plane[iy * p.w + ix] += src[oy * p.ow + ox];
+          }
+        }
+      }
+    }
+  }
+}
+
+} // namespace
+
+void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
+                   const float *w, const float *bias, float *y,
+                   float *workspace) {
+  if (!validParams(ctx, p, "conv2dForward"))
+    return;
+  ConvShape s = shapeOf(p);
+  for (int64_t img = 0; img < p.n; ++img) {
+    for (int64_t g = 0; g < p.groups; ++g) {
+      im2col(p, s, x + (img * p.c + g * s.cg) * s.inPlane, workspace);
+      // y[kg, pixels] = w_g[kg, patch] * col[patch, pixels]
+      gemm(ctx, false, false, s.kg, s.pixels, s.patch, 1.0f,
+           w + g * s.kg * s.patch, s.patch, workspace, s.pixels, 0.0f,
+           y + (img * p.k + g * s.kg) * s.pixels, s.pixels);
+    }
+  }
+  if (!bias)
+    return;
+#pragma omp parallel for schedule(static) if (p.n * p.k * s.pixels >= cpu::kParallelGrain)
+  for (int64_t plane = 0; plane < p.n * p.k; ++plane) {
+    float b = bias[plane % p.k];
+    float *dst = y + plane * s.pixels;
+    for (int64_t i = 0; i < s.pixels; ++i)
+      dst[i] += b;
+  }
+}
+
+void conv2dBackwardData(Context &ctx, const Conv2dParams &p, const float *dy,
+                        const float *w, float *dx, float *workspace) {
+  if (!validParams(ctx, p, "conv2dBackwardData"))
+    return;
+  ConvShape s = shapeOf(p);
+  if (p.n * p.c * s.inPlane > 0)
+    std::memset(dx, 0, sizeof(float) * p.n * p.c * s.inPlane);
+  for (int64_t img = 0; img < p.n; ++img) {
+    for (int64_t g = 0; g < p.groups; ++g) {
+      // col[patch, pixels] = w_g^T[patch, kg] * dy_g[kg, pixels]
+      gemm(ctx, true, false, s.patch, s.pixels, s.kg, 1.0f,
+           w + g * s.kg * s.patch, s.patch,
+           dy + (img * p.k + g * s.kg) * s.pixels, s.pixels, 0.0f, workspace,
+           s.pixels);
+      col2imAccumulate(p, s, workspace,
+                       dx + (img * p.c + g * s.cg) * s.inPlane);
+    }
+  }
+}
+
+void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
+                          const float *dy, float *dw, float *workspace) {
+  if (!validParams(ctx, p, "conv2dBackwardFilter"))
+    return;
+  ConvShape s = shapeOf(p);
+  if (p.n == 0) {
+    if (p.k * s.patch > 0)
+      std::memset(dw, 0, sizeof(float) * p.k * s.patch);
+    return;
+  }
+  for (int64_t img = 0; img < p.n; ++img) {
+    for (int64_t g = 0; g < p.groups; ++g) {
+      im2col(p, s, x + (img * p.c + g * s.cg) * s.inPlane, workspace);
+      // dw_g[kg, patch] (+)= dy_g[kg, pixels] * col^T[pixels, patch]
+      gemm(ctx, false, true, s.kg, s.patch, s.pixels, 1.0f,
+           dy + (img * p.k + g * s.kg) * s.pixels, s.pixels, workspace,
+           s.pixels, img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch,
+           s.patch);
+    }
+  }
+}
+
+} // namespace mtc::rt

@@ -1,0 +1,89 @@
+//===- DataMovement.cpp - fill, copies, strided copies --------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+#include "Parallel.h"
+
+#include "mtc/runtime/Kernels.h"
+
+#include <cstring>
+#include <string>
+
+namespace mtc::rt {
+
+namespace {
+
+template <typename T>
+void stridedCopyImpl(int rank, const int64_t *shape, const T *src,
+                     const int64_t *srcStrides, T *dst,
+                     const int64_t *dstStrides) {
+  if (rank == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  // Rows along the last dim; each row is independent.
+  int64_t inner = shape[rank - 1];
+  int64_t rows = 1;
+  for (int i = 0; i < rank - 1; ++i)
+    rows *= shape[i];
+  int64_t srcInner = srcStrides[rank - 1];
+  int64_t dstInner = dstStrides[rank - 1];
+#pragma omp parallel for schedule(static) if (rows * inner >= cpu::kParallelGrain)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t srcAt = 0, dstAt = 0, rest = row;
+    for (int i = rank - 2; i >= 0; --i) {
+      int64_t idx = rest % shape[i];
+      rest /= shape[i];
+      srcAt += idx * srcStrides[i];
+      dstAt += idx * dstStrides[i];
+    }
+    const T *s = src + srcAt;
+    T *t = dst + dstAt;
+    if (srcInner == 1 && dstInner == 1) {
+      std::memcpy(t, s, sizeof(T) * inner);
+      continue;
+    }
+    for (int64_t j = 0; j < inner; ++j)
+      t[j * dstInner] = s[j * srcInner];
+  }
+}
+
+} // namespace
+
+void fill(Context &, float *y, int64_t n, float value) {
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = value;
+}
+
+void copyBytes(Context &, void *dst, const void *src, uint64_t bytes) {
+  if (bytes)
+    std::memmove(dst, src, bytes);
+}
+
+void stridedCopy(Context &ctx, int rank, const int64_t *shape,
+                 const void *src, int64_t srcOffset, const int64_t *srcStrides,
+                 void *dst, int64_t dstOffset, const int64_t *dstStrides,
+                 int elemBytes) {
+  if (rank < 0 || rank > kMaxRank || (elemBytes != 4 && elemBytes != 8)) {
+    reportError(ctx, "stridedCopy: unsupported rank " + std::to_string(rank) +
+                         " or element size " + std::to_string(elemBytes));
+    return;
+  }
+  for (int i = 0; i < rank; ++i)
+    if (shape[i] == 0)
+      return;
+  if (elemBytes == 4)
+    stridedCopyImpl(rank, shape, static_cast<const uint32_t *>(src) + srcOffset,
+                    srcStrides, static_cast<uint32_t *>(dst) + dstOffset,
+                    dstStrides);
+  else
+    stridedCopyImpl(rank, shape, static_cast<const uint64_t *>(src) + srcOffset,
+                    srcStrides, static_cast<uint64_t *>(dst) + dstOffset,
+                    dstStrides);
+}
+
+} // namespace mtc::rt

@@ -1,0 +1,101 @@
+//===- Device.cpp - The CPU "device": host memory -------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+#include "Device.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace mtc::rt::device {
+
+const char *kind() { return "cpu"; }
+
+Status initialize(Context &) { return Status::success(); }
+
+void shutdown(Context &) {}
+
+std::string name() {
+  std::string model = "unknown CPU";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) != 0)
+      continue;
+    size_t colon = line.find(':');
+    if (colon != std::string::npos && colon + 2 <= line.size())
+      model = line.substr(colon + 2);
+    break;
+  }
+#ifdef _OPENMP
+  int threads = omp_get_max_threads();
+#else
+  int threads = 1;
+#endif
+  return "CPU " + model + " (" + std::to_string(threads) + " threads)";
+}
+
+bool memoryInfo(uint64_t &freeBytes, uint64_t &totalBytes) {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long available = sysconf(_SC_AVPHYS_PAGES);
+  long pageSize = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || available < 0 || pageSize <= 0)
+    return false;
+  totalBytes = static_cast<uint64_t>(pages) * pageSize;
+  freeBytes = static_cast<uint64_t>(available) * pageSize;
+  return true;
+}
+
+Status allocate(uint64_t bytes, unsigned char **ptr) {
+  // aligned_alloc wants a size that is a multiple of the alignment, and a
+  // zero-byte plan still needs a valid pointer.
+  constexpr uint64_t alignment = 256;
+  uint64_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  if (rounded == 0)
+    rounded = alignment;
+  if (rounded < bytes)
+    return Status::error("arena of " + std::to_string(bytes) +
+                         " bytes is too large");
+  void *p = std::aligned_alloc(alignment, rounded);
+  if (!p)
+    return Status::error("cannot allocate the arena of " +
+                         std::to_string(bytes) +
+                         " bytes in host memory: " + std::strerror(errno));
+  *ptr = static_cast<unsigned char *>(p);
+  return Status::success();
+}
+
+void release(unsigned char *ptr) { std::free(ptr); }
+
+Status memsetZero(Context &, void *dst, uint64_t bytes) {
+  if (bytes)
+    std::memset(dst, 0, bytes);
+  return Status::success();
+}
+
+Status copyToDevice(Context &, void *dst, const void *src, uint64_t bytes) {
+  if (bytes)
+    std::memcpy(dst, src, bytes);
+  return Status::success();
+}
+
+Status copyToHost(Context &, void *dst, const void *src, uint64_t bytes) {
+  if (bytes)
+    std::memcpy(dst, src, bytes);
+  return Status::success();
+}
+
+Status synchronize(Context &) { return Status::success(); }
+
+} // namespace mtc::rt::device

@@ -1,0 +1,36 @@
+//===- Optimizers.cpp - SGD and AdamW updates -----------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+#include "KernelCommon.h"
+#include "Parallel.h"
+
+#include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/Trainer.h"
+
+namespace mtc::rt {
+
+void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
+               float *momentumBuf, float lr, float momentum, float weightDecay,
+               bool nesterov) {
+  SgdScalars s{lr, momentum, weightDecay, nesterov, stepCounter(ctx) <= 1};
+  float *buf = momentum != 0.0f ? momentumBuf : nullptr;
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i)
+    sgdElement(p[i], g[i], buf ? buf + i : nullptr, s);
+}
+
+void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
+                 float *v, float lr, float beta1, float beta2, float eps,
+                 float weightDecay) {
+  AdamwScalars s =
+      adamwScalars(stepCounter(ctx), lr, beta1, beta2, eps, weightDecay);
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i)
+    adamwElement(p[i], g[i], m[i], v[i], s);
+}
+
+} // namespace mtc::rt

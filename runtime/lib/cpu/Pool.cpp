@@ -1,0 +1,144 @@
+//===- Pool.cpp - 2-D max and average pooling -----------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The window semantics (padding, ceil mode, divisors, tie breaking) live in
+// KernelCommon.h and are shared with the CUDA kernels. Backward passes
+// scatter within one (image, channel) plane per thread, so every dx element
+// is accumulated by one thread in output order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+#include "KernelCommon.h"
+#include "Parallel.h"
+
+#include "mtc/runtime/Kernels.h"
+
+#include <cstring>
+#include <limits>
+
+namespace mtc::rt {
+
+namespace {
+
+bool validParams(Context &ctx, const Pool2dParams &p, const char *what) {
+  if (p.strideH <= 0 || p.strideW <= 0 || p.dilationH <= 0 ||
+      p.dilationW <= 0 || p.kh <= 0 || p.kw <= 0) {
+    reportError(ctx, std::string(what) +
+                         ": invalid pooling parameters (kernel, stride or "
+                         "dilation)");
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+void maxPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
+                      float *y) {
+  if (!validParams(ctx, p, "maxPool2dForward"))
+    return;
+  int64_t rows = p.n * p.c * p.oh;
+#pragma omp parallel for schedule(static) if (rows * p.ow * p.kh * p.kw >= cpu::kParallelGrain)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t plane = row / p.oh;
+    int64_t oy = row % p.oh;
+    const float *src = x + plane * p.h * p.w;
+    float *dst = y + row * p.ow;
+    for (int64_t ox = 0; ox < p.ow; ++ox) {
+      int64_t at = maxPoolArgmax(p, src, oy, ox);
+      // A window entirely in padding has no input to take the max of.
+      dst[ox] = at < 0 ? -std::numeric_limits<float>::infinity() : src[at];
+    }
+  }
+}
+
+void maxPool2dBackward(Context &ctx, const Pool2dParams &p, const float *x,
+                       const float *dy, float *dx) {
+  if (!validParams(ctx, p, "maxPool2dBackward"))
+    return;
+  int64_t planes = p.n * p.c;
+#pragma omp parallel for schedule(static) if (planes * p.oh * p.ow * p.kh * p.kw >= cpu::kParallelGrain)
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    const float *src = x + plane * p.h * p.w;
+    const float *grad = dy + plane * p.oh * p.ow;
+    float *dst = dx + plane * p.h * p.w;
+    std::memset(dst, 0, sizeof(float) * p.h * p.w);
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        int64_t at = maxPoolArgmax(p, src, oy, ox);
+        if (at >= 0)
+          dst[at] += grad[oy * p.ow + ox];
+      }
+    }
+  }
+}
+
+void avgPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
+                      float *y) {
+  if (!validParams(ctx, p, "avgPool2dForward"))
+    return;
+  int64_t rows = p.n * p.c * p.oh;
+#pragma omp parallel for schedule(static) if (rows * p.ow * p.kh * p.kw >= cpu::kParallelGrain)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t plane = row / p.oh;
+    int64_t oy = row % p.oh;
+    const float *src = x + plane * p.h * p.w;
+    float *dst = y + row * p.ow;
+    int64_t hStart = oy * p.strideH - p.padTop;
+    for (int64_t ox = 0; ox < p.ow; ++ox) {
+      int64_t wStart = ox * p.strideW - p.padLeft;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < p.kh; ++i) {
+        int64_t iy = hStart + i * p.dilationH;
+        if (iy < 0 || iy >= p.h)
+          continue;
+        for (int64_t j = 0; j < p.kw; ++j) {
+          int64_t ix = wStart + j * p.dilationW;
+          if (ix >= 0 && ix < p.w)
+            sum += src[iy * p.w + ix];
+        }
+      }
+      int64_t divisor = avgPoolDivisor(p, oy, ox);
+      dst[ox] = divisor > 0 ? sum / static_cast<float>(divisor) : 0.0f;
+    }
+  }
+}
+
+void avgPool2dBackward(Context &ctx, const Pool2dParams &p, const float *dy,
+                       float *dx) {
+  if (!validParams(ctx, p, "avgPool2dBackward"))
+    return;
+  int64_t planes = p.n * p.c;
+#pragma omp parallel for schedule(static) if (planes * p.oh * p.ow * p.kh * p.kw >= cpu::kParallelGrain)
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    const float *grad = dy + plane * p.oh * p.ow;
+    float *dst = dx + plane * p.h * p.w;
+    std::memset(dst, 0, sizeof(float) * p.h * p.w);
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      int64_t hStart = oy * p.strideH - p.padTop;
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        int64_t divisor = avgPoolDivisor(p, oy, ox);
+        if (divisor <= 0)
+          continue;
+        float share = grad[oy * p.ow + ox] / static_cast<float>(divisor);
+        int64_t wStart = ox * p.strideW - p.padLeft;
+        for (int64_t i = 0; i < p.kh; ++i) {
+          int64_t iy = hStart + i * p.dilationH;
+          if (iy < 0 || iy >= p.h)
+            continue;
+          for (int64_t j = 0; j < p.kw; ++j) {
+            int64_t ix = wStart + j * p.dilationW;
+            if (ix >= 0 && ix < p.w)
+              dst[iy * p.w + ix] += share;
+          }
+        }
+      }
+    }
+  }
+}
+
+} // namespace mtc::rt

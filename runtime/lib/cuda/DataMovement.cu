@@ -1,0 +1,97 @@
+//===- DataMovement.cu - fill, copies, strided copies ---------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Launch.h"
+
+#include "mtc/runtime/Kernels.h"
+
+#include <string>
+
+namespace mtc::rt {
+
+namespace {
+
+/// Passed by value so that the kernel needs no device copy of the shape.
+struct StridedCopyArgs {
+  int rank;
+  int64_t shape[kMaxRank];
+  int64_t srcStrides[kMaxRank];
+  int64_t dstStrides[kMaxRank];
+};
+
+__global__ void fillKernel(float *y, int64_t n, float value) {
+  for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
+    y[i] = value;
+}
+
+/// One thread per element of `shape`, consecutive threads along the last
+/// dim so that at least one side of a transpose is coalesced.
+template <typename T>
+__global__ void stridedCopyKernel(StridedCopyArgs args, int64_t total,
+                                  const T *src, T *dst) {
+  for (int64_t idx = cuda::threadIndex(); idx < total;
+       idx += cuda::threadCount()) {
+    int64_t rest = idx, srcAt = 0, dstAt = 0;
+    for (int d = args.rank - 1; d >= 0; --d) {
+      int64_t i = rest % args.shape[d];
+      rest /= args.shape[d];
+      srcAt += i * args.srcStrides[d];
+      dstAt += i * args.dstStrides[d];
+    }
+    dst[dstAt] = src[srcAt];
+  }
+}
+
+} // namespace
+
+void fill(Context &ctx, float *y, int64_t n, float value) {
+  if (n <= 0)
+    return;
+  fillKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(y, n, value);
+  checkLaunch(ctx, "fillKernel");
+}
+
+void copyBytes(Context &ctx, void *dst, const void *src, uint64_t bytes) {
+  if (bytes == 0)
+    return;
+  cudaError_t error =
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx.stream);
+  if (error != cudaSuccess)
+    reportError(ctx, std::string("copyBytes: ") + cudaGetErrorString(error));
+}
+
+void stridedCopy(Context &ctx, int rank, const int64_t *shape,
+                 const void *src, int64_t srcOffset, const int64_t *srcStrides,
+                 void *dst, int64_t dstOffset, const int64_t *dstStrides,
+                 int elemBytes) {
+  if (rank < 0 || rank > kMaxRank || (elemBytes != 4 && elemBytes != 8)) {
+    reportError(ctx, "stridedCopy: unsupported rank " + std::to_string(rank) +
+                         " or element size " + std::to_string(elemBytes));
+    return;
+  }
+  StridedCopyArgs args = {};
+  args.rank = rank;
+  int64_t total = 1;
+  for (int i = 0; i < rank; ++i) {
+    args.shape[i] = shape[i];
+    args.srcStrides[i] = srcStrides[i];
+    args.dstStrides[i] = dstStrides[i];
+    total *= shape[i];
+  }
+  if (total == 0)
+    return;
+  if (elemBytes == 4)
+    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
+        args, total, static_cast<const uint32_t *>(src) + srcOffset,
+        static_cast<uint32_t *>(dst) + dstOffset);
+  else
+    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
+        args, total, static_cast<const uint64_t *>(src) + srcOffset,
+        static_cast<uint64_t *>(dst) + dstOffset);
+  checkLaunch(ctx, "stridedCopyKernel");
+}
+
+} // namespace mtc::rt

@@ -1,0 +1,61 @@
+//===- Optimizers.cu - SGD and AdamW updates ------------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The element updates and their host-side scalars come from KernelCommon.h,
+// shared with cpu/Optimizers.cpp. The step counter is read on the host and
+// folded into kernel arguments, so the kernels never read host state.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelCommon.h"
+#include "Launch.h"
+
+#include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/Trainer.h"
+
+namespace mtc::rt {
+
+namespace {
+
+__global__ void sgdKernel(int64_t n, float *p, const float *g, float *buf,
+                          SgdScalars s) {
+  for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
+    sgdElement(p[i], g[i], buf ? buf + i : nullptr, s);
+}
+
+__global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
+                            float *v, AdamwScalars s) {
+  for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
+    adamwElement(p[i], g[i], m[i], v[i], s);
+}
+
+} // namespace
+
+void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
+               float *momentumBuf, float lr, float momentum, float weightDecay,
+               bool nesterov) {
+  if (n <= 0)
+    return;
+  SgdScalars s{lr, momentum, weightDecay, nesterov, stepCounter(ctx) <= 1};
+  float *buf = momentum != 0.0f ? momentumBuf : nullptr;
+  sgdKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, buf,
+                                                               s);
+  checkLaunch(ctx, "sgdKernel");
+}
+
+void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
+                 float *v, float lr, float beta1, float beta2, float eps,
+                 float weightDecay) {
+  if (n <= 0)
+    return;
+  AdamwScalars s =
+      adamwScalars(stepCounter(ctx), lr, beta1, beta2, eps, weightDecay);
+  adamwKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, m,
+                                                                 v, s);
+  checkLaunch(ctx, "adamwKernel");
+}
+
+} // namespace mtc::rt

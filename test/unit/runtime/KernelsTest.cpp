@@ -1,0 +1,350 @@
+//===- KernelsTest.cpp - Kernel tests on cases checkable by hand ----------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Each case is small enough that the expected values are obvious (a one-hot
+// convolution kernel copies a shifted image, equal logits give a uniform
+// softmax, ...). Tensors go through the device layer, so the same file
+// tests the CUDA library (built as mtc-runtime-cuda-tests), where it skips
+// itself when no GPU is present.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+#include "Device.h"
+
+#include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/Trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+using namespace mtc::rt;
+
+namespace {
+
+class Kernels : public ::testing::Test {
+protected:
+  void SetUp() override {
+    Status s = device::initialize(ctx);
+    if (!s.ok())
+      GTEST_SKIP() << "no usable device: " << s.message();
+    ready = true;
+  }
+  void TearDown() override {
+    for (unsigned char *p : allocations)
+      device::release(p);
+    if (ready)
+      device::shutdown(ctx);
+  }
+
+  /// Device copy of `values` plus `guard` trailing elements set to a
+  /// sentinel, so that tests can check a kernel writes nothing past the end.
+  template <typename T>
+  T *upload(const std::vector<T> &values, size_t guard = 0) {
+    std::vector<T> padded = values;
+    padded.resize(values.size() + guard, static_cast<T>(kSentinel));
+    unsigned char *p = nullptr;
+    Status s = device::allocate(padded.size() * sizeof(T) + 1, &p);
+    EXPECT_TRUE(s.ok()) << s.message();
+    allocations.push_back(p);
+    EXPECT_TRUE(device::copyToDevice(ctx, p, padded.data(),
+                                     padded.size() * sizeof(T))
+                    .ok());
+    return reinterpret_cast<T *>(p);
+  }
+
+  template <typename T> std::vector<T> download(const T *p, size_t n) {
+    std::vector<T> out(n);
+    EXPECT_TRUE(device::copyToHost(ctx, out.data(), p, n * sizeof(T)).ok());
+    EXPECT_TRUE(device::synchronize(ctx).ok());
+    return out;
+  }
+
+  static constexpr float kSentinel = 12345.0f;
+  Context ctx;
+  bool ready = false;
+  std::vector<unsigned char *> allocations;
+};
+
+void expectNear(const std::vector<float> &actual,
+                const std::vector<float> &expected, float tol = 1e-6f) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i)
+    EXPECT_NEAR(actual[i], expected[i], tol) << "at index " << i;
+}
+
+TEST_F(Kernels, Gemm2x2) {
+  float *a = upload<float>({1, 2, 3, 4});
+  float *b = upload<float>({5, 6, 7, 8});
+  float nan = std::nanf("");
+  float *c = upload<float>({nan, nan, nan, nan});
+  // beta == 0 must ignore the NaNs already in C.
+  gemm(ctx, false, false, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+  expectNear(download(c, 4), {19, 22, 43, 50});
+  // A^T * B and accumulation into C.
+  gemm(ctx, true, false, 2, 2, 2, 1.0f, a, 2, b, 2, 1.0f, c, 2);
+  expectNear(download(c, 4), {19 + 26, 22 + 30, 43 + 38, 50 + 44});
+  // A * B^T scaled.
+  gemm(ctx, false, true, 2, 2, 2, 2.0f, a, 2, b, 2, 0.0f, c, 2);
+  expectNear(download(c, 4), {34, 46, 78, 106});
+}
+
+TEST_F(Kernels, GemmStridedBatchedBroadcastsStrideZero) {
+  // Two A matrices (identity and 2 * identity) times one shared B.
+  float *a = upload<float>({1, 0, 0, 1, 2, 0, 0, 2});
+  float *b = upload<float>({1, 2, 3, 4});
+  float *c = upload<float>(std::vector<float>(8, 0.0f));
+  gemmStridedBatched(ctx, false, false, 2, 2, 2, 1.0f, a, 2, 4, b, 2, 0, 0.0f,
+                     c, 2, 4, 2);
+  expectNear(download(c, 8), {1, 2, 3, 4, 2, 4, 6, 8});
+}
+
+/// x[r][c] = 4r + c on a 4x4 image, a 3x3 kernel that is one-hot at (2, 1),
+/// no padding: y[oy][ox] = x[oy + 2][ox + 1].
+Conv2dParams oneHotConv() {
+  Conv2dParams p{};
+  p.n = 1, p.c = 1, p.h = 4, p.w = 4;
+  p.k = 1, p.kh = 3, p.kw = 3;
+  p.oh = 2, p.ow = 2;
+  p.strideH = p.strideW = 1;
+  p.padTop = p.padLeft = 0;
+  p.dilationH = p.dilationW = 1;
+  p.groups = 1;
+  return p;
+}
+
+TEST_F(Kernels, Conv2dOneHotKernel) {
+  Conv2dParams p = oneHotConv();
+  std::vector<float> image(16);
+  for (int i = 0; i < 16; ++i)
+    image[i] = static_cast<float>(i);
+  std::vector<float> kernel(9, 0.0f);
+  kernel[2 * 3 + 1] = 1.0f;
+  size_t wsFloats = conv2dWorkspaceBytes(p) / sizeof(float);
+  const size_t guard = 4;
+  float *x = upload(image);
+  float *w = upload(kernel);
+  float *bias = upload<float>({0.5f});
+  float *y = upload<float>(std::vector<float>(4, 0.0f));
+  float *ws = upload<float>(std::vector<float>(wsFloats, 0.0f), guard);
+
+  conv2dForward(ctx, p, x, w, bias, y, ws);
+  expectNear(download(y, 4), {9.5f, 10.5f, 13.5f, 14.5f});
+
+  // Backward data scatters dy to the cells the one-hot tap read.
+  float *dy = upload<float>({1, 1, 1, 1});
+  float *dx = upload<float>(std::vector<float>(16, 7.0f));
+  conv2dBackwardData(ctx, p, dy, w, dx, ws);
+  expectNear(download(dx, 16),
+             {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0});
+
+  // With dy = 1, dw[i][j] is the sum of the 2x2 window of x at (i, j):
+  // 16 i + 4 j + 10.
+  float *dw = upload<float>(std::vector<float>(9, 7.0f));
+  conv2dBackwardFilter(ctx, p, x, dy, dw, ws);
+  expectNear(download(dw, 9), {10, 14, 18, 26, 30, 34, 42, 46, 50});
+
+  // The kernels used exactly conv2dWorkspaceBytes and not a byte more.
+  auto tail = download(ws + wsFloats, guard);
+  for (float v : tail)
+    EXPECT_EQ(v, kSentinel);
+}
+
+TEST_F(Kernels, Conv2dPaddingAndGroups) {
+  // Two groups of one channel each, 3x3 all-ones kernels with padding 1:
+  // each output is the sum of the 3x3 neighbourhood inside the image.
+  Conv2dParams p{};
+  p.n = 1, p.c = 2, p.h = 2, p.w = 2;
+  p.k = 2, p.kh = 3, p.kw = 3;
+  p.oh = 2, p.ow = 2;
+  p.strideH = p.strideW = 1;
+  p.padTop = p.padLeft = 1;
+  p.dilationH = p.dilationW = 1;
+  p.groups = 2;
+  float *x = upload<float>({1, 2, 3, 4, 10, 20, 30, 40});
+  float *w = upload<float>(std::vector<float>(18, 1.0f));
+  float *y = upload<float>(std::vector<float>(8, 0.0f));
+  float *ws = upload<float>(
+      std::vector<float>(conv2dWorkspaceBytes(p) / sizeof(float), 0.0f));
+  conv2dForward(ctx, p, x, w, nullptr, y, ws);
+  expectNear(download(y, 8), {10, 10, 10, 10, 100, 100, 100, 100});
+}
+
+TEST_F(Kernels, MaxPoolTiesAndPadding) {
+  Pool2dParams p{};
+  p.n = 1, p.c = 1, p.h = 2, p.w = 2;
+  p.kh = p.kw = 2;
+  p.oh = p.ow = 1;
+  p.strideH = p.strideW = 2;
+  p.dilationH = p.dilationW = 1;
+  float *x = upload<float>({1, 1, 1, 1});
+  float *y = upload<float>({0});
+  maxPool2dForward(ctx, p, x, y);
+  expectNear(download(y, 1), {1});
+  // A tie sends the whole gradient to the first element.
+  float *dy = upload<float>({5});
+  float *dx = upload<float>({9, 9, 9, 9});
+  maxPool2dBackward(ctx, p, x, dy, dx);
+  expectNear(download(dx, 4), {5, 0, 0, 0});
+
+  // Padding never wins, even over negative inputs: with pad 1 and stride 2
+  // each window sees exactly one input cell.
+  p.padTop = p.padLeft = 1;
+  p.oh = p.ow = 2;
+  float *neg = upload<float>({-1, -2, -3, -4});
+  float *y2 = upload<float>({0, 0, 0, 0});
+  maxPool2dForward(ctx, p, neg, y2);
+  expectNear(download(y2, 4), {-1, -2, -3, -4});
+}
+
+TEST_F(Kernels, AvgPoolCountIncludePad) {
+  // 2x2 kernel, stride 1, pad 1 on [[1, 2], [3, 4]]: the corner window
+  // holds one input cell and three padded ones, the centre all four.
+  Pool2dParams p{};
+  p.n = 1, p.c = 1, p.h = 2, p.w = 2;
+  p.kh = p.kw = 2;
+  p.oh = p.ow = 3;
+  p.strideH = p.strideW = 1;
+  p.padTop = p.padLeft = 1;
+  p.dilationH = p.dilationW = 1;
+  float *x = upload<float>({1, 2, 3, 4});
+  float *y = upload<float>(std::vector<float>(9, 0.0f));
+  p.countIncludePad = false;
+  avgPool2dForward(ctx, p, x, y);
+  expectNear(download(y, 9), {1, 1.5f, 2, 2, 2.5f, 3, 3, 3.5f, 4});
+  p.countIncludePad = true;
+  avgPool2dForward(ctx, p, x, y);
+  expectNear(download(y, 9),
+             {0.25f, 0.75f, 0.5f, 1, 2.5f, 1.5f, 0.75f, 1.75f, 1});
+
+  // Backward with countIncludePad: every window passes 1/4 of its gradient
+  // to each input cell it covers; each cell is covered by 4 windows.
+  float *dy = upload<float>(std::vector<float>(9, 1.0f));
+  float *dx = upload<float>({9, 9, 9, 9});
+  avgPool2dBackward(ctx, p, dy, dx);
+  expectNear(download(dx, 4), {1, 1, 1, 1});
+}
+
+TEST_F(Kernels, SoftmaxOfEqualValues) {
+  float *x = upload<float>({3, 3, 3, 3, 1000, 1000, 1000, 1000});
+  float *y = upload<float>(std::vector<float>(8, 0.0f));
+  softmaxForward(ctx, 2, 4, 1, x, y, false);
+  expectNear(download(y, 8), std::vector<float>(8, 0.25f));
+  softmaxForward(ctx, 2, 4, 1, x, y, true);
+  expectNear(download(y, 8), std::vector<float>(8, -std::log(4.0f)));
+
+  // Along a middle axis: [outer=1, dim=2, inner=2].
+  float *x2 = upload<float>({0, 5, 0, 5});
+  float *y2 = upload<float>({0, 0, 0, 0});
+  softmaxForward(ctx, 1, 2, 2, x2, y2, false);
+  expectNear(download(y2, 4), {0.5f, 0.5f, 0.5f, 0.5f});
+
+  // The softmax gradient of a constant dy is zero.
+  float *yUniform = upload<float>(std::vector<float>(4, 0.25f));
+  float *dy = upload<float>(std::vector<float>(4, 2.0f));
+  float *dx = upload<float>(std::vector<float>(4, 9.0f));
+  softmaxBackward(ctx, 1, 4, 1, yUniform, dy, dx, false);
+  expectNear(download(dx, 4), std::vector<float>(4, 0.0f));
+}
+
+TEST_F(Kernels, SoftmaxCrossEntropy) {
+  // Equal logits over 4 classes: loss log 4, gradient (1/4 - onehot) / n.
+  float *logits = upload<float>(std::vector<float>(8, 0.0f));
+  int64_t *labels = upload<int64_t>({1, 3});
+  float *loss = upload<float>({0});
+  float *logProb = upload<float>(std::vector<float>(8, 0.0f));
+  softmaxCrossEntropyForward(ctx, 2, 4, 1, logits, labels, Reduction::Mean,
+                             -100, loss, logProb);
+  expectNear(download(loss, 1), {std::log(4.0f)});
+  float *dloss = upload<float>({1});
+  float *dlogits = upload<float>(std::vector<float>(8, 9.0f));
+  softmaxCrossEntropyBackward(ctx, 2, 4, 1, dloss, logProb, labels,
+                              Reduction::Mean, -100, dlogits);
+  expectNear(download(dlogits, 8), {0.125f, -0.375f, 0.125f, 0.125f, 0.125f,
+                                    0.125f, 0.125f, -0.375f});
+  EXPECT_FALSE(hasError(ctx));
+
+  // Every label ignored: the mean is 0/0 = NaN (as in PyTorch), the
+  // gradient zero.
+  int64_t *ignored = upload<int64_t>({-100, -100});
+  softmaxCrossEntropyForward(ctx, 2, 4, 1, logits, ignored, Reduction::Mean,
+                             -100, loss, logProb);
+  EXPECT_TRUE(std::isnan(download(loss, 1)[0]));
+  softmaxCrossEntropyBackward(ctx, 2, 4, 1, dloss, logProb, ignored,
+                              Reduction::Mean, -100, dlogits);
+  expectNear(download(dlogits, 8), std::vector<float>(8, 0.0f));
+  EXPECT_FALSE(hasError(ctx));
+
+  // A label outside [0, 4) is a data error naming the label and its row.
+  int64_t *bad = upload<int64_t>({1, 7});
+  softmaxCrossEntropyForward(ctx, 2, 4, 1, logits, bad, Reduction::Mean, -100,
+                             loss, logProb);
+  ASSERT_TRUE(device::synchronize(ctx).ok());
+  ASSERT_TRUE(hasError(ctx));
+  ContextError err = takeError(ctx);
+  EXPECT_NE(err.message.find("label 7"), std::string::npos) << err.message;
+  EXPECT_EQ(err.batchRow, 1);
+  // The bad label counts as ignored.
+  expectNear(download(loss, 1), {std::log(4.0f)});
+}
+
+TEST_F(Kernels, ReduceSum) {
+  float *x = upload<float>({1, 2, 3, 4, 5, 6});
+  float *y = upload<float>({0, 0, 0});
+  int64_t in[2] = {2, 3}, cols[2] = {1, 3}, rows[2] = {2, 1}, all[2] = {1, 1};
+  reduceSum(ctx, 2, in, cols, x, y, 1.0f);
+  expectNear(download(y, 3), {5, 7, 9});
+  reduceSum(ctx, 2, in, rows, x, y, 0.5f);
+  expectNear(download(y, 2), {3, 7.5f});
+  reduceSum(ctx, 2, in, all, x, y, 1.0f);
+  expectNear(download(y, 1), {21});
+  // The middle axis of [2, 2, 2].
+  float *z = upload<float>({1, 2, 3, 4, 5, 6, 7, 8});
+  int64_t in3[3] = {2, 2, 2}, mid[3] = {2, 1, 2};
+  float *out = upload<float>({0, 0, 0, 0});
+  reduceSum(ctx, 3, in3, mid, z, out, 1.0f);
+  expectNear(download(out, 4), {4, 6, 12, 14});
+}
+
+TEST_F(Kernels, StridedCopyTransposes) {
+  float *x = upload<float>({1, 2, 3, 4, 5, 6}); // [2, 3]
+  float *y = upload<float>(std::vector<float>(6, 0.0f));
+  int64_t shape[2] = {3, 2};
+  int64_t src[2] = {1, 3}, dst[2] = {2, 1};
+  stridedCopy(ctx, 2, shape, x, 0, src, y, 0, dst, 4);
+  expectNear(download(y, 6), {1, 4, 2, 5, 3, 6});
+  fill(ctx, y, 6, 2.5f);
+  expectNear(download(y, 6), std::vector<float>(6, 2.5f));
+}
+
+TEST_F(Kernels, SgdMomentumAndAdamW) {
+  float *p = upload<float>({1.0f});
+  float *g = upload<float>({0.5f});
+  float *buf = upload<float>({0.0f});
+  ctx.step = 1;
+  sgdUpdate(ctx, 1, p, g, buf, 0.1f, 0.9f, 0.0f, false);
+  expectNear(download(p, 1), {0.95f});
+  expectNear(download(buf, 1), {0.5f});
+  ctx.step = 2;
+  sgdUpdate(ctx, 1, p, g, buf, 0.1f, 0.9f, 0.0f, false);
+  expectNear(download(buf, 1), {0.95f});
+  expectNear(download(p, 1), {0.855f});
+
+  // AdamW's first step moves every weight by lr * sign(g) (bias correction
+  // makes m / sqrt(v) = g / |g|), after the decoupled weight decay.
+  float *q = upload<float>({1.0f, 1.0f});
+  float *gq = upload<float>({0.3f, -2.0f});
+  float *m = upload<float>({0.0f, 0.0f});
+  float *v = upload<float>({0.0f, 0.0f});
+  ctx.step = 1;
+  adamwUpdate(ctx, 2, q, gq, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f);
+  expectNear(download(q, 2), {0.999f - 0.01f, 0.999f + 0.01f}, 1e-6f);
+}
+
+} // namespace

@@ -1,0 +1,325 @@
+//===- mtc.cpp - The mtc command-line driver ------------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+//   mtc compile MODEL.onnx [--target cpu|cuda] [-o PATH] [--mem-budget SIZE]
+//   mtc import MODEL.onnx          (prints the imported mtc IR)
+//
+// `compile` runs the same passes as `mtc-opt --mtc-train-pipeline` and then
+// generates and builds the trainer.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/Codegen/EmitTrainer.h"
+#include "mtc/Dialect/Mtc/IR/MtcDialect.h"
+#include "mtc/Driver/Driver.h"
+#include "mtc/Import/OnnxImporter.h"
+#include "mtc/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Timer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+
+using namespace mlir;
+using namespace mtc;
+namespace cl = llvm::cl;
+
+//===----------------------------------------------------------------------===//
+// Command line
+//===----------------------------------------------------------------------===//
+
+static cl::SubCommand compileCmd(
+    "compile", "Compile an ONNX model (loss as first output) into a trainer "
+               "executable");
+static cl::SubCommand importCmd(
+    "import", "Import an ONNX model and print it in the mtc dialect");
+
+static cl::OptionCategory modelCat("Model options");
+static cl::OptionCategory trainCat("Optimizer options");
+static cl::OptionCategory buildCat("Output options");
+
+static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
+                                      cl::desc("<model.onnx>"),
+                                      cl::sub(compileCmd), cl::sub(importCmd));
+static cl::list<std::string>
+    dims("dim", cl::desc("Bind a symbolic input dim: --dim NAME=VALUE "
+                         "(repeatable)"),
+         cl::value_desc("NAME=VALUE"), cl::sub(compileCmd), cl::sub(importCmd),
+         cl::cat(modelCat));
+
+static cl::opt<std::string>
+    outputPath("o", cl::desc("Path of the trainer executable (default: "
+                             "trainer); generated sources are written beside "
+                             "it"),
+               cl::value_desc("PATH"), cl::init("trainer"), cl::sub(compileCmd),
+               cl::cat(buildCat));
+static cl::opt<std::string>
+    targetName("target", cl::desc("Device the trainer runs on: cpu or cuda"),
+               cl::value_desc("cpu|cuda"), cl::init("cpu"),
+               cl::sub(compileCmd), cl::cat(buildCat));
+static cl::opt<std::string>
+    arch("arch", cl::desc("CUDA architecture for --target cuda: sm_80 or "
+                          "sm_90"),
+         cl::value_desc("sm_80|sm_90"), cl::init("sm_80"), cl::sub(compileCmd),
+         cl::cat(buildCat));
+static cl::opt<std::string>
+    memBudget("mem-budget",
+              cl::desc("Device memory the step may use, e.g. 24GB, 24GiB, "
+                       "1.5G, 800MB or bytes (GB = 10^9, GiB = 2^30); a plan "
+                       "over it is an error"),
+              cl::value_desc("SIZE"), cl::sub(compileCmd), cl::cat(buildCat));
+static cl::opt<std::string>
+    reportPath("report", cl::desc("Write the memory report as JSON to FILE"),
+               cl::value_desc("FILE.json"), cl::sub(compileCmd),
+               cl::cat(buildCat));
+static cl::opt<bool>
+    noBuild("no-build", cl::desc("Write the generated sources but do not run "
+                                 "the host or CUDA compiler"),
+            cl::sub(compileCmd), cl::cat(buildCat));
+static cl::opt<std::string>
+    printIr("print-ir", cl::desc("Print the planned IR to FILE ('-' for "
+                                 "stdout)"),
+            cl::value_desc("FILE"), cl::sub(compileCmd), cl::cat(buildCat));
+static cl::opt<bool> verbose("v", cl::desc("Print the build commands"),
+                             cl::sub(compileCmd), cl::cat(buildCat));
+
+static cl::opt<std::string>
+    optimizer("optimizer", cl::desc("Update rule: sgd or adamw"),
+              cl::value_desc("sgd|adamw"), cl::init("sgd"),
+              cl::sub(compileCmd), cl::cat(trainCat));
+static cl::opt<double> lr("lr", cl::desc("Learning rate (default 0.01)"),
+                          cl::init(0.01), cl::sub(compileCmd),
+                          cl::cat(trainCat));
+static cl::opt<double> momentum("momentum",
+                                cl::desc("SGD momentum (default 0)"),
+                                cl::init(0.0), cl::sub(compileCmd),
+                                cl::cat(trainCat));
+static cl::opt<bool> nesterov("nesterov",
+                              cl::desc("SGD Nesterov momentum (needs "
+                                       "--momentum > 0)"),
+                              cl::sub(compileCmd), cl::cat(trainCat));
+static cl::opt<double>
+    weightDecay("weight-decay",
+                cl::desc("Weight decay: L2 for SGD, decoupled for AdamW "
+                         "(default 0)"),
+                cl::init(0.0), cl::sub(compileCmd), cl::cat(trainCat));
+static cl::opt<double> beta1("beta1",
+                             cl::desc("AdamW first-moment decay (default "
+                                      "0.9)"),
+                             cl::init(0.9), cl::sub(compileCmd),
+                             cl::cat(trainCat));
+static cl::opt<double> beta2("beta2",
+                             cl::desc("AdamW second-moment decay (default "
+                                      "0.999)"),
+                             cl::init(0.999), cl::sub(compileCmd),
+                             cl::cat(trainCat));
+static cl::opt<double> eps("eps",
+                           cl::desc("AdamW denominator epsilon (default "
+                                    "1e-8)"),
+                           cl::init(1e-8), cl::sub(compileCmd),
+                           cl::cat(trainCat));
+
+//===----------------------------------------------------------------------===//
+// Commands
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+int fail(const Twine &message) {
+  llvm::errs() << "mtc: error: " << message << "\n";
+  return 1;
+}
+
+int fail(llvm::Error err) {
+  std::string message = llvm::toString(std::move(err));
+  return fail(message);
+}
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                       start)
+      .count();
+}
+
+llvm::Expected<ImportOptions> importOptions() {
+  ImportOptions options;
+  for (const std::string &binding : dims) {
+    auto [name, value] = StringRef(binding).split('=');
+    int64_t v;
+    if (name.empty() || value.getAsInteger(10, v) || v <= 0)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "invalid --dim '" + binding + "' (expected NAME=POSITIVE_INTEGER)");
+    options.dims[name] = v;
+  }
+  return options;
+}
+
+int runImport(MLIRContext &context) {
+  auto options = importOptions();
+  if (!options)
+    return fail(options.takeError());
+  auto module = importOnnxFile(context, inputPath, *options);
+  if (!module)
+    return fail(module.takeError());
+  OpPrintingFlags flags;
+  flags.elideLargeResourceString(64);
+  (*module)->print(llvm::outs(), flags);
+  return 0;
+}
+
+int runCompile(MLIRContext &context) {
+  auto start = std::chrono::steady_clock::now();
+  Target target;
+  if (targetName == "cpu")
+    target = Target::Cpu;
+  else if (targetName == "cuda")
+    target = Target::Cuda;
+  else
+    return fail("unknown --target '" + targetName + "' (expected cpu or cuda)");
+  if (target == Target::Cuda && arch != "sm_80" && arch != "sm_90")
+    return fail("unsupported --arch '" + arch + "' (expected sm_80 or sm_90)");
+  std::optional<uint64_t> budget;
+  if (!memBudget.empty()) {
+    auto parsed = parseMemorySize(memBudget);
+    if (!parsed)
+      return fail(parsed.takeError());
+    budget = *parsed;
+  }
+  if (!noBuild)
+    if (llvm::Error err = checkToolchain(target))
+      return fail(std::move(err));
+
+  auto options = importOptions();
+  if (!options)
+    return fail(options.takeError());
+  auto module = importOnnxFile(context, inputPath, *options);
+  if (!module)
+    return fail(module.takeError());
+  llvm::errs() << llvm::format("mtc: imported %s in %.2fs\n",
+                               inputPath.c_str(), secondsSince(start));
+
+  TrainPipelineOptions pipeline;
+  pipeline.optimizer.optimizer = optimizer;
+  pipeline.optimizer.lr = lr;
+  pipeline.optimizer.momentum = momentum;
+  pipeline.optimizer.nesterov = nesterov;
+  pipeline.optimizer.weightDecay = weightDecay;
+  pipeline.optimizer.beta1 = beta1;
+  pipeline.optimizer.beta2 = beta2;
+  pipeline.optimizer.eps = eps;
+  PassManager pm(&context);
+  buildTrainPipeline(pm, pipeline);
+  auto passStart = std::chrono::steady_clock::now();
+  {
+    // Diagnostics name the failing op; print them as "mtc: error: ...".
+    ScopedDiagnosticHandler handler(&context, [](Diagnostic &diag) {
+      llvm::errs() << "mtc: "
+                   << (diag.getSeverity() == DiagnosticSeverity::Error
+                           ? "error: "
+                           : "note: ")
+                   << diag << "\n";
+      return success();
+    });
+    if (failed(pm.run(**module)))
+      return 1;
+  }
+  llvm::errs() << llvm::format("mtc: autodiff, optimizer and memory plan in "
+                               "%.2fs\n",
+                               secondsSince(passStart));
+
+  if (!printIr.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(printIr, ec);
+    if (ec)
+      return fail("cannot write '" + printIr + "': " + ec.message());
+    OpPrintingFlags flags;
+    flags.elideLargeResourceString(64);
+    (*module)->print(os, flags);
+  }
+
+  auto report = computeMemoryReport(**module);
+  if (!report)
+    return fail(report.takeError());
+  report->budgetBytes = budget;
+  if (!reportPath.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(reportPath, ec);
+    if (ec)
+      return fail("cannot write '" + reportPath + "': " + ec.message());
+    writeReportJson(*report, os);
+  }
+  printReportTable(*report, llvm::errs());
+  if (budget && report->totalBytes > *budget)
+    return fail("the plan needs " + formatBytes(report->totalBytes) + " (" +
+                Twine(report->totalBytes) +
+                " bytes) but --mem-budget is " + formatBytes(*budget) + " (" +
+                Twine(*budget) +
+                " bytes); rematerialization is not implemented yet, so "
+                "raise the budget or lower the batch size");
+
+  std::string source;
+  llvm::raw_string_ostream os(source);
+  std::vector<InitTensor> inits;
+  if (llvm::Error err = emitTrainerSource(
+          **module, target, llvm::sys::path::filename(inputPath), os, inits))
+    return fail(std::move(err));
+
+  if (noBuild) {
+    std::string path =
+        outputPath + (target == Target::Cuda ? ".cu" : ".cpp");
+    std::error_code ec;
+    llvm::raw_fd_ostream src(path, ec);
+    if (ec)
+      return fail("cannot write '" + path + "': " + ec.message());
+    src << source;
+    llvm::errs() << "mtc: wrote " << path << " (not built: --no-build)\n";
+    return 0;
+  }
+  BuildOptions build;
+  build.target = target;
+  build.arch = arch;
+  build.output = outputPath;
+  build.verbose = verbose;
+  auto buildStart = std::chrono::steady_clock::now();
+  if (llvm::Error err = buildTrainer(source, inits, build))
+    return fail(std::move(err));
+  llvm::errs() << llvm::format("mtc: built %s (%s) in %.2fs; total %.2fs\n",
+                               outputPath.c_str(), targetName.c_str(),
+                               secondsSince(buildStart), secondsSince(start));
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  cl::HideUnrelatedOptions({&modelCat, &trainCat, &buildCat});
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "mtc: a training compiler. It imports an ONNX model whose first output "
+      "is the loss, builds the backward pass and optimizer, plans one static "
+      "memory arena and emits a trainer executable.\n\n"
+      "  mtc compile MODEL.onnx --mem-budget 24GB -o trainer\n"
+      "  mtc import MODEL.onnx\n");
+  MLIRContext context;
+  context.loadDialect<MtcDialect, func::FuncDialect>();
+  if (compileCmd)
+    return runCompile(context);
+  if (importCmd)
+    return runImport(context);
+  llvm::errs() << "mtc: error: expected a command (compile or import); see "
+                  "mtc --help\n";
+  return 2;
+}
