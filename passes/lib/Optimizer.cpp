@@ -10,7 +10,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
-#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace mtc {
 #define GEN_PASS_DEF_OPTIMIZERPASS
@@ -136,15 +137,16 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
   func.setAllResultAttrs(resultAttrs);
 
   std::string summary;
+  llvm::raw_string_ostream os(summary);
   if (optimizer == "adamw")
-    summary = llvm::formatv("AdamW(lr={0}, betas=({1}, {2}), eps={3}, "
-                            "weight_decay={4})",
-                            lr, beta1, beta2, eps, weightDecay);
+    os << llvm::format("AdamW(lr=%g, betas=(%g, %g), eps=%g, weight_decay=%g)",
+                       double(lr), double(beta1), double(beta2), double(eps),
+                       double(weightDecay));
   else
-    summary = llvm::formatv("SGD(lr={0}, momentum={1}, nesterov={2}, "
-                            "weight_decay={3})",
-                            lr, momentum, nesterov ? "true" : "false",
-                            weightDecay);
+    os << llvm::format("SGD(lr=%g, momentum=%g, nesterov=%s, "
+                       "weight_decay=%g)",
+                       double(lr), double(momentum),
+                       nesterov ? "true" : "false", double(weightDecay));
   func->setAttr(attr::kOptimizerSummary, b.getStringAttr(summary));
   return success();
 }

@@ -446,7 +446,7 @@ static LogicalResult inferReduce(std::optional<Location> loc, Adaptor adaptor,
   ArrayRef<int64_t> x = shapeOf(adaptor.getInput());
   ArrayRef<int64_t> axes = adaptor.getAxes();
   if (!validAxes(axes, x.size()))
-    return emitOptionalError(loc, "axes must be sorted, unique, in range");
+    return emitOptionalError(loc, "axes must be sorted, unique and in range");
   SmallVector<int64_t> shape;
   for (size_t i = 0; i < x.size(); ++i) {
     if (!llvm::is_contained(axes, static_cast<int64_t>(i)))
@@ -470,12 +470,13 @@ LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
                                              SmallVectorImpl<Type> &types) {
   return inferReduce(loc, adaptor, types);
 }
-LogicalResult ReduceSumOp::verify() {
-  return success(validAxes(getAxes(), shapeOf(getInput()).size()));
+template <typename Op> static LogicalResult verifyReduce(Op op) {
+  if (!validAxes(op.getAxes(), shapeOf(op.getInput()).size()))
+    return op.emitOpError("axes must be sorted, unique and in range");
+  return success();
 }
-LogicalResult ReduceMeanOp::verify() {
-  return success(validAxes(getAxes(), shapeOf(getInput()).size()));
-}
+LogicalResult ReduceSumOp::verify() { return verifyReduce(*this); }
+LogicalResult ReduceMeanOp::verify() { return verifyReduce(*this); }
 
 LogicalResult SoftmaxOp::verify() {
   if (getAxis() < 0 ||

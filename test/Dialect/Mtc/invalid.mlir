@@ -1,0 +1,171 @@
+// RUN: mtc-opt %s --split-input-file --verify-diagnostics
+
+func.func @add_no_broadcast(%a: tensor<2x3xf32>, %b: tensor<4xf32>) {
+  // expected-error@+2 {{operand shapes do not broadcast}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = mtc.add %a, %b : (tensor<2x3xf32>, tensor<4xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @add_wrong_result(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error@+2 {{inferred type(s) 'tensor<2x3xf32>' are incompatible with return type(s) of operation 'tensor<2x4xf32>'}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = mtc.add %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @gemm_inner(%a: tensor<4x3xf32>, %b: tensor<5x4xf32>) {
+  // expected-error@+2 {{gemm inner dimensions differ: 3 vs 5}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = mtc.gemm %a, %b : (tensor<4x3xf32>, tensor<5x4xf32>) -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @gemm_bias(%a: tensor<4x3xf32>, %b: tensor<3x5xf32>, %c: tensor<4xf32>) {
+  // expected-error@+1 {{C does not broadcast to the result shape}}
+  %0 = mtc.gemm %a, %b, %c : (tensor<4x3xf32>, tensor<3x5xf32>, tensor<4xf32>) -> tensor<4x5xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_rank(%a: tensor<4xf32>, %b: tensor<4x5xf32>) {
+  // expected-error@+2 {{matmul operands must have rank >= 2}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = mtc.matmul %a, %b : (tensor<4xf32>, tensor<4x5xf32>) -> tensor<5xf32>
+  return
+}
+
+// -----
+
+func.func @conv_group(%x: tensor<1x4x8x8xf32>, %w: tensor<6x4x3x3xf32>) {
+  // expected-error@+1 {{weight has 4 input channels per group, expected 2}}
+  %0 = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<1x4x8x8xf32>, tensor<6x4x3x3xf32>) -> tensor<1x6x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @conv_bias(%x: tensor<1x4x8x8xf32>, %w: tensor<6x4x3x3xf32>, %b: tensor<4xf32>) {
+  // expected-error@+1 {{bias must have one element per output channel}}
+  %0 = mtc.conv %x, %w, %b {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x4x8x8xf32>, tensor<6x4x3x3xf32>, tensor<4xf32>) -> tensor<1x6x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @conv_backward_shape(%dy: tensor<1x6x6x6xf32>, %w: tensor<6x4x3x3xf32>) {
+  // expected-error@+1 {{output shape does not match the convolution}}
+  %0 = mtc.conv_backward_data %dy, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x6x6x6xf32>, tensor<6x4x3x3xf32>) -> tensor<1x4x9x9xf32>
+  return
+}
+
+// -----
+
+func.func @pool_pads(%x: tensor<1x1x8x8xf32>) {
+  // expected-error@+1 {{pads must be smaller than the kernel}}
+  %0 = mtc.max_pool %x {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 2, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x1x8x8xf32>) -> tensor<1x1x5x4xf32>
+  return
+}
+
+// -----
+
+func.func @pool_strides(%x: tensor<1x1x8x8xf32>) {
+  // expected-error@+1 {{strides and dilations must be positive, pads >= 0}}
+  %0 = mtc.avg_pool %x {kernel_shape = array<i64: 2, 2>, strides = array<i64: 0, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x1x8x8xf32>) -> tensor<1x1x7x4xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_count(%x: tensor<2x3xf32>) {
+  // expected-error@+1 {{element count changes from 6 to 8}}
+  %0 = mtc.reshape %x : (tensor<2x3xf32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @expand_shape(%x: tensor<2x3xf32>) {
+  // expected-error@+1 {{input does not broadcast to the result shape}}
+  %0 = mtc.expand %x : (tensor<2x3xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_perm(%x: tensor<2x3xf32>) {
+  // expected-error@+1 {{perm is not a permutation of the dims}}
+  %0 = mtc.transpose %x {perm = array<i64: 0, 0>} : (tensor<2x3xf32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @pad_negative(%x: tensor<2x3xf32>) {
+  // expected-error@+1 {{pads must be non-negative}}
+  %0 = mtc.pad %x {pads = array<i64: 0, -1, 0, 0>} : (tensor<2x3xf32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @slice_bounds(%x: tensor<2x5xf32>) {
+  // expected-error@+1 {{window leaves the input in dimension 1}}
+  %0 = mtc.slice %x {starts = array<i64: 0, 3>, steps = array<i64: 1, 1>} : (tensor<2x5xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_axes(%x: tensor<2x5xf32>) {
+  // expected-error@+1 {{axes must be sorted, unique and in range}}
+  %0 = mtc.reduce_sum %x {axes = array<i64: 1, 0>} : (tensor<2x5xf32>) -> tensor<1x1xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_axis(%x: tensor<2x5xf32>) {
+  // expected-error@+1 {{axis out of range}}
+  %0 = mtc.softmax %x {axis = 2 : i64} : tensor<2x5xf32>
+  return
+}
+
+// -----
+
+func.func @sce_reduction(%x: tensor<4x10xf32>, %l: tensor<4xi64>) {
+  // expected-error@+1 {{reduction must be mean, sum or none, got 'avg'}}
+  %0:2 = mtc.softmax_cross_entropy %x, %l {reduction = "avg"} : (tensor<4x10xf32>, tensor<4xi64>) -> (tensor<f32>, tensor<4x10xf32>)
+  return
+}
+
+// -----
+
+func.func @sce_labels(%x: tensor<4x10xf32>, %l: tensor<5xi64>) {
+  // expected-error@+1 {{labels must have the shape of logits without C}}
+  %0:2 = mtc.softmax_cross_entropy %x, %l : (tensor<4x10xf32>, tensor<5xi64>) -> (tensor<f32>, tensor<4x10xf32>)
+  return
+}
+
+// -----
+
+func.func @labels_float(%x: tensor<4x10xf32>, %l: tensor<4xf32>) {
+  // expected-error@+1 {{operand #1 must be statically shaped tensor of 64-bit signless integer values}}
+  %0:2 = mtc.softmax_cross_entropy %x, %l : (tensor<4x10xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<4x10xf32>)
+  return
+}
+
+// -----
+
+func.func @dynamic(%x: tensor<?x10xf32>) {
+  // expected-error@+1 {{operand #0 must be statically shaped tensor of 32-bit float values}}
+  %0 = mtc.relu %x : tensor<?x10xf32>
+  return
+}

@@ -1,0 +1,110 @@
+// RUN: mtc-opt %s | mtc-opt | FileCheck %s
+// Round trip of every mtc op through the printer and the parser.
+
+// CHECK-LABEL: func @elementwise
+func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {
+  // CHECK: mtc.relu %{{.*}} : tensor<2x3xf32>
+  %0 = mtc.relu %a : tensor<2x3xf32>
+  // CHECK: mtc.tanh
+  %1 = mtc.tanh %0 : tensor<2x3xf32>
+  // CHECK: mtc.sigmoid
+  %2 = mtc.sigmoid %1 : tensor<2x3xf32>
+  // CHECK: mtc.exp
+  %3 = mtc.exp %2 : tensor<2x3xf32>
+  // CHECK: mtc.log
+  %4 = mtc.log %3 : tensor<2x3xf32>
+  // CHECK: mtc.neg
+  %5 = mtc.neg %4 : tensor<2x3xf32>
+  // CHECK: mtc.sqrt
+  %6 = mtc.sqrt %5 : tensor<2x3xf32>
+  // CHECK: mtc.add %{{.*}}, %{{.*}} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %7 = mtc.add %6, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  // CHECK: mtc.sub
+  %8 = mtc.sub %7, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  // CHECK: mtc.mul
+  %9 = mtc.mul %8, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  // CHECK: mtc.div
+  %10 = mtc.div %9, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  // CHECK: mtc.relu_grad
+  %11 = mtc.relu_grad %10, %a : tensor<2x3xf32>
+  return %11 : tensor<2x3xf32>
+}
+
+// CHECK-LABEL: func @linalg
+func.func @linalg(%a: tensor<16x64xf32>, %w: tensor<128x64xf32>, %c: tensor<128xf32>, %x: tensor<2x3x4xf32>, %y: tensor<4x5xf32>) -> (tensor<16x128xf32>, tensor<2x3x5xf32>, tensor<2x4x5xf32>) {
+  // CHECK: mtc.gemm %{{.*}}, %{{.*}}, %{{.*}} {alpha = 5.000000e-01 : f32, transB = true}
+  %0 = mtc.gemm %a, %w, %c {transB = true, alpha = 0.5 : f32} : (tensor<16x64xf32>, tensor<128x64xf32>, tensor<128xf32>) -> tensor<16x128xf32>
+  // CHECK: mtc.matmul %{{.*}}, %{{.*}} : (tensor<2x3x4xf32>, tensor<4x5xf32>) -> tensor<2x3x5xf32>
+  %1 = mtc.matmul %x, %y : (tensor<2x3x4xf32>, tensor<4x5xf32>) -> tensor<2x3x5xf32>
+  // CHECK: mtc.matmul {{.*}} {transpose_a = true}
+  %2 = mtc.matmul %x, %1 {transpose_a = true} : (tensor<2x3x4xf32>, tensor<2x3x5xf32>) -> tensor<2x4x5xf32>
+  return %0, %1, %2 : tensor<16x128xf32>, tensor<2x3x5xf32>, tensor<2x4x5xf32>
+}
+
+// CHECK-LABEL: func @conv_pool
+func.func @conv_pool(%x: tensor<8x4x16x16xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>) -> (tensor<8x4x16x16xf32>, tensor<8x2x3x3xf32>, tensor<8x8x1x1xf32>) {
+  // CHECK: mtc.conv {{.*}} group = 2 : i64
+  %0 = mtc.conv %x, %w, %b {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<8x4x16x16xf32>, tensor<8x2x3x3xf32>, tensor<8xf32>) -> tensor<8x8x16x16xf32>
+  // CHECK: mtc.conv_backward_data
+  %1 = mtc.conv_backward_data %0, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<8x8x16x16xf32>, tensor<8x2x3x3xf32>) -> tensor<8x4x16x16xf32>
+  // CHECK: mtc.conv_backward_filter
+  %2 = mtc.conv_backward_filter %x, %0 {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<8x4x16x16xf32>, tensor<8x8x16x16xf32>) -> tensor<8x2x3x3xf32>
+  // CHECK: mtc.max_pool {{.*}} -> tensor<8x8x8x8xf32>
+  %3 = mtc.max_pool %0 {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<8x8x16x16xf32>) -> tensor<8x8x8x8xf32>
+  // CHECK: mtc.max_pool_grad
+  %4 = mtc.max_pool_grad %0, %3 {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<8x8x16x16xf32>, tensor<8x8x8x8xf32>) -> tensor<8x8x16x16xf32>
+  // CHECK: mtc.avg_pool {{.*}}ceil_mode = true, count_include_pad = true
+  %5 = mtc.avg_pool %4 {kernel_shape = array<i64: 3, 3>, strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, ceil_mode = true, count_include_pad = true} : (tensor<8x8x16x16xf32>) -> tensor<8x8x9x9xf32>
+  // CHECK: mtc.avg_pool_grad
+  %6 = mtc.avg_pool_grad %5 {kernel_shape = array<i64: 3, 3>, strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, ceil_mode = true, count_include_pad = true} : (tensor<8x8x9x9xf32>) -> tensor<8x8x16x16xf32>
+  // CHECK: mtc.global_avg_pool
+  %7 = mtc.global_avg_pool %6 : (tensor<8x8x16x16xf32>) -> tensor<8x8x1x1xf32>
+  return %1, %2, %7 : tensor<8x4x16x16xf32>, tensor<8x2x3x3xf32>, tensor<8x8x1x1xf32>
+}
+
+// CHECK-LABEL: func @shapes
+func.func @shapes(%x: tensor<2x3xf32>, %i: tensor<4x1xi64>) -> (tensor<3x2xf32>, tensor<2x3xf32>, tensor<4x6xi64>, tensor<6xf32>) {
+  // CHECK: mtc.constant dense<1.000000e+00> : tensor<2xf32>
+  %c = mtc.constant dense<1.0> : tensor<2xf32>
+  // CHECK: mtc.transpose {{.*}}perm = array<i64: 1, 0>
+  %0 = mtc.transpose %x {perm = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  // CHECK: mtc.pad {{.*}}value = 2.500000e+00 : f32
+  %1 = mtc.pad %x {pads = array<i64: 0, 1, 0, 1>, value = 2.5 : f32} : (tensor<2x3xf32>) -> tensor<2x5xf32>
+  // CHECK: mtc.slice
+  %2 = mtc.slice %1 {starts = array<i64: 0, 1>, steps = array<i64: 1, 1>} : (tensor<2x5xf32>) -> tensor<2x3xf32>
+  // CHECK: mtc.expand {{.*}} : (tensor<4x1xi64>) -> tensor<4x6xi64>
+  %3 = mtc.expand %i : (tensor<4x1xi64>) -> tensor<4x6xi64>
+  // CHECK: mtc.reshape {{.*}} : (tensor<2x3xf32>) -> tensor<6xf32>
+  %4 = mtc.reshape %x : (tensor<2x3xf32>) -> tensor<6xf32>
+  return %0, %2, %3, %4 : tensor<3x2xf32>, tensor<2x3xf32>, tensor<4x6xi64>, tensor<6xf32>
+}
+
+// CHECK-LABEL: func @reductions
+func.func @reductions(%x: tensor<4x10xf32>, %l: tensor<4xi64>) -> (tensor<4x1xf32>, tensor<10xf32>, tensor<f32>, tensor<4x10xf32>) {
+  // CHECK: mtc.reduce_sum {{.*}}axes = array<i64: 1>
+  %0 = mtc.reduce_sum %x {axes = array<i64: 1>, keepdims = true} : (tensor<4x10xf32>) -> tensor<4x1xf32>
+  // CHECK: mtc.reduce_mean {{.*}}keepdims = false
+  %1 = mtc.reduce_mean %x {axes = array<i64: 0>, keepdims = false} : (tensor<4x10xf32>) -> tensor<10xf32>
+  // CHECK: mtc.softmax {{.*}}axis = 1
+  %2 = mtc.softmax %x {axis = 1 : i64} : tensor<4x10xf32>
+  // CHECK: mtc.log_softmax
+  %3 = mtc.log_softmax %2 {axis = 1 : i64} : tensor<4x10xf32>
+  // CHECK: mtc.softmax_grad {{.*}}log = true
+  %4 = mtc.softmax_grad %3, %x {axis = 1 : i64, log = true} : tensor<4x10xf32>
+  // CHECK: mtc.softmax_cross_entropy {{.*}}ignore_index = -100 : i64, reduction = "sum"
+  %loss, %logp = mtc.softmax_cross_entropy %4, %l {reduction = "sum", ignore_index = -100 : i64} : (tensor<4x10xf32>, tensor<4xi64>) -> (tensor<f32>, tensor<4x10xf32>)
+  // CHECK: mtc.softmax_cross_entropy_grad
+  %5 = mtc.softmax_cross_entropy_grad %loss, %logp, %l {reduction = "sum"} : (tensor<f32>, tensor<4x10xf32>, tensor<4xi64>) -> tensor<4x10xf32>
+  return %0, %1, %loss, %5 : tensor<4x1xf32>, tensor<10xf32>, tensor<f32>, tensor<4x10xf32>
+}
+
+// CHECK-LABEL: func @updates
+func.func @updates(%p: tensor<8xf32>, %g: tensor<8xf32>, %m: tensor<8xf32>, %v: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  // CHECK: mtc.sgd_update {{.*}}lr = 1.000000e-01 : f32
+  %0 = mtc.sgd_update %p, %g {lr = 0.1 : f32} : tensor<8xf32>
+  // CHECK: mtc.sgd_momentum_update {{.*}}nesterov = true
+  %1:2 = mtc.sgd_momentum_update %0, %g, %m {lr = 0.1 : f32, momentum = 0.9 : f32, nesterov = true} : tensor<8xf32>
+  // CHECK: mtc.adamw_update
+  %2:3 = mtc.adamw_update %1#0, %g, %m, %v {lr = 0.001 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.01 : f32} : tensor<8xf32>
+  return %2#0, %2#1, %2#2 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}

@@ -1,0 +1,127 @@
+"""Builds the small ONNX models the import and driver tests read.
+
+Usage: make_onnx.py NAME OUT.onnx
+
+Each model is made with onnx.helper so that the tests do not depend on
+binary files in the repository.
+"""
+
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+def save(graph, path, opset=OPSET, check=True):
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    if check:
+        onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+def init(name, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+
+def classifier(batch="batch", out_first="loss"):
+    """Flatten -> Gemm -> Relu -> Gemm -> SoftmaxCrossEntropyLoss."""
+    nodes = [
+        helper.make_node("Flatten", ["input"], ["flat"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["flat", "fc1.weight", "fc1.bias"], ["h"], name="fc1", transB=1),
+        helper.make_node("Relu", ["h"], ["a"], name="relu"),
+        helper.make_node("Gemm", ["a", "fc2.weight", "fc2.bias"], ["logits"], name="fc2", transB=1),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "target"], ["loss"], name="xent",
+                         reduction="mean"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 2, 4]),
+        helper.make_tensor_value_info("target", TensorProto.INT64, [batch]),
+    ]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+               helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])]
+    if out_first == "logits":
+        outputs.reverse()
+    inits = [init("fc1.weight", [6, 8], 1), init("fc1.bias", [6], 2),
+             init("fc2.weight", [3, 6], 3), init("fc2.bias", [3], 4)]
+    return helper.make_graph(nodes, "classifier", inputs, outputs, inits)
+
+
+def shapes():
+    """Reshape (0 and -1), Transpose, Pad with a Constant pads input."""
+    nodes = [
+        helper.make_node("Constant", [], ["shape"], name="shape_const",
+                         value=numpy_helper.from_array(np.array([0, -1, 2], np.int64))),
+        helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+        helper.make_node("Transpose", ["r"], ["t"], name="transpose", perm=[0, 2, 1]),
+        helper.make_node("Constant", [], ["pads"], name="pads_const",
+                         value=numpy_helper.from_array(np.array([0, 1, 0, 0, 1, 0], np.int64))),
+        helper.make_node("Pad", ["t", "pads"], ["p"], name="pad", mode="constant"),
+        helper.make_node("Mul", ["p", "w"], ["m"], name="scale"),
+        helper.make_node("ReduceSum", ["m"], ["loss"], name="sum", keepdims=0),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    return helper.make_graph(nodes, "shapes", inputs, outputs, [init("w", [2, 4, 6])])
+
+
+def unsupported():
+    g = classifier(batch=4)
+    g.node.insert(3, helper.make_node("LpNormalization", ["a"], ["a_norm"], name="my_norm"))
+    g.node[4].input[0] = "a_norm"
+    return g
+
+
+def external(path, location):
+    """fc1.weight stored outside the protobuf at `location`."""
+    g = classifier(batch=4)
+    weight = g.initializer[0]
+    data = numpy_helper.to_array(weight).tobytes()
+    target = os.path.join(os.path.dirname(path), location)
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    with open(target, "wb") as f:
+        f.write(data)
+    weight.ClearField("raw_data")
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in [("location", location), ("offset", "0"), ("length", str(len(data)))]:
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    return g
+
+
+def main():
+    name, path = sys.argv[1], sys.argv[2]
+    if name == "classifier":
+        save(classifier(), path)
+    elif name == "classifier-static":
+        save(classifier(batch=4), path)
+    elif name == "logits-first":
+        save(classifier(batch=4, out_first="logits"), path)
+    elif name == "shapes":
+        save(shapes(), path)
+    elif name == "unsupported":
+        save(unsupported(), path)
+    elif name == "external-inside":
+        save(external(path, "weights/fc1.bin"), path, check=False)
+    elif name == "external-outside":
+        save(external(path, "../outside.bin"), path, check=False)
+    elif name == "truncated":
+        save(classifier(batch=4), path)
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 2])
+    elif name == "garbage":
+        with open(path, "wb") as f:
+            f.write(b"this is not a protobuf \xff\xfe\x00\x01" * 8)
+    else:
+        sys.exit("unknown model " + name)
+
+
+if __name__ == "__main__":
+    main()

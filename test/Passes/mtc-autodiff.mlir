@@ -1,0 +1,75 @@
+// RUN: mtc-opt %s --split-input-file --mtc-autodiff --verify-diagnostics | FileCheck %s
+
+// A linear layer, tanh and cross-entropy: gradients for the weight and bias,
+// none for the inputs; the extra "logits" output is dropped.
+
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[X:[^:]+]]: tensor<4x3xf32> {mtc.name = "input", mtc.role = "input"}
+// CHECK-SAME: %[[T:[^:]+]]: tensor<4xi64>
+// CHECK-SAME: %[[W:[^:]+]]: tensor<5x3xf32> {mtc.name = "fc.weight", mtc.role = "param"}
+// CHECK-SAME: %[[B:[^:]+]]: tensor<5xf32> {mtc.name = "fc.bias", mtc.role = "param"}
+// CHECK-SAME: %[[R:[^:]+]]: tensor<5xf32> {mtc.name = "running", mtc.role = "buffer"}
+// CHECK-SAME: -> (tensor<f32> {mtc.name = "loss", mtc.role = "loss"}, tensor<5x3xf32> {mtc.name = "fc.weight.grad", mtc.owner = 2 : i64, mtc.role = "grad"}, tensor<5xf32> {mtc.name = "fc.bias.grad", mtc.owner = 3 : i64, mtc.role = "grad"})
+// CHECK: %[[Y:.+]] = mtc.gemm %[[X]], %[[W]], %[[B]] {transB = true}
+// CHECK: %[[H:.+]] = mtc.tanh %[[Y]]
+// CHECK: %[[LOSS:.+]], %[[LOGP:.+]] = mtc.softmax_cross_entropy %[[H]], %[[T]]
+// CHECK: %[[ONE:.+]] = mtc.constant {mtc.backward} dense<1.000000e+00> : tensor<f32>
+// CHECK: %[[DH:.+]] = mtc.softmax_cross_entropy_grad %[[ONE]], %[[LOGP]], %[[T]] {mtc.backward
+// CHECK: %[[SQ:.+]] = mtc.mul %[[H]], %[[H]] {mtc.backward}
+// CHECK: %[[ONEMINUS:.+]] = mtc.sub %{{.+}}, %[[SQ]] {mtc.backward}
+// CHECK: %[[DY:.+]] = mtc.mul %[[DH]], %[[ONEMINUS]] {mtc.backward}
+// The weight is used transposed, so its gradient is dY^T X.
+// CHECK: %[[DW:.+]] = mtc.gemm %[[DY]], %[[X]] {mtc.backward, transA = true}
+// CHECK: %[[DBSUM:.+]] = mtc.reduce_sum %[[DY]] {axes = array<i64: 0>
+// CHECK: %[[DB:.+]] = mtc.reshape %[[DBSUM]] {mtc.backward} : (tensor<1x5xf32>) -> tensor<5xf32>
+// CHECK-NOT: mtc.gemm %[[DY]], %[[W]]
+// CHECK: return %[[LOSS]], %[[DW]], %[[DB]]
+func.func @forward(%x: tensor<4x3xf32> {mtc.name = "input", mtc.role = "input"},
+                   %t: tensor<4xi64> {mtc.name = "target", mtc.role = "input"},
+                   %w: tensor<5x3xf32> {mtc.name = "fc.weight", mtc.role = "param"},
+                   %b: tensor<5xf32> {mtc.name = "fc.bias", mtc.role = "param"},
+                   %r: tensor<5xf32> {mtc.name = "running", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}, tensor<5xf32> {mtc.name = "stat"}) {
+  %0 = mtc.gemm %x, %w, %b {transB = true} : (tensor<4x3xf32>, tensor<5x3xf32>, tensor<5xf32>) -> tensor<4x5xf32>
+  %1 = mtc.tanh %0 : tensor<4x5xf32>
+  %l, %p = mtc.softmax_cross_entropy %1, %t : (tensor<4x5xf32>, tensor<4xi64>) -> (tensor<f32>, tensor<4x5xf32>)
+  %s = mtc.add %r, %r : (tensor<5xf32>, tensor<5xf32>) -> tensor<5xf32>
+  return %l, %s : tensor<f32>, tensor<5xf32>
+}
+
+// -----
+
+// A value used twice gets the sum of both gradients.
+
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[SQ:.+]] = mtc.mul %[[P:[^,]+]], %[[P]] : (tensor<3xf32>, tensor<3xf32>)
+// CHECK: %[[G1:.+]] = mtc.mul %{{.+}}, %[[P]] {mtc.backward}
+// CHECK: %[[G2:.+]] = mtc.mul %{{.+}}, %[[P]] {mtc.backward}
+// CHECK: %[[SUM:.+]] = mtc.add %[[G1]], %[[G2]] {mtc.backward}
+// CHECK: return %{{.+}}, %[[SUM]]
+func.func @forward(%p: tensor<3xf32> {mtc.name = "p", mtc.role = "param"}) -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.mul %p, %p : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  %1 = mtc.reduce_sum %0 {axes = array<i64: 0>, keepdims = false} : (tensor<3xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// Broadcast operands get gradients summed back to their own shape.
+
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.reduce_sum %{{.+}} {axes = array<i64: 0, 2>, mtc.backward} : (tensor<2x3x4xf32>) -> tensor<1x3x1xf32>
+// CHECK: mtc.reshape %{{.+}} {mtc.backward} : (tensor<1x3x1xf32>) -> tensor<3x1xf32>
+func.func @forward(%a: tensor<2x3x4xf32> {mtc.name = "a", mtc.role = "input"}, %b: tensor<3x1xf32> {mtc.name = "b", mtc.role = "param"}) -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.mul %a, %b : (tensor<2x3x4xf32>, tensor<3x1xf32>) -> tensor<2x3x4xf32>
+  %1 = mtc.reduce_sum %0 {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x3x4xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// expected-error@+1 {{the first output 'logits' must be the scalar float loss, but it is 'tensor<4x5xf32>'}}
+func.func @forward(%p: tensor<4x5xf32> {mtc.name = "p", mtc.role = "param"}) -> (tensor<4x5xf32> {mtc.name = "logits"}) {
+  %0 = mtc.relu %p : tensor<4x5xf32>
+  return %0 : tensor<4x5xf32>
+}

@@ -1,0 +1,53 @@
+// RUN: mtc-opt %s --split-input-file --mtc-memory-plan="alignment=64" --verify-diagnostics | FileCheck %s
+
+// Every tensor is 64 bytes after alignment. Arguments persist; %0 lives over
+// ops 0-3, %1 over 1-2, the loss %2 and the gradient %3 to the end. At most
+// five tensors are live at once, so the lower bound is 320 bytes, and %3
+// reuses the slot %1 freed. The update writes in place of its parameter.
+
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: mtc.offset = 0 : i64
+// CHECK-SAME: mtc.offset = 64 : i64
+// CHECK-SAME: attributes {mtc.arena_size = 320 : i64, mtc.lower_bound = 320 : i64}
+// CHECK: mtc.mul {{.*}}mtc.offsets = array<i64: 128>
+// CHECK: mtc.relu {{.*}}mtc.offsets = array<i64: 192>
+// CHECK: mtc.reduce_sum {{.*}}mtc.offsets = array<i64: 256>
+// CHECK: mtc.relu_grad {{.*}}mtc.offsets = array<i64: 192>
+// CHECK: mtc.sgd_update {{.*}}mtc.offsets = array<i64: 0>
+func.func @train_step(%p: tensor<16xf32> {mtc.name = "p", mtc.role = "param"}, %x: tensor<16xf32> {mtc.name = "x", mtc.role = "input"})
+    -> (tensor<f32> {mtc.role = "loss"}, tensor<16xf32> {mtc.role = "grad", mtc.owner = 0 : i64}, tensor<16xf32> {mtc.role = "update", mtc.tied = 0 : i64}) {
+  %0 = mtc.mul %p, %x : (tensor<16xf32>, tensor<16xf32>) -> tensor<16xf32>
+  %1 = mtc.relu %0 : tensor<16xf32>
+  %2 = mtc.reduce_sum %1 {axes = array<i64: 0>, keepdims = false} : (tensor<16xf32>) -> tensor<f32>
+  %3 = mtc.relu_grad %x, %0 : tensor<16xf32>
+  %4 = mtc.sgd_update %p, %3 {lr = 0.1 : f32} : tensor<16xf32>
+  return %2, %3, %4 : tensor<f32>, tensor<16xf32>, tensor<16xf32>
+}
+
+// -----
+
+// Convolution scratch (the im2col of one image: 1*3*3 x 4*4 floats = 576
+// bytes) is planned for the op alone: placed first (largest), its bytes are
+// reused by the loss once the convolution is done.
+
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: mtc.arena_size = 768 : i64, mtc.lower_bound = 768 : i64
+// CHECK: mtc.conv {{.*}}mtc.offsets = array<i64: 704>, mtc.workspace = array<i64: 0, 576>
+// CHECK: mtc.reduce_sum {{.*}}mtc.offsets = array<i64: 0>
+func.func @train_step(%x: tensor<1x1x4x4xf32> {mtc.name = "x", mtc.role = "input"}, %w: tensor<1x1x3x3xf32> {mtc.name = "w", mtc.role = "param"})
+    -> (tensor<f32> {mtc.role = "loss"}) {
+  %0 = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32>) -> tensor<1x1x4x4xf32>
+  %1 = mtc.reduce_sum %0 {axes = array<i64: 0, 1, 2, 3>, keepdims = false} : (tensor<1x1x4x4xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// An in-place update must be the last reader of what it overwrites.
+func.func @train_step(%p: tensor<16xf32> {mtc.name = "p", mtc.role = "param"})
+    -> (tensor<f32> {mtc.role = "loss"}, tensor<16xf32> {mtc.role = "update", mtc.tied = 0 : i64}) {
+  // expected-error@+1 {{overwrites argument 0 that is read after it}}
+  %0 = mtc.sgd_update %p, %p {lr = 0.1 : f32} : tensor<16xf32>
+  %1 = mtc.reduce_sum %p {axes = array<i64: 0>, keepdims = false} : (tensor<16xf32>) -> tensor<f32>
+  return %1, %0 : tensor<f32>, tensor<16xf32>
+}
