@@ -33,8 +33,8 @@ public:
 
 private:
   Status fail(const std::string &what) const {
-    return Status::error("invalid JSON at offset " +
-                         std::to_string(offset()) + ": " + what);
+    return Status::error("invalid JSON at offset " + std::to_string(offset()) +
+                         ": " + what);
   }
   uint64_t offset() const { return static_cast<uint64_t>(cur - start); }
 
@@ -110,8 +110,7 @@ private:
       ++cur;
       skipSpace();
       out.members.emplace_back(std::move(key), Value());
-      if (Status s = parseValue(out.members.back().second, depth + 1);
-          !s.ok())
+      if (Status s = parseValue(out.members.back().second, depth + 1); !s.ok())
         return s;
       skipSpace();
       if (cur != end && *cur == ',') {

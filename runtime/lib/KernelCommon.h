@@ -43,8 +43,8 @@ MTC_HOST_DEVICE inline int64_t tapsInRange(int64_t start, int64_t taps,
 /// or with countIncludePad the taps inside the padded input. A ceil-mode
 /// window that runs past the padded input counts only what lies inside it,
 /// as in PyTorch and the ONNX reference.
-MTC_HOST_DEVICE inline int64_t avgPoolDivisor(const Pool2dParams &p,
-                                              int64_t oy, int64_t ox) {
+MTC_HOST_DEVICE inline int64_t avgPoolDivisor(const Pool2dParams &p, int64_t oy,
+                                              int64_t ox) {
   int64_t hStart = oy * p.strideH - p.padTop;
   int64_t wStart = ox * p.strideW - p.padLeft;
   if (!p.countIncludePad)
@@ -216,8 +216,8 @@ MTC_HOST_DEVICE inline void sgdElement(float &p, float g, float *buf,
 }
 
 struct AdamwScalars {
-  float decay;       ///< 1 - lr * weightDecay
-  float lerpWeight;  ///< 1 - beta1
+  float decay;      ///< 1 - lr * weightDecay
+  float lerpWeight; ///< 1 - beta1
   float beta2;
   float oneMinusBeta2;
   float bc2Sqrt;     ///< sqrt(1 - beta2^t)
@@ -242,8 +242,8 @@ inline AdamwScalars adamwScalars(int64_t step, float lr, float beta1,
   return s;
 }
 
-MTC_HOST_DEVICE inline void adamwElement(float &p, float g, float &m,
-                                         float &v, const AdamwScalars &s) {
+MTC_HOST_DEVICE inline void adamwElement(float &p, float g, float &m, float &v,
+                                         const AdamwScalars &s) {
   p = p * s.decay;
   // torch.lerp's formula, which rounds differently from b1*m + (1-b1)*g.
   m = s.lerpWeight < 0.5f ? m + s.lerpWeight * (g - m)

@@ -40,7 +40,8 @@ Status MetricsWriter::open(const std::string &path) {
 Status MetricsWriter::write(int64_t step, float loss, double timeMs) {
   if (!file)
     return Status::success();
-  int n = std::fprintf(file, "{\"step\":%" PRId64 ",\"loss\":%s,\"time_ms\":%.3f}\n",
+  int n = std::fprintf(file,
+                       "{\"step\":%" PRId64 ",\"loss\":%s,\"time_ms\":%.3f}\n",
                        step, formatFloatExact(loss).c_str(), timeMs);
   if (n < 0 || std::fflush(file) != 0)
     return Status::error("cannot write metrics file '" + filePath +

@@ -91,8 +91,8 @@ private:
   }
 
   void skipSpace() {
-    while (pos < s.size() &&
-           (s[pos] == ' ' || s[pos] == '\n' || s[pos] == '\t' || s[pos] == '\r'))
+    while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\n' ||
+                              s[pos] == '\t' || s[pos] == '\r'))
       ++pos;
   }
   bool consume(char c) {
@@ -173,8 +173,8 @@ NpyArray &NpyArray::operator=(NpyArray &&other) noexcept {
   fileDescr = std::move(other.fileDescr);
   dims = std::move(other.dims);
   // A vector's buffer survives the move, so the payload pointer stays valid.
-  bool ownsPayload = !other.converted.empty() &&
-                     other.payload == other.converted.data();
+  bool ownsPayload =
+      !other.converted.empty() && other.payload == other.converted.data();
   converted = std::move(other.converted);
   payload = ownsPayload ? converted.data() : other.payload;
   payloadBytes = other.payloadBytes;

@@ -33,10 +33,10 @@ uint64_t dtypeSize(const std::string &dtype) {
   static const struct {
     const char *name;
     uint64_t size;
-  } table[] = {{"BOOL", 1},    {"U8", 1},      {"I8", 1},  {"F8_E5M2", 1},
-               {"F8_E4M3", 1}, {"I16", 2},     {"U16", 2}, {"F16", 2},
-               {"BF16", 2},    {"I32", 4},     {"U32", 4}, {"F32", 4},
-               {"F64", 8},     {"I64", 8},     {"U64", 8}};
+  } table[] = {{"BOOL", 1},    {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1},
+               {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+               {"BF16", 2},    {"I32", 4}, {"U32", 4}, {"F32", 4},
+               {"F64", 8},     {"I64", 8}, {"U64", 8}};
   for (const auto &entry : table)
     if (dtype == entry.name)
       return entry.size;
@@ -56,8 +56,7 @@ Status parseTensorEntry(const std::string &name, const json::Value &v,
   out.name = name;
   for (const auto &[key, value] : v.members) {
     if (key == "dtype") {
-      if (value.kind != json::Value::Kind::String ||
-          dtypeSize(value.text) == 0)
+      if (value.kind != json::Value::Kind::String || dtypeSize(value.text) == 0)
         return fail("unknown dtype " + (value.kind == json::Value::Kind::String
                                             ? json::quote(value.text)
                                             : std::string("(not a string)")));
@@ -150,10 +149,9 @@ Status checkEntries(const std::vector<SafetensorsEntry> &tensors,
       bytes *= static_cast<uint64_t>(d);
     }
     if (bytes != t.bytes || (bytes && !t.data))
-      return Status::error("tensor " + json::quote(t.name) + " has " +
-                           std::to_string(t.bytes) +
-                           " bytes of data but its shape needs " +
-                           std::to_string(bytes));
+      return Status::error(
+          "tensor " + json::quote(t.name) + " has " + std::to_string(t.bytes) +
+          " bytes of data but its shape needs " + std::to_string(bytes));
     sorted.push_back(&t);
   }
   std::sort(sorted.begin(), sorted.end(),
@@ -197,7 +195,8 @@ const char *safetensorsDTypeName(DType dtype) {
   return dtype == DType::I64 ? "I64" : "F32";
 }
 
-const SafetensorsTensor *SafetensorsReader::find(const std::string &name) const {
+const SafetensorsTensor *
+SafetensorsReader::find(const std::string &name) const {
   for (const SafetensorsTensor &t : entries)
     if (t.name == name)
       return &t;
@@ -241,8 +240,8 @@ Status SafetensorsReader::parse(const unsigned char *bytes, uint64_t size,
   auto fail = [&](const std::string &msg) {
     entries.clear();
     meta.clear();
-    return Status::error("'" + what + "' is not a valid safetensors file: " +
-                         msg);
+    return Status::error("'" + what +
+                         "' is not a valid safetensors file: " + msg);
   };
   if (size < 8)
     return fail("shorter than the 8-byte header length");

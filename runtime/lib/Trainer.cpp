@@ -140,7 +140,8 @@ void printUsage(const char *prog, const ModelDesc &desc) {
       "                      losses\n"
       "  --load F            start from checkpoint F (a .safetensors file\n"
       "                      written by --save): restores every parameter and\n"
-      "                      buffer, the optimizer state it holds and the step\n"
+      "                      buffer, the optimizer state it holds and the "
+      "step\n"
       "                      counter\n"
       "  --save F            after the last step, write parameters, buffers\n"
       "                      and optimizer state to F (safetensors, written\n"
@@ -218,8 +219,8 @@ ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
       value = arg.substr(eq + 1);
       inlineValue = true;
     }
-    static const char *known[] = {"--data",    "--steps",      "--seed",
-                                  "--save",    "--load",       "--metrics",
+    static const char *known[] = {"--data",      "--steps",     "--seed",
+                                  "--save",      "--load",      "--metrics",
                                   "--log-every", "--dump-grads"};
     bool isKnown = false;
     for (const char *k : known)
@@ -229,7 +230,9 @@ ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
       return ParseOutcome::Error;
     }
     if (!inlineValue) {
-      if (i + 1 >= argc) {
+      // "--data --steps 5" is a forgotten value, not a directory named
+      // "--steps".
+      if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) {
         error = flag + " needs a value";
         return ParseOutcome::Error;
       }
@@ -249,8 +252,8 @@ ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
       }
     } else if (flag == "--seed") {
       if (!parseUnsigned(value, opts.seed)) {
-        error = "--seed expects a non-negative 64-bit integer, got '" + value +
-                "'";
+        error =
+            "--seed expects a non-negative 64-bit integer, got '" + value + "'";
         return ParseOutcome::Error;
       }
     } else if (flag == "--save") {
@@ -290,11 +293,10 @@ Status checkOutputPath(const char *flag, const std::string &path) {
   if (::access(dir.c_str(), W_OK | X_OK) == 0)
     return Status::success();
   int err = errno;
-  return Status::error(std::string(flag) + " " + path + ": directory '" + dir +
-                       "' " +
-                       (err == ENOENT ? std::string("does not exist")
-                                      : "is not writable: " +
-                                            std::string(std::strerror(err))));
+  return Status::error(
+      std::string(flag) + " " + path + ": directory '" + dir + "' " +
+      (err == ENOENT ? std::string("does not exist")
+                     : "is not writable: " + std::string(std::strerror(err))));
 }
 
 //===----------------------------------------------------------------------===//
@@ -356,6 +358,7 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
         return bug("two inputs are named '" + name + "'");
       break;
     case Role::Grad:
+    case Role::Constant:
       break;
     case Role::Loss:
       if (lossIndex >= 0)
@@ -395,8 +398,7 @@ Status copyTensorIn(Context &ctx, unsigned char *arena, const TensorDesc &t,
                          " " + shapeString(entry.shape) +
                          " but the model expects " + dtype + " " +
                          shapeString(expected));
-  return device::copyToDevice(ctx, arena + t.offset, file.data(entry),
-                              t.bytes);
+  return device::copyToDevice(ctx, arena + t.offset, file.data(entry), t.bytes);
 }
 
 //===----------------------------------------------------------------------===//
@@ -442,11 +444,11 @@ Status openInputs(const ModelDesc &desc, const std::string &dir,
     for (int d = 1; shapeOk && d < t.rank; ++d)
       shapeOk = shape[d] == t.shape[d];
     if (feed.array.dtype() != t.dtype || !shapeOk)
-      return Status::error(
-          what + ": '" + feed.path + "' has dtype '" + feed.array.descr() +
-          "' and shape " + shapeString(shape) + " but the model expects " +
-          dtypeDescription(t.dtype) + " with shape " + inputShapeString(t) +
-          " (N samples, any N >= 1)");
+      return Status::error(what + ": '" + feed.path + "' has dtype '" +
+                           feed.array.descr() + "' and shape " +
+                           shapeString(shape) + " but the model expects " +
+                           dtypeDescription(t.dtype) + " with shape " +
+                           inputShapeString(t) + " (N samples, any N >= 1)");
     if (shape[0] < 1)
       return Status::error(what + ": '" + feed.path + "' has no samples");
     feed.sampleBytes = t.bytes / static_cast<uint64_t>(t.shape[0]);
@@ -455,10 +457,10 @@ Status openInputs(const ModelDesc &desc, const std::string &dir,
       first = &feed;
       numSamples = shape[0];
     } else if (shape[0] != numSamples) {
-      return Status::error(
-          "inputs have different sample counts: '" + first->path + "' has " +
-          std::to_string(numSamples) + ", '" + feed.path + "' has " +
-          std::to_string(shape[0]));
+      return Status::error("inputs have different sample counts: '" +
+                           first->path + "' has " + std::to_string(numSamples) +
+                           ", '" + feed.path + "' has " +
+                           std::to_string(shape[0]));
     }
   }
   return Status::success();
@@ -472,9 +474,8 @@ int64_t sampleIndex(int64_t stepIndex, int64_t batch, int64_t row,
   uint64_t a = static_cast<uint64_t>(stepIndex) % n;
   uint64_t b = static_cast<uint64_t>(batch) % n;
   unsigned __int128 product = static_cast<unsigned __int128>(a) * b;
-  return static_cast<int64_t>((static_cast<uint64_t>(product % n) +
-                               static_cast<uint64_t>(row)) %
-                              n);
+  return static_cast<int64_t>(
+      (static_cast<uint64_t>(product % n) + static_cast<uint64_t>(row)) % n);
 }
 
 //===----------------------------------------------------------------------===//
@@ -562,8 +563,7 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   std::vector<InputFeed> feeds;
   int64_t numSamples = 0;
   if (!opts.dataDir.empty()) {
-    if (Status s = openInputs(desc, opts.dataDir, feeds, numSamples);
-        !s.ok()) {
+    if (Status s = openInputs(desc, opts.dataDir, feeds, numSamples); !s.ok()) {
       printError(s.message());
       return kExitFailure;
     }
@@ -621,7 +621,8 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   }
   for (int i = 0; i < desc.numTensors; ++i) {
     const TensorDesc &t = desc.tensors[i];
-    if (t.role != Role::Param && t.role != Role::Buffer)
+    if (t.role != Role::Param && t.role != Role::Buffer &&
+        t.role != Role::Constant)
       continue;
     const SafetensorsTensor *entry = init.find(t.name);
     if (!entry) {
@@ -642,7 +643,7 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   if (!opts.loadPath.empty()) {
     SafetensorsReader checkpoint;
     if (Status s = checkpoint.open(opts.loadPath); !s.ok()) {
-      printError(s.message());
+      printError("--load: " + s.message());
       return kExitFailure;
     }
     std::string where = "checkpoint '" + opts.loadPath + "'";
@@ -736,9 +737,9 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
                     feed.array.data() + sample * feed.sampleBytes,
                     feed.sampleBytes);
       }
-      if (Status s = device::copyToDevice(ctx, arena + feed.tensor->offset,
-                                          feed.staging.data(),
-                                          feed.tensor->bytes);
+      if (Status s =
+              device::copyToDevice(ctx, arena + feed.tensor->offset,
+                                   feed.staging.data(), feed.tensor->bytes);
           !s.ok()) {
         printError(s.message());
         return kExitFailure;

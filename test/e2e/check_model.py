@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+sys.dont_write_bytecode = True  # keep the source tree clean under lit
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mtc_testlib as tl  # noqa: E402
 

@@ -23,15 +23,19 @@ checked against the MLP and CNN models of check_model.py:
   constant_value input), followed by `AveragePool(ceil_mode=0, kernel_shape,
   pads=[0,0,0,0], strides)`. With count_include_pad=False there is no Pad.
 * nn.ZeroPad2d / nn.ConstantPad2d / F.pad -> `Pad(mode="constant")` whose pads
-  input is NOT a constant: torch emits an int64 subgraph that reorders
-  torch's (left, right, top, bottom) list into ONNX order:
-  Constant, Shape (of a Constant), Gather(axis=0), Mul, Sub, Cast(to=INT64),
-  ConstantOfShape, Concat(axis=0), Reshape(allowzero=0, shape [-1, 2]),
-  Slice(starts -1, ends INT64_MIN+1, axes 0, steps -1), Transpose(perm=[1,0]),
-  Reshape([-1]), Cast(to=INT64). The pad value is a float `Constant` input
-  (0.0) for ZeroPad2d/ConstantPad2d; F.pad passes no value input. This is
-  the same with do_constant_folding=True (it only folds the Shape/Gather/Mul/
-  Sub part) and in EVAL mode. `fold_constants` below folds it to one Constant.
+  input is computed by an int64 subgraph of constant-only ops that reorders
+  torch's (left, right, top, bottom) list into ONNX's begins-then-ends order:
+  Constant (the torch list, e.g. [1,1,1,1]), Shape of that Constant,
+  Gather(axis=0), Mul, Sub, Cast(to=INT64), ConstantOfShape, Concat(axis=0),
+  Reshape(allowzero=0, shape [-1, 2]), Slice(starts [-1], ends [INT64_MIN+1],
+  axes [0], steps [-1]), Transpose(perm=[1,0]), Reshape([-1]), Cast(to=INT64).
+  For ZeroPad2d(1) on NCHW it evaluates to [0,0,1,1,0,0,1,1]. The pad value
+  is a third, float `Constant` input (0.0) for ZeroPad2d/ConstantPad2d; F.pad
+  passes no value input. The subgraph is the same in EVAL mode, and
+  do_constant_folding=True only folds its Shape/Gather/Mul/Sub part.
+  `fold_constants` below folds it to one Constant node.
+* Every non-float constant (pads, shapes, axes) arrives as a `Constant` node
+  with a `value` tensor attribute, never as an initializer.
 * The CNN's `logits` output is declared with a made-up symbolic first dim
   (`Gemmlogits_dim_0`) although every input is static; shape inference gives
   the real size. With dynamic_axes the bound names (e.g. `batch`) appear on the

@@ -34,6 +34,7 @@ import zlib
 
 import numpy as np
 
+sys.dont_write_bytecode = True  # keep the source tree clean under lit
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "e2e"))
 import mtc_testlib as tl  # noqa: E402
@@ -50,7 +51,7 @@ STEP = 0.1
 KINK_STEP = 0.04
 # Absolute floor: float32 loss noise (a few ulps of the loss scale) divided by
 # the step; see `tolerance_floor`.
-NOISE_ULPS = 16
+NOISE_ULPS = 8
 
 
 # ----------------------------------------------------------------------------
@@ -268,13 +269,13 @@ CASES = [
     case("Conv", "group2_nobias", _conv((2, 4, 6, 6), (4, 2, 2, 2), False,
                                         group=2, strides=[2, 2])),
     # Pooling
-    case("MaxPool", "k2s2", _pool("MaxPool", (2, 3, 6, 6), kernel_shape=[2, 2],
+    case("MaxPool", "k2s2", _pool("MaxPool", (1, 2, 6, 6), kernel_shape=[2, 2],
                                   strides=[2, 2]), step=KINK_STEP),
-    case("MaxPool", "k3s2_pads", _pool("MaxPool", (2, 3, 7, 7),
+    case("MaxPool", "k3s2_pads", _pool("MaxPool", (1, 2, 7, 7),
                                        kernel_shape=[3, 3], strides=[2, 2],
                                        pads=[1, 1, 1, 1]), step=KINK_STEP),
     case("MaxPool", "k3x2_s1x2_asym_pads", _pool(
-        "MaxPool", (2, 3, 6, 7), kernel_shape=[3, 2], strides=[1, 2],
+        "MaxPool", (1, 2, 6, 7), kernel_shape=[3, 2], strides=[1, 2],
         pads=[0, 1, 1, 0]), step=KINK_STEP),
     case("AveragePool", "k2s2", _pool("AveragePool", (2, 3, 6, 6),
                                       kernel_shape=[2, 2], strides=[2, 2])),

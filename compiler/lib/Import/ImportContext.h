@@ -61,6 +61,15 @@ public:
   std::optional<std::vector<int64_t>> constInts(int i) const;
   /// Input `i` as known floats, if it is a compile-time constant.
   std::optional<std::vector<double>> constFloats(int i) const;
+  /// Input `i` as a known tensor, if it is a compile-time constant.
+  const KnownTensor *known(int i) const;
+  /// Whether input `i` is a value computed or fed at run time (including
+  /// trainable initializers), which folding must leave alone.
+  bool isRuntimeValue(int i) const {
+    return hasInput(i) && values.count(node->input(i));
+  }
+  /// The static shape of input `i` (known constant or imported value).
+  std::optional<std::vector<int64_t>> inputShape(int i) const;
 
   // Attributes -----------------------------------------------------------
 
@@ -86,17 +95,27 @@ public:
     values[name] = value;
   }
   void bindKnownName(const std::string &name, KnownTensor tensor) {
-    known[name] = std::move(tensor);
+    knownTensors[name] = std::move(tensor);
   }
   mlir::FailureOr<mlir::Value> lookup(const std::string &name);
 
 private:
   llvm::StringMap<mlir::Value> values;
-  llvm::StringMap<KnownTensor> known;
+  llvm::StringMap<KnownTensor> knownTensors;
 };
 
 /// Imports the current node of the context.
 using OpImporter = mlir::LogicalResult (*)(ImportContext &ctx);
+
+/// Evaluates the current node at import time when all its inputs are known
+/// (shape computations of exported graphs). Returns true when it did.
+bool tryFoldNode(ImportContext &ctx);
+
+/// ONNX Reshape's target shape: 0 copies the input dim (unless allowZero),
+/// one -1 is inferred. Fails with a message naming the problem.
+mlir::FailureOr<std::vector<int64_t>>
+resolveReshape(ImportContext &ctx, llvm::ArrayRef<int64_t> input,
+               llvm::ArrayRef<int64_t> target, bool allowZero);
 
 /// op type -> importer; filled once by the per-family register functions.
 const llvm::StringMap<OpImporter> &getOpImporters();
@@ -107,6 +126,7 @@ void registerConvPoolImporters(llvm::StringMap<OpImporter> &table);
 void registerShapeImporters(llvm::StringMap<OpImporter> &table);
 void registerReduceImporters(llvm::StringMap<OpImporter> &table);
 void registerLossImporters(llvm::StringMap<OpImporter> &table);
+void registerFoldOnlyImporters(llvm::StringMap<OpImporter> &table);
 
 /// Shape of a value of ranked tensor type.
 llvm::ArrayRef<int64_t> shapeOf(mlir::Value v);

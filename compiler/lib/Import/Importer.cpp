@@ -51,8 +51,8 @@ FailureOr<Value> ImportContext::lookup(const std::string &name) {
   auto it = values.find(name);
   if (it != values.end())
     return it->second;
-  auto k = known.find(name);
-  if (k == known.end())
+  auto k = knownTensors.find(name);
+  if (k == knownTensors.end())
     return failure();
   // Materialize the constant once.
   const KnownTensor &t = k->second;
@@ -89,8 +89,8 @@ FailureOr<Value> ImportContext::input(int i) {
 std::optional<std::vector<int64_t>> ImportContext::constInts(int i) const {
   if (!hasInput(i))
     return std::nullopt;
-  auto k = known.find(node->input(i));
-  if (k == known.end() || k->second.isFloat)
+  auto k = knownTensors.find(node->input(i));
+  if (k == knownTensors.end() || k->second.isFloat)
     return std::nullopt;
   std::vector<int64_t> out;
   for (double v : k->second.values)
@@ -101,10 +101,30 @@ std::optional<std::vector<int64_t>> ImportContext::constInts(int i) const {
 std::optional<std::vector<double>> ImportContext::constFloats(int i) const {
   if (!hasInput(i))
     return std::nullopt;
-  auto k = known.find(node->input(i));
-  if (k == known.end())
+  auto k = knownTensors.find(node->input(i));
+  if (k == knownTensors.end())
     return std::nullopt;
   return k->second.values;
+}
+
+const KnownTensor *ImportContext::known(int i) const {
+  if (!hasInput(i))
+    return nullptr;
+  auto k = knownTensors.find(node->input(i));
+  return k == knownTensors.end() ? nullptr : &k->second;
+}
+
+std::optional<std::vector<int64_t>> ImportContext::inputShape(int i) const {
+  if (!hasInput(i))
+    return std::nullopt;
+  auto v = values.find(node->input(i));
+  if (v != values.end()) {
+    ArrayRef<int64_t> shape = shapeOf(v->second);
+    return std::vector<int64_t>(shape.begin(), shape.end());
+  }
+  if (const KnownTensor *k = known(i))
+    return k->shape;
+  return std::nullopt;
 }
 
 const onnx::AttributeProto *ImportContext::attr(StringRef name) const {
@@ -146,7 +166,7 @@ void ImportContext::bind(int i, Value value) {
 
 void ImportContext::bindKnown(int i, KnownTensor tensor) {
   if (hasOutput(i))
-    known[node->output(i)] = std::move(tensor);
+    knownTensors[node->output(i)] = std::move(tensor);
 }
 
 ArrayRef<int64_t> mtc::import::shapeOf(Value v) {
@@ -172,6 +192,7 @@ const llvm::StringMap<OpImporter> &mtc::import::getOpImporters() {
     registerShapeImporters(t);
     registerReduceImporters(t);
     registerLossImporters(t);
+    registerFoldOnlyImporters(t);
     return t;
   }();
   return table;
@@ -438,6 +459,8 @@ mtc::importOnnxFile(MLIRContext &context, StringRef path,
 
   for (const auto &node : graph.node()) {
     ctx.node = &node;
+    if (tryFoldNode(ctx))
+      continue;
     OpImporter importer = import::getOpImporters().lookup(node.op_type());
     if (failed(importer(ctx)))
       return makeError("cannot import '" + path + "': " +

@@ -22,10 +22,10 @@ namespace mtc::rt {
 namespace {
 
 struct ConvShape {
-  int64_t cg, kg;   // input / output channels per group
-  int64_t patch;    // cg * kh * kw: rows of the im2col matrix
-  int64_t pixels;   // oh * ow: columns of the im2col matrix
-  int64_t inPlane;  // h * w
+  int64_t cg, kg;  // input / output channels per group
+  int64_t patch;   // cg * kh * kw: rows of the im2col matrix
+  int64_t pixels;  // oh * ow: columns of the im2col matrix
+  int64_t inPlane; // h * w
 };
 
 ConvShape shapeOf(const Conv2dParams &p) {
@@ -55,7 +55,8 @@ bool validParams(Context &ctx, const Conv2dParams &p, const char *what) {
 /// tap falls into padding. `x` points at the group's first channel.
 void im2col(const Conv2dParams &p, const ConvShape &s, const float *x,
             float *col) {
-#pragma omp parallel for schedule(static) if (s.patch * s.pixels >= cpu::kParallelGrain)
+  const bool parallel = s.patch * s.pixels >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t r = 0; r < s.patch; ++r) {
     int64_t ci = r / (p.kh * p.kw);
     int64_t i = (r / p.kw) % p.kh;
@@ -84,7 +85,8 @@ void im2col(const Conv2dParams &p, const ConvShape &s, const float *x,
 /// is accumulated by one thread in a fixed order.
 void col2imAccumulate(const Conv2dParams &p, const ConvShape &s,
                       const float *col, float *dx) {
-#pragma omp parallel for schedule(static) if (s.patch * s.pixels >= cpu::kParallelGrain)
+  const bool parallel = s.patch * s.pixels >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t ci = 0; ci < s.cg; ++ci) {
     float *plane = dx + ci * s.inPlane;
     for (int64_t i = 0; i < p.kh; ++i) {
@@ -124,7 +126,8 @@ void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
   }
   if (!bias)
     return;
-#pragma omp parallel for schedule(static) if (p.n * p.k * s.pixels >= cpu::kParallelGrain)
+  const bool parallel = p.n * p.k * s.pixels >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t plane = 0; plane < p.n * p.k; ++plane) {
     float b = bias[plane % p.k];
     float *dst = y + plane * s.pixels;
@@ -169,8 +172,7 @@ void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
       // dw_g[kg, patch] (+)= dy_g[kg, pixels] * col^T[pixels, patch]
       gemm(ctx, false, true, s.kg, s.patch, s.pixels, 1.0f,
            dy + (img * p.k + g * s.kg) * s.pixels, s.pixels, workspace,
-           s.pixels, img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch,
-           s.patch);
+           s.pixels, img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
     }
   }
 }

@@ -31,7 +31,8 @@ void stridedCopyImpl(int rank, const int64_t *shape, const T *src,
     rows *= shape[i];
   int64_t srcInner = srcStrides[rank - 1];
   int64_t dstInner = dstStrides[rank - 1];
-#pragma omp parallel for schedule(static) if (rows * inner >= cpu::kParallelGrain)
+  const bool parallel = rows * inner >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t row = 0; row < rows; ++row) {
     int64_t srcAt = 0, dstAt = 0, rest = row;
     for (int i = rank - 2; i >= 0; --i) {
@@ -54,7 +55,8 @@ void stridedCopyImpl(int rank, const int64_t *shape, const T *src,
 } // namespace
 
 void fill(Context &, float *y, int64_t n, float value) {
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelGrain)
+  const bool parallel = n >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t i = 0; i < n; ++i)
     y[i] = value;
 }
@@ -64,10 +66,9 @@ void copyBytes(Context &, void *dst, const void *src, uint64_t bytes) {
     std::memmove(dst, src, bytes);
 }
 
-void stridedCopy(Context &ctx, int rank, const int64_t *shape,
-                 const void *src, int64_t srcOffset, const int64_t *srcStrides,
-                 void *dst, int64_t dstOffset, const int64_t *dstStrides,
-                 int elemBytes) {
+void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
+                 int64_t srcOffset, const int64_t *srcStrides, void *dst,
+                 int64_t dstOffset, const int64_t *dstStrides, int elemBytes) {
   if (rank < 0 || rank > kMaxRank || (elemBytes != 4 && elemBytes != 8)) {
     reportError(ctx, "stridedCopy: unsupported rank " + std::to_string(rank) +
                          " or element size " + std::to_string(elemBytes));

@@ -4,8 +4,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Context.h"
 #include "Device.h"
+#include "Context.h"
 
 #include <cerrno>
 #include <cstdio>

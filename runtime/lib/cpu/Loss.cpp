@@ -29,11 +29,10 @@ bool isValidLabel(int64_t label, int64_t c, int64_t ignoreIndex) {
 
 } // namespace
 
-void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c,
-                                int64_t d, const float *logits,
-                                const int64_t *labels, Reduction reduction,
-                                int64_t ignoreIndex, float *loss,
-                                float *logProb) {
+void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c, int64_t d,
+                                const float *logits, const int64_t *labels,
+                                Reduction reduction, int64_t ignoreIndex,
+                                float *loss, float *logProb) {
   softmaxForward(ctx, n, c, d, logits, logProb, /*log=*/true);
 
   // Serial on purpose: it is cheap (one label per position), and the first
@@ -44,13 +43,14 @@ void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c,
     int64_t label = labels[pos];
     bool valid = isValidLabel(label, c, ignoreIndex);
     if (!valid && label != ignoreIndex && !hasError(ctx))
-      reportError(ctx, "label " + std::to_string(label) +
-                           " at batch position " + std::to_string(pos / d) +
-                           (d > 1 ? ", element " + std::to_string(pos % d)
-                                  : std::string()) +
-                           " is outside the " + std::to_string(c) +
-                           " classes [0, " + std::to_string(c) + ")",
-                  pos / d);
+      reportError(
+          ctx,
+          "label " + std::to_string(label) + " at batch position " +
+              std::to_string(pos / d) +
+              (d > 1 ? ", element " + std::to_string(pos % d) : std::string()) +
+              " is outside the " + std::to_string(c) + " classes [0, " +
+              std::to_string(c) + ")",
+          pos / d);
     float value =
         valid ? -logProb[((pos / d) * c + label) * d + pos % d] : 0.0f;
     if (reduction == Reduction::None) {
@@ -80,7 +80,8 @@ void softmaxCrossEntropyBackward(Context &, int64_t n, int64_t c, int64_t d,
       count += isValidLabel(labels[pos], c, ignoreIndex) ? 1 : 0;
     scale = count > 0 ? dloss[0] / static_cast<float>(count) : 0.0f;
   }
-#pragma omp parallel for schedule(static) if (n * c * d >= cpu::kParallelGrain)
+  const bool parallel = n * c * d >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t img = 0; img < n; ++img) {
     for (int64_t ci = 0; ci < c; ++ci) {
       for (int64_t di = 0; di < d; ++di) {

@@ -18,7 +18,8 @@ void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
                bool nesterov) {
   SgdScalars s{lr, momentum, weightDecay, nesterov, stepCounter(ctx) <= 1};
   float *buf = momentum != 0.0f ? momentumBuf : nullptr;
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelGrain)
+  const bool parallel = n >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t i = 0; i < n; ++i)
     sgdElement(p[i], g[i], buf ? buf + i : nullptr, s);
 }
@@ -28,7 +29,8 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
                  float weightDecay) {
   AdamwScalars s =
       adamwScalars(stepCounter(ctx), lr, beta1, beta2, eps, weightDecay);
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelGrain)
+  const bool parallel = n >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t i = 0; i < n; ++i)
     adamwElement(p[i], g[i], m[i], v[i], s);
 }

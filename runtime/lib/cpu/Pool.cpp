@@ -42,7 +42,8 @@ void maxPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
   if (!validParams(ctx, p, "maxPool2dForward"))
     return;
   int64_t rows = p.n * p.c * p.oh;
-#pragma omp parallel for schedule(static) if (rows * p.ow * p.kh * p.kw >= cpu::kParallelGrain)
+  const bool parallel = rows * p.ow * p.kh * p.kw >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t row = 0; row < rows; ++row) {
     int64_t plane = row / p.oh;
     int64_t oy = row % p.oh;
@@ -61,7 +62,9 @@ void maxPool2dBackward(Context &ctx, const Pool2dParams &p, const float *x,
   if (!validParams(ctx, p, "maxPool2dBackward"))
     return;
   int64_t planes = p.n * p.c;
-#pragma omp parallel for schedule(static) if (planes * p.oh * p.ow * p.kh * p.kw >= cpu::kParallelGrain)
+  const bool parallel =
+      planes * p.oh * p.ow * p.kh * p.kw >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t plane = 0; plane < planes; ++plane) {
     const float *src = x + plane * p.h * p.w;
     const float *grad = dy + plane * p.oh * p.ow;
@@ -82,7 +85,8 @@ void avgPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
   if (!validParams(ctx, p, "avgPool2dForward"))
     return;
   int64_t rows = p.n * p.c * p.oh;
-#pragma omp parallel for schedule(static) if (rows * p.ow * p.kh * p.kw >= cpu::kParallelGrain)
+  const bool parallel = rows * p.ow * p.kh * p.kw >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t row = 0; row < rows; ++row) {
     int64_t plane = row / p.oh;
     int64_t oy = row % p.oh;
@@ -113,7 +117,9 @@ void avgPool2dBackward(Context &ctx, const Pool2dParams &p, const float *dy,
   if (!validParams(ctx, p, "avgPool2dBackward"))
     return;
   int64_t planes = p.n * p.c;
-#pragma omp parallel for schedule(static) if (planes * p.oh * p.ow * p.kh * p.kw >= cpu::kParallelGrain)
+  const bool parallel =
+      planes * p.oh * p.ow * p.kh * p.kw >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t plane = 0; plane < planes; ++plane) {
     const float *grad = dy + plane * p.oh * p.ow;
     float *dst = dx + plane * p.h * p.w;

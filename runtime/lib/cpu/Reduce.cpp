@@ -23,8 +23,7 @@
 namespace mtc::rt {
 
 void reduceSum(Context &ctx, int rank, const int64_t *inShape,
-               const int64_t *outShape, const float *x, float *y,
-               float scale) {
+               const int64_t *outShape, const float *x, float *y, float scale) {
   ReducePlan plan;
   if (!planReduceSum(rank, inShape, outShape, plan)) {
     reportError(ctx, "reduceSum: output shape is not a reduction of the "
@@ -39,7 +38,8 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
     return;
   }
   if (plan.numReduced == 0) {
-#pragma omp parallel for schedule(static) if (plan.outCount >= cpu::kParallelGrain)
+    const bool parallel = plan.outCount >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t o = 0; o < plan.outCount; ++o)
       y[o] = static_cast<float>(static_cast<double>(x[o]) * s);
     return;
@@ -49,7 +49,9 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
     // Each output sums runs of `inner` contiguous elements.
     int64_t inner = plan.reducedDims[plan.numReduced - 1];
     int64_t runs = plan.reduceCount / inner;
-#pragma omp parallel for schedule(static) if (plan.outCount * plan.reduceCount >= cpu::kParallelGrain)
+    const bool parallel =
+        plan.outCount * plan.reduceCount >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t o = 0; o < plan.outCount; ++o) {
       const float *base = x + keptOffset(plan, o);
       double sum = 0.0;
@@ -69,9 +71,11 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
   int64_t inner = plan.keptDims[plan.numKept - 1];
   int64_t outer = plan.outCount / inner;
   int64_t blocksPerRow = (inner + block - 1) / block;
-#pragma omp parallel for schedule(static) if (plan.outCount * plan.reduceCount >= cpu::kParallelGrain)
+  const bool parallel = plan.outCount * plan.reduceCount >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t task = 0; task < outer * blocksPerRow; ++task) {
-    int64_t first = (task / blocksPerRow) * inner + (task % blocksPerRow) * block;
+    int64_t first =
+        (task / blocksPerRow) * inner + (task % blocksPerRow) * block;
     int64_t width = std::min(block, inner - (task % blocksPerRow) * block);
     const float *base = x + keptOffset(plan, first);
     double acc[block];
@@ -90,7 +94,8 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
 void softmaxForward(Context &, int64_t outer, int64_t dim, int64_t inner,
                     const float *x, float *y, bool log) {
   int64_t rows = outer * inner;
-#pragma omp parallel for schedule(static) if (rows * dim >= cpu::kParallelGrain)
+  const bool parallel = rows * dim >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t row = 0; row < rows; ++row) {
     int64_t base = (row / inner) * dim * inner + row % inner;
     const float *src = x + base;
@@ -119,7 +124,8 @@ void softmaxForward(Context &, int64_t outer, int64_t dim, int64_t inner,
 void softmaxBackward(Context &, int64_t outer, int64_t dim, int64_t inner,
                      const float *y, const float *dy, float *dx, bool log) {
   int64_t rows = outer * inner;
-#pragma omp parallel for schedule(static) if (rows * dim >= cpu::kParallelGrain)
+  const bool parallel = rows * dim >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t row = 0; row < rows; ++row) {
     int64_t base = (row / inner) * dim * inner + row % inner;
     const float *out = y + base;

@@ -177,8 +177,7 @@ void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
       // dw_g[kg, patch] (+)= dy_g[kg, pixels] * col^T[pixels, patch]
       gemm(ctx, false, true, s.kg, s.patch, s.pixels, 1.0f,
            dy + (img * p.k + g * s.kg) * s.pixels, s.pixels, workspace,
-           s.pixels, img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch,
-           s.patch);
+           s.pixels, img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
     }
   }
 }

@@ -63,10 +63,9 @@ void copyBytes(Context &ctx, void *dst, const void *src, uint64_t bytes) {
     reportError(ctx, std::string("copyBytes: ") + cudaGetErrorString(error));
 }
 
-void stridedCopy(Context &ctx, int rank, const int64_t *shape,
-                 const void *src, int64_t srcOffset, const int64_t *srcStrides,
-                 void *dst, int64_t dstOffset, const int64_t *dstStrides,
-                 int elemBytes) {
+void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
+                 int64_t srcOffset, const int64_t *srcStrides, void *dst,
+                 int64_t dstOffset, const int64_t *dstStrides, int elemBytes) {
   if (rank < 0 || rank > kMaxRank || (elemBytes != 4 && elemBytes != 8)) {
     reportError(ctx, "stridedCopy: unsupported rank " + std::to_string(rank) +
                          " or element size " + std::to_string(elemBytes));

@@ -108,8 +108,8 @@ Status allocate(uint64_t bytes, unsigned char **ptr) {
   void *p = nullptr;
   cudaError_t error = cudaMalloc(&p, bytes ? bytes : 1);
   if (error != cudaSuccess)
-    return cudaFailure("cannot allocate the arena of " +
-                           std::to_string(bytes) + " bytes on the device",
+    return cudaFailure("cannot allocate the arena of " + std::to_string(bytes) +
+                           " bytes on the device",
                        error);
   *ptr = static_cast<unsigned char *>(p);
   return Status::success();
@@ -130,9 +130,8 @@ Status copyToDevice(Context &ctx, void *dst, const void *src, uint64_t bytes) {
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.stream);
   if (error == cudaSuccess)
     error = cudaStreamSynchronize(ctx.stream);
-  return error == cudaSuccess
-             ? Status::success()
-             : cudaFailure("copy to the device failed", error);
+  return error == cudaSuccess ? Status::success()
+                              : cudaFailure("copy to the device failed", error);
 }
 
 Status copyToHost(Context &ctx, void *dst, const void *src, uint64_t bytes) {

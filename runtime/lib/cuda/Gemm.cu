@@ -90,14 +90,14 @@ void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
            c + i * strideC, ldc);
     return;
   }
-  cuda::checkBlas(
-      ctx,
-      cublasSgemmStridedBatched(
-          ctx.blas, opOf(transB), opOf(transA), static_cast<int>(n),
-          static_cast<int>(m), static_cast<int>(k), &alpha, b,
-          static_cast<int>(ldb), strideB, a, static_cast<int>(lda), strideA,
-          &beta, c, static_cast<int>(ldc), strideC, static_cast<int>(batch)),
-      "gemmStridedBatched");
+  cuda::checkBlas(ctx,
+                  cublasSgemmStridedBatched(
+                      ctx.blas, opOf(transB), opOf(transA), static_cast<int>(n),
+                      static_cast<int>(m), static_cast<int>(k), &alpha, b,
+                      static_cast<int>(ldb), strideB, a, static_cast<int>(lda),
+                      strideA, &beta, c, static_cast<int>(ldc), strideC,
+                      static_cast<int>(batch)),
+                  "gemmStridedBatched");
 }
 
 } // namespace mtc::rt

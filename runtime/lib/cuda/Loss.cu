@@ -161,9 +161,9 @@ namespace cuda {
 
 Status collectDeviceErrors(Context &ctx) {
   DeviceErrorRecord record;
-  cudaError_t error = cudaMemcpyFromSymbolAsync(
-      &record, gDeviceError, sizeof(record), 0, cudaMemcpyDeviceToHost,
-      ctx.stream);
+  cudaError_t error =
+      cudaMemcpyFromSymbolAsync(&record, gDeviceError, sizeof(record), 0,
+                                cudaMemcpyDeviceToHost, ctx.stream);
   if (error == cudaSuccess)
     error = cudaStreamSynchronize(ctx.stream);
   if (error != cudaSuccess)
@@ -193,11 +193,10 @@ Status collectDeviceErrors(Context &ctx) {
 
 } // namespace cuda
 
-void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c,
-                                int64_t d, const float *logits,
-                                const int64_t *labels, Reduction reduction,
-                                int64_t ignoreIndex, float *loss,
-                                float *logProb) {
+void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c, int64_t d,
+                                const float *logits, const int64_t *labels,
+                                Reduction reduction, int64_t ignoreIndex,
+                                float *loss, float *logProb) {
   softmaxForward(ctx, n, c, d, logits, logProb, /*log=*/true);
   if (reduction == Reduction::None) {
     if (n * d == 0)
@@ -214,16 +213,15 @@ void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c,
   checkLaunch(ctx, "ceLossReduceKernel");
 }
 
-void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c,
-                                 int64_t d, const float *dloss,
-                                 const float *logProb, const int64_t *labels,
-                                 Reduction reduction, int64_t ignoreIndex,
-                                 float *dlogits) {
+void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c, int64_t d,
+                                 const float *dloss, const float *logProb,
+                                 const int64_t *labels, Reduction reduction,
+                                 int64_t ignoreIndex, float *dlogits) {
   if (n * c * d == 0)
     return;
   if (reduction == Reduction::Mean) {
     ceCountKernel<<<1, kReduceThreads, 0, ctx.stream>>>(n * d, c, labels,
-                                                         ignoreIndex);
+                                                        ignoreIndex);
     checkLaunch(ctx, "ceCountKernel");
   }
   ceBackwardKernel<<<cuda::gridFor(n * c * d), cuda::kBlock, 0, ctx.stream>>>(

@@ -41,8 +41,7 @@ void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
     return;
   SgdScalars s{lr, momentum, weightDecay, nesterov, stepCounter(ctx) <= 1};
   float *buf = momentum != 0.0f ? momentumBuf : nullptr;
-  sgdKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, buf,
-                                                               s);
+  sgdKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, buf, s);
   checkLaunch(ctx, "sgdKernel");
 }
 
@@ -53,8 +52,8 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
     return;
   AdamwScalars s =
       adamwScalars(stepCounter(ctx), lr, beta1, beta2, eps, weightDecay);
-  adamwKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, m,
-                                                                 v, s);
+  adamwKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, m, v,
+                                                                 s);
   checkLaunch(ctx, "adamwKernel");
 }
 

@@ -45,8 +45,7 @@ __device__ inline int64_t windowOf(int64_t in, int64_t t, int64_t pad,
   return num / stride;
 }
 
-__global__ void maxPoolForwardKernel(Pool2dParams p, const float *x,
-                                     float *y) {
+__global__ void maxPoolForwardKernel(Pool2dParams p, const float *x, float *y) {
   int64_t total = p.n * p.c * p.oh * p.ow;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
@@ -85,8 +84,7 @@ __global__ void maxPoolBackwardKernel(Pool2dParams p, const float *x,
   }
 }
 
-__global__ void avgPoolForwardKernel(Pool2dParams p, const float *x,
-                                     float *y) {
+__global__ void avgPoolForwardKernel(Pool2dParams p, const float *x, float *y) {
   int64_t total = p.n * p.c * p.oh * p.ow;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
@@ -154,8 +152,8 @@ void maxPool2dBackward(Context &ctx, const Pool2dParams &p, const float *x,
                        const float *dy, float *dx) {
   if (!validParams(ctx, p, "maxPool2dBackward"))
     return;
-  maxPoolBackwardKernel<<<cuda::gridFor(p.n * p.c * p.h * p.w), cuda::kBlock,
-                          0, ctx.stream>>>(p, x, dy, dx);
+  maxPoolBackwardKernel<<<cuda::gridFor(p.n * p.c * p.h * p.w), cuda::kBlock, 0,
+                          ctx.stream>>>(p, x, dy, dx);
   checkLaunch(ctx, "maxPoolBackwardKernel");
 }
 
@@ -172,8 +170,8 @@ void avgPool2dBackward(Context &ctx, const Pool2dParams &p, const float *dy,
                        float *dx) {
   if (!validParams(ctx, p, "avgPool2dBackward"))
     return;
-  avgPoolBackwardKernel<<<cuda::gridFor(p.n * p.c * p.h * p.w), cuda::kBlock,
-                          0, ctx.stream>>>(p, dy, dx);
+  avgPoolBackwardKernel<<<cuda::gridFor(p.n * p.c * p.h * p.w), cuda::kBlock, 0,
+                          ctx.stream>>>(p, dy, dx);
   checkLaunch(ctx, "avgPoolBackwardKernel");
 }
 

@@ -93,9 +93,8 @@ __device__ inline float warpSum(float v) {
 
 /// One warp per row of [outer, dim, inner] (row = (o, i)). Every lane of a
 /// warp runs the same iterations, so the shuffles are always convergent.
-__global__ void softmaxForwardKernel(int64_t outer, int64_t dim,
-                                     int64_t inner, const float *x, float *y,
-                                     bool log) {
+__global__ void softmaxForwardKernel(int64_t outer, int64_t dim, int64_t inner,
+                                     const float *x, float *y, bool log) {
   int64_t rows = outer * inner;
   int64_t warp = cuda::threadIndex() / kWarp;
   int64_t warps = cuda::threadCount() / kWarp;
@@ -125,9 +124,9 @@ __global__ void softmaxForwardKernel(int64_t outer, int64_t dim,
   }
 }
 
-__global__ void softmaxBackwardKernel(int64_t outer, int64_t dim,
-                                      int64_t inner, const float *y,
-                                      const float *dy, float *dx, bool log) {
+__global__ void softmaxBackwardKernel(int64_t outer, int64_t dim, int64_t inner,
+                                      const float *y, const float *dy,
+                                      float *dx, bool log) {
   int64_t rows = outer * inner;
   int64_t warp = cuda::threadIndex() / kWarp;
   int64_t warps = cuda::threadCount() / kWarp;
@@ -159,8 +158,7 @@ __global__ void softmaxBackwardKernel(int64_t outer, int64_t dim,
 } // namespace
 
 void reduceSum(Context &ctx, int rank, const int64_t *inShape,
-               const int64_t *outShape, const float *x, float *y,
-               float scale) {
+               const int64_t *outShape, const float *x, float *y, float scale) {
   ReducePlan plan;
   if (!planReduceSum(rank, inShape, outShape, plan)) {
     reportError(ctx, "reduceSum: output shape is not a reduction of the "
@@ -178,8 +176,8 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
   bool fewOutputs = plan.outCount < 1024 && plan.reduceCount >= 1024;
   bool contiguousRuns = plan.innermostReduced && plan.reduceCount >= 64;
   if (fewOutputs || contiguousRuns) {
-    reduceSumPerBlockKernel<<<cuda::gridFor(plan.outCount, 1), cuda::kBlock,
-                              0, ctx.stream>>>(plan, x, y, scale);
+    reduceSumPerBlockKernel<<<cuda::gridFor(plan.outCount, 1), cuda::kBlock, 0,
+                              ctx.stream>>>(plan, x, y, scale);
     checkLaunch(ctx, "reduceSumPerBlockKernel");
     return;
   }
@@ -194,8 +192,8 @@ void softmaxForward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
   if (rows == 0 || dim == 0)
     return;
   softmaxForwardKernel<<<cuda::gridFor(rows, cuda::kBlock / kWarp),
-                         cuda::kBlock, 0, ctx.stream>>>(outer, dim, inner, x,
-                                                        y, log);
+                         cuda::kBlock, 0, ctx.stream>>>(outer, dim, inner, x, y,
+                                                        log);
   checkLaunch(ctx, "softmaxForwardKernel");
 }
 

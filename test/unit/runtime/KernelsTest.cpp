@@ -53,9 +53,9 @@ protected:
     Status s = device::allocate(padded.size() * sizeof(T) + 1, &p);
     EXPECT_TRUE(s.ok()) << s.message();
     allocations.push_back(p);
-    EXPECT_TRUE(device::copyToDevice(ctx, p, padded.data(),
-                                     padded.size() * sizeof(T))
-                    .ok());
+    EXPECT_TRUE(
+        device::copyToDevice(ctx, p, padded.data(), padded.size() * sizeof(T))
+            .ok());
     return reinterpret_cast<T *>(p);
   }
 

@@ -26,8 +26,8 @@ namespace {
 /// padded as np.save pads it (total prefix a multiple of 64, ending '\n').
 std::vector<unsigned char> npyImage(int major, const std::string &dict,
                                     const void *data, size_t bytes) {
-  std::vector<unsigned char> out = {0x93, 'N', 'U', 'M', 'P', 'Y',
-                                    static_cast<unsigned char>(major), 0};
+  std::vector<unsigned char> out = {
+      0x93, 'N', 'U', 'M', 'P', 'Y', static_cast<unsigned char>(major), 0};
   size_t prefix = major == 1 ? 10 : 12;
   std::string header = dict;
   while ((prefix + header.size() + 1) % 64 != 0)
@@ -44,9 +44,9 @@ std::vector<unsigned char> npyImage(int major, const std::string &dict,
 
 TEST(Npy, ReadsVersion1Float32) {
   const float values[6] = {0.5f, -1.0f, 2.0f, 3.25f, 4.0f, -5.5f};
-  auto image = npyImage(
-      1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", values,
-      sizeof(values));
+  auto image =
+      npyImage(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+               values, sizeof(values));
   NpyArray a;
   Status s = a.parse(image.data(), image.size(), "x.npy");
   ASSERT_TRUE(s.ok()) << s.message();
@@ -58,9 +58,9 @@ TEST(Npy, ReadsVersion1Float32) {
 
 TEST(Npy, ReadsVersion2Int64AndWidensInt32) {
   const int64_t labels[4] = {0, 7, -1, 1LL << 40};
-  auto image = npyImage(
-      2, "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }", labels,
-      sizeof(labels));
+  auto image =
+      npyImage(2, "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }",
+               labels, sizeof(labels));
   NpyArray a;
   Status s = a.parse(image.data(), image.size(), "y.npy");
   ASSERT_TRUE(s.ok()) << s.message();
@@ -69,8 +69,9 @@ TEST(Npy, ReadsVersion2Int64AndWidensInt32) {
   EXPECT_EQ(std::memcmp(a.data(), labels, sizeof(labels)), 0);
 
   const int32_t small[3] = {3, -2, 9};
-  image = npyImage(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }",
-                   small, sizeof(small));
+  image =
+      npyImage(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }",
+               small, sizeof(small));
   s = a.parse(image.data(), image.size(), "y.npy");
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(a.dtype(), DType::I64);
@@ -85,9 +86,9 @@ TEST(Npy, ReadsVersion2Int64AndWidensInt32) {
 
 TEST(Npy, RejectsFortranOrder) {
   const float values[4] = {1, 2, 3, 4};
-  auto image = npyImage(
-      1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", values,
-      sizeof(values));
+  auto image =
+      npyImage(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }",
+               values, sizeof(values));
   NpyArray a;
   Status s = a.parse(image.data(), image.size(), "x.npy");
   ASSERT_FALSE(s.ok());
@@ -96,9 +97,9 @@ TEST(Npy, RejectsFortranOrder) {
 
 TEST(Npy, RejectsBadMagicTruncationAndOtherDtypes) {
   const float values[4] = {1, 2, 3, 4};
-  auto good = npyImage(
-      1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }", values,
-      sizeof(values));
+  auto good =
+      npyImage(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }",
+               values, sizeof(values));
   NpyArray a;
 
   auto badMagic = good;
@@ -116,8 +117,9 @@ TEST(Npy, RejectsBadMagicTruncationAndOtherDtypes) {
   EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
 
   const double wide[2] = {1, 2};
-  auto f8 = npyImage(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
-                     wide, sizeof(wide));
+  auto f8 =
+      npyImage(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+               wide, sizeof(wide));
   s = a.parse(f8.data(), f8.size(), "x.npy");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("'<f8'"), std::string::npos) << s.message();
@@ -125,9 +127,9 @@ TEST(Npy, RejectsBadMagicTruncationAndOtherDtypes) {
 
 TEST(Npy, OpensFilesAndNamesMissingOnes) {
   const float values[2] = {1.5f, 2.5f};
-  auto image = npyImage(
-      3, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", values,
-      sizeof(values));
+  auto image =
+      npyImage(3, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+               values, sizeof(values));
   std::string path = ::testing::TempDir() + "/mtc_npy_test.npy";
   std::FILE *f = std::fopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);

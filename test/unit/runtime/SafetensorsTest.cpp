@@ -24,8 +24,8 @@ namespace {
 
 /// A fresh, empty directory for one test.
 std::string makeTempDir(const char *name) {
-  std::string dir = ::testing::TempDir() + "/" + name + "." +
-                    std::to_string(::getpid());
+  std::string dir =
+      ::testing::TempDir() + "/" + name + "." + std::to_string(::getpid());
   ::mkdir(dir.c_str(), 0755);
   return dir;
 }
@@ -53,11 +53,11 @@ std::vector<unsigned char> fileBytes(const std::string &path) {
 }
 
 /// A safetensors image with the given JSON header and data section.
-std::vector<unsigned char> image(const std::string &header,
-                                 size_t dataBytes) {
+std::vector<unsigned char> image(const std::string &header, size_t dataBytes) {
   std::vector<unsigned char> out;
   for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<unsigned char>(uint64_t(header.size()) >> (8 * i)));
+    out.push_back(
+        static_cast<unsigned char>(uint64_t(header.size()) >> (8 * i)));
   for (char c : header)
     out.push_back(static_cast<unsigned char>(c));
   out.resize(out.size() + dataBytes, 0);
@@ -73,7 +73,8 @@ TEST(Safetensors, RoundTrip) {
       {"fc.weight", DType::F32, {2, 2}, weight, sizeof(weight)},
       {"bn.num_batches", DType::I64, {3}, counts, sizeof(counts)},
   };
-  Status s = writeSafetensors(path, tensors, {{"step", "7"}, {"format", "mtc"}});
+  Status s =
+      writeSafetensors(path, tensors, {{"step", "7"}, {"format", "mtc"}});
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(listDir(dir), std::vector<std::string>{"ckpt.safetensors"});
 
@@ -124,7 +125,10 @@ TEST(Safetensors, FailedWriteKeepsTheOldFile) {
   auto oldHandler = std::signal(SIGXFSZ, SIG_IGN);
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &tight), 0);
   s = writeSafetensors(path,
-                       {{"w", DType::F32, {int64_t(big.size())}, big.data(),
+                       {{"w",
+                         DType::F32,
+                         {int64_t(big.size())},
+                         big.data(),
                          big.size() * sizeof(float)}},
                        {});
   ::setrlimit(RLIMIT_FSIZE, &old);
@@ -183,8 +187,7 @@ TEST(Safetensors, RejectsMalformedHeaders) {
               R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
               8),
         "not a string");
-  check(image(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})",
-              8),
+  check(image(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8),
         "non-negative");
 }
 

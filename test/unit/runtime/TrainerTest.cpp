@@ -10,9 +10,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mtc/runtime/Trainer.h"
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Safetensors.h"
-#include "mtc/runtime/Trainer.h"
 
 #include <gtest/gtest.h>
 
@@ -49,18 +49,18 @@ class Trainer : public ::testing::Test {
 protected:
   void SetUp() override {
     const float w[2] = {1.0f, -2.0f};
-    Status s = encodeSafetensors({{"w", DType::F32, {2}, w, sizeof(w)}}, {},
-                                 init);
+    Status s =
+        encodeSafetensors({{"w", DType::F32, {2}, w, sizeof(w)}}, {}, init);
     ASSERT_TRUE(s.ok()) << s.message();
-    desc = {"square", "cpu", "sgd(lr=0.25)", 20, kTensors, 3, 1,
-            init.data(), init.size(), squareStep};
+    desc = {"square", "cpu", "sgd(lr=0.25)", 20,          kTensors,
+            3,        1,     init.data(),    init.size(), squareStep};
     dir = ::testing::TempDir() + "/mtc_trainer_test." +
           std::to_string(::getpid());
     ::mkdir(dir.c_str(), 0755);
   }
   void TearDown() override {
-    for (const char *f : {"a.safetensors", "b.safetensors", "g.safetensors",
-                          "m.jsonl"})
+    for (const char *f :
+         {"a.safetensors", "b.safetensors", "g.safetensors", "m.jsonl"})
       std::remove((dir + "/" + f).c_str());
     ::rmdir(dir.c_str());
   }
@@ -97,11 +97,12 @@ TEST_F(Trainer, CommandLineErrorsExitWithTwo) {
   EXPECT_EQ(runTrainer({"--steps", "1", "--bogus"}), 2);
   EXPECT_EQ(runTrainer({}), 2) << "--steps is required";
   EXPECT_EQ(runTrainer({"--steps"}), 2);
+  EXPECT_EQ(runTrainer({"--save", "--steps", "1"}), 2);
   EXPECT_EQ(runTrainer({"--steps", "ten"}), 2);
   EXPECT_EQ(runTrainer({"--steps", "-1"}), 2);
   EXPECT_EQ(runTrainer({"--steps", "1", "--log-every", "0"}), 2);
-  EXPECT_EQ(runTrainer({"--steps", "0", "--dump-grads", dir + "/g.safetensors"}),
-            2);
+  EXPECT_EQ(
+      runTrainer({"--steps", "0", "--dump-grads", dir + "/g.safetensors"}), 2);
 }
 
 TEST_F(Trainer, SaveLoadAndDumpGrads) {
@@ -131,8 +132,7 @@ TEST_F(Trainer, SaveLoadAndDumpGrads) {
 TEST_F(Trainer, LoadRequiresEveryParameter) {
   std::string a = dir + "/a.safetensors";
   const float other[2] = {0, 0};
-  ASSERT_TRUE(
-      writeSafetensors(a, {{"v", DType::F32, {2}, other, 8}}, {}).ok());
+  ASSERT_TRUE(writeSafetensors(a, {{"v", DType::F32, {2}, other, 8}}, {}).ok());
   EXPECT_EQ(runTrainer({"--steps", "1", "--load", a}), 1);
   // Right name, wrong shape.
   ASSERT_TRUE(

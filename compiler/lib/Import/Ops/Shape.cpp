@@ -121,39 +121,12 @@ LogicalResult importReshape(ImportContext &ctx) {
   auto target = ctx.constInts(1);
   if (!target)
     return ctx.fail("the shape input must be a compile-time constant");
-  ArrayRef<int64_t> in = shapeOf(*x);
-  bool allowZero = ctx.intAttr("allowzero", 0);
-  SmallVector<int64_t> shape;
-  int64_t known = 1, inferred = -1;
-  for (size_t i = 0; i < target->size(); ++i) {
-    int64_t d = (*target)[i];
-    if (d == 0 && !allowZero) {
-      if (i >= in.size())
-        return ctx.fail("shape copies dim " + Twine(i) +
-                        " that the input does not have");
-      d = in[i];
-    }
-    if (d == -1) {
-      if (inferred >= 0)
-        return ctx.fail("shape has more than one -1");
-      inferred = i;
-    } else if (d < 0) {
-      return ctx.fail("invalid dim " + Twine(d) + " in shape");
-    } else {
-      known *= d;
-    }
-    shape.push_back(d);
-  }
-  int64_t count = getNumElements(x->getType());
-  if (inferred >= 0) {
-    if (known == 0 || count % known)
-      return ctx.fail("cannot infer the -1 dim");
-    shape[inferred] = count / known;
-  } else if (known != count) {
-    return ctx.fail("shape has " + Twine(known) + " elements, input " +
-                    Twine(count));
-  }
-  ctx.bind(0, reshape(ctx, *x, shape));
+  auto shape = resolveReshape(ctx, shapeOf(*x), *target,
+                              ctx.intAttr("allowzero", 0));
+  if (failed(shape))
+    return failure();
+  SmallVector<int64_t> dims(shape->begin(), shape->end());
+  ctx.bind(0, reshape(ctx, *x, dims));
   return success();
 }
 
