@@ -266,11 +266,11 @@ std::string Emitter::poolParams(PoolOp op, Value in, Value out,
   ArrayRef<int64_t> kernel = op.getKernelShape(), strides = op.getStrides(),
                     pads = op.getPads(), dilations = op.getDilations();
   return llvm::formatv("Pool2dParams{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, "
-                       "{8}, {9}, {10}, {11}, {12}, {13}, {14}}",
+                       "{8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}}",
                        x[0], x[1], x[2], x[3], kernel[0], kernel[1], y[2],
                        y[3], strides[0], strides[1], pads[0], pads[1],
                        dilations[0], dilations[1],
-                       includePad ? "true" : "false")
+                       includePad ? "true" : "false", pads[2], pads[3])
       .str();
 }
 
