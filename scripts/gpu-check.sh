@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The GPU check (needs a CUDA GPU): builds mtc, then the cuda trainers of the
+# end-to-end tests, runs them and compares them with PyTorch and with the CPU
+# trainers. Prints one line per check and "N passed, N failed".
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${MTC_BUILD_DIR:-$root/build}"
+if [ "${MTC_SKIP_SETUP:-0}" != 1 ]; then
+  MTC_JOBS="${MTC_JOBS:-$(nproc)}" bash "$root/scripts/setup.sh"
+fi
+nvidia-smi -L || { echo "gpu-check: no CUDA GPU visible"; exit 1; }
+exec /usr/bin/python3 "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
+  --build "$build" --work "$build/gpu-check"

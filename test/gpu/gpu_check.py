@@ -1,0 +1,109 @@
+"""The GPU check: on a machine with a CUDA GPU, build the cuda trainers of
+the end-to-end tests, run them, and compare them with PyTorch and with the
+CPU trainers built from the same models.
+
+Usage: gpu_check.py --mtc BUILD/bin/mtc --work DIR [--build BUILD]
+
+Steps, each printed with its figures:
+  1. the runtime's CUDA kernel unit tests (mtc-runtime-cuda-tests);
+  2. for the MLP and the CNN, check_model.py on the cpu and on the cuda
+     target (gradients after one step and 20-step SGD / AdamW trajectories
+     against PyTorch, relative error <= 1e-4);
+  3. cuda vs cpu: every step's loss and every saved tensor after 20 steps,
+     relative error <= 1e-4.
+Exit status 0 only when everything passes.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+import mtc_testlib as lib  # noqa: E402
+
+TOL = 1e-4
+
+
+def run(cmd, log):
+    start = time.time()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with open(log, "w") as f:
+        f.write(proc.stdout)
+    return proc.returncode, time.time() - start, proc.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mtc", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--build", default=None, help="build directory (for the CUDA unit tests)")
+    ap.add_argument("--device-target", default="cuda",
+                    help="target compared with cpu (cpu here dry-runs the script on a machine without a GPU)")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    build = args.build or os.path.dirname(os.path.dirname(os.path.abspath(args.mtc)))
+    results = []  # (name, ok, detail)
+    start = time.time()
+
+    unit = os.path.join(build, "bin", "mtc-runtime-cuda-tests")
+    if not os.path.exists(unit):
+        unit = os.path.join(build, "test", "unit", "runtime", "mtc-runtime-cuda-tests")
+    if os.path.exists(unit):
+        rc, secs, out = run([unit], os.path.join(args.work, "cuda-unit.log"))
+        tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
+        ran = re.search(r"PASSED\s*\]\s*[1-9][0-9]* test", out) is not None
+        results.append(("runtime CUDA kernel tests", rc == 0 and ran,
+                        "; ".join(tail[-2:]) + f" ({secs:.1f}s)"))
+    else:
+        results.append(("runtime CUDA kernel tests", False, "mtc-runtime-cuda-tests not built"))
+
+    check = os.path.join(HERE, "..", "e2e", "check_model.py")
+    for model in ["mlp", "cnn"]:
+        dirs = {}
+        for target in ["cpu", args.device_target]:
+            work = os.path.join(args.work, f"{model}-{target}" + ("-again" if target in dirs else ""))
+            dirs.setdefault(target, work)
+            if target in dirs and dirs[target] != work:  # dry run: cpu twice
+                dirs[target + "-again"] = work
+            rc, secs, out = run([sys.executable, check, "--model", model, "--mtc", args.mtc,
+                                 "--work", work, "--target", target],
+                                os.path.join(args.work, f"{model}-{target}.log"))
+            worst = [l.strip() for l in out.splitlines() if l.strip().startswith("worst")]
+            results.append((f"{model} {target} vs PyTorch", rc == 0,
+                            "; ".join(worst) + f" ({secs:.1f}s)"))
+        # cuda vs cpu on the same model, data and flags.
+        for config in ["sgd", "sgd-nesterov", "adamw"]:
+            try:
+                cpu_loss = lib.read_losses(os.path.join(dirs["cpu"], config, "metrics.jsonl"))
+                second = dirs.get(args.device_target + "-again", dirs[args.device_target])
+                gpu_loss = lib.read_losses(os.path.join(second, config, "metrics.jsonl"))
+                loss_err = max(lib.rel_err(g, c) for g, c in zip(gpu_loss, cpu_loss))
+                ok = len(cpu_loss) == len(gpu_loss) and loss_err <= TOL
+                detail = f"{len(gpu_loss)} steps, worst loss rel err {loss_err:.2e}"
+                final_cpu = os.path.join(dirs["cpu"], config, "final.safetensors")
+                final_gpu = os.path.join(second, config, "final.safetensors")
+                if os.path.exists(final_cpu) and os.path.exists(final_gpu):
+                    a, _ = lib.read_safetensors(final_gpu)
+                    b, _ = lib.read_safetensors(final_cpu)
+                    tensor_err = max(lib.rel_err(a[k], b[k]) for k in b)
+                    ok = ok and set(a) == set(b) and tensor_err <= TOL
+                    detail += f", worst saved tensor rel err {tensor_err:.2e}"
+                results.append((f"{model} {config} cuda vs cpu", ok, detail))
+            except Exception as e:  # a missing file means the run failed above
+                results.append((f"{model} {config} cuda vs cpu", False, f"not comparable: {e}"))
+
+    print("\nmtc GPU check")
+    width = max(len(n) for n, _, _ in results)
+    for name, ok, detail in results:
+        print(f"  {'PASS' if ok else 'FAIL'}  {name:<{width}}  {detail}")
+    failed = sum(1 for _, ok, _ in results if not ok)
+    print(f"{len(results) - failed} passed, {failed} failed  ({time.time() - start:.0f}s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
