@@ -92,8 +92,8 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
          b.getNamedAttr(attr::kTied, b.getI64IntegerAttr(arg))}));
   };
 
-  FloatAttr lrAttr = b.getF32FloatAttr(lr);
-  FloatAttr wdAttr = b.getF32FloatAttr(weightDecay);
+  FloatAttr lrAttr = b.getF64FloatAttr(lr);
+  FloatAttr wdAttr = b.getF64FloatAttr(weightDecay);
   unsigned numGrads = func.getNumResults();
   for (unsigned i = 0; i < numGrads; ++i) {
     auto role = func.getResultAttrOfType<StringAttr>(i, attr::kRole);
@@ -110,8 +110,8 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
       BlockArgument v = addState(func, p, "exp_avg_sq");
       update = b.create<AdamWUpdateOp>(
           loc, TypeRange{param.getType(), param.getType(), param.getType()},
-          param, grad, m, v, lrAttr, b.getF32FloatAttr(beta1),
-          b.getF32FloatAttr(beta2), b.getF32FloatAttr(eps), wdAttr);
+          param, grad, m, v, lrAttr, b.getF64FloatAttr(beta1),
+          b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps), wdAttr);
       tied(update->getResult(0), p);
       tied(update->getResult(1), m.getArgNumber());
       tied(update->getResult(2), v.getArgNumber());
@@ -119,7 +119,7 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
       BlockArgument buf = addState(func, p, "momentum");
       update = b.create<SgdMomentumUpdateOp>(
           loc, TypeRange{param.getType(), param.getType()}, param, grad, buf,
-          lrAttr, b.getF32FloatAttr(momentum), wdAttr,
+          lrAttr, b.getF64FloatAttr(momentum), wdAttr,
           b.getBoolAttr(nesterov));
       tied(update->getResult(0), p);
       tied(update->getResult(1), buf.getArgNumber());

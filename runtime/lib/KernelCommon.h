@@ -225,20 +225,21 @@ struct AdamwScalars {
   float eps;
 };
 
-inline AdamwScalars adamwScalars(int64_t step, float lr, float beta1,
-                                 float beta2, float eps, float weightDecay) {
+inline AdamwScalars adamwScalars(int64_t step, double lr, double beta1,
+                                 double beta2, double eps,
+                                 double weightDecay) {
   // Step 0 would divide by zero in the bias corrections; treat it as step 1.
   double t = step < 1 ? 1.0 : static_cast<double>(step);
-  double bc1 = 1.0 - std::pow(static_cast<double>(beta1), t);
-  double bc2 = 1.0 - std::pow(static_cast<double>(beta2), t);
+  double bc1 = 1.0 - std::pow(beta1, t);
+  double bc2 = 1.0 - std::pow(beta2, t);
   AdamwScalars s;
-  s.decay = static_cast<float>(1.0 - static_cast<double>(lr) * weightDecay);
-  s.lerpWeight = static_cast<float>(1.0 - static_cast<double>(beta1));
-  s.beta2 = beta2;
-  s.oneMinusBeta2 = static_cast<float>(1.0 - static_cast<double>(beta2));
+  s.decay = static_cast<float>(1.0 - lr * weightDecay);
+  s.lerpWeight = static_cast<float>(1.0 - beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.oneMinusBeta2 = static_cast<float>(1.0 - beta2);
   s.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  s.negStepSize = static_cast<float>(-(static_cast<double>(lr) / bc1));
-  s.eps = eps;
+  s.negStepSize = static_cast<float>(-(lr / bc1));
+  s.eps = static_cast<float>(eps);
   return s;
 }
 

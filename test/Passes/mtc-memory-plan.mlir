@@ -20,7 +20,7 @@ func.func @train_step(%p: tensor<16xf32> {mtc.name = "p", mtc.role = "param"}, %
   %1 = mtc.relu %0 : tensor<16xf32>
   %2 = mtc.reduce_sum %1 {axes = array<i64: 0>, keepdims = false} : (tensor<16xf32>) -> tensor<f32>
   %3 = mtc.relu_grad %x, %0 : tensor<16xf32>
-  %4 = mtc.sgd_update %p, %3 {lr = 0.1 : f32} : tensor<16xf32>
+  %4 = mtc.sgd_update %p, %3 {lr = 0.1 : f64} : tensor<16xf32>
   return %2, %3, %4 : tensor<f32>, tensor<16xf32>, tensor<16xf32>
 }
 
@@ -47,7 +47,7 @@ func.func @train_step(%x: tensor<1x1x4x4xf32> {mtc.name = "x", mtc.role = "input
 func.func @train_step(%p: tensor<16xf32> {mtc.name = "p", mtc.role = "param"})
     -> (tensor<f32> {mtc.role = "loss"}, tensor<16xf32> {mtc.role = "update", mtc.tied = 0 : i64}) {
   // expected-error@+1 {{overwrites argument 0 that is read after it}}
-  %0 = mtc.sgd_update %p, %p {lr = 0.1 : f32} : tensor<16xf32>
+  %0 = mtc.sgd_update %p, %p {lr = 0.1 : f64} : tensor<16xf32>
   %1 = mtc.reduce_sum %p {axes = array<i64: 0>, keepdims = false} : (tensor<16xf32>) -> tensor<f32>
   return %1, %0 : tensor<f32>, tensor<16xf32>
 }

@@ -8,20 +8,20 @@
 // SGD-SAME: (%[[P:[^:]+]]: tensor<5x3xf32> {mtc.name = "w", mtc.role = "param"}, %[[I:[^:]+]]: tensor<4x3xf32>
 // SGD-SAME: -> (tensor<f32> {mtc.role = "loss"}, tensor<5x3xf32> {mtc.owner = 0 : i64, mtc.role = "grad"}, tensor<5x3xf32> {mtc.role = "update", mtc.tied = 0 : i64})
 // SGD: %[[G:.+]] = mtc.relu
-// SGD: %[[NEW:.+]] = mtc.sgd_update %[[P]], %[[G]] {lr = 1.000000e-01 : f32, mtc.optimizer}
+// SGD: %[[NEW:.+]] = mtc.sgd_update %[[P]], %[[G]] {lr = 1.000000e-01 : f64, mtc.optimizer}
 // SGD: return %{{.+}}, %[[G]], %[[NEW]]
 
 // MOM-LABEL: func.func @train_step
 // MOM-SAME: %[[P:[^:]+]]: tensor<5x3xf32> {mtc.name = "w", mtc.role = "param"}
 // MOM-SAME: %[[BUF:[^:]+]]: tensor<5x3xf32> {mtc.name = "w.momentum", mtc.owner = 0 : i64, mtc.role = "state"}
 // MOM-SAME: tensor<5x3xf32> {mtc.role = "update", mtc.tied = 0 : i64}, tensor<5x3xf32> {mtc.role = "update", mtc.tied = 2 : i64}
-// MOM: mtc.sgd_momentum_update %[[P]], %{{.+}}, %[[BUF]] {lr = 1.000000e-01 : f32, momentum = 0.899999976 : f32, mtc.optimizer, nesterov = true, weight_decay = 9.99999974E-5 : f32}
+// MOM: mtc.sgd_momentum_update %[[P]], %{{.+}}, %[[BUF]] {lr = 1.000000e-01 : f64, momentum = 9.000000e-01 : f64, mtc.optimizer, nesterov = true, weight_decay = 1.000000e-04 : f64}
 
 // ADAMW-LABEL: func.func @train_step
 // ADAMW-SAME: %[[M:[^:]+]]: tensor<5x3xf32> {mtc.name = "w.exp_avg", mtc.owner = 0 : i64, mtc.role = "state"}
 // ADAMW-SAME: %[[V:[^:]+]]: tensor<5x3xf32> {mtc.name = "w.exp_avg_sq", mtc.owner = 0 : i64, mtc.role = "state"}
 // ADAMW-SAME: mtc.optimizer_summary = "AdamW(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01)"
-// ADAMW: mtc.adamw_update %{{.+}}, %{{.+}}, %[[M]], %[[V]] {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, mtc.optimizer, weight_decay = 0.00999999977 : f32}
+// ADAMW: mtc.adamw_update %{{.+}}, %{{.+}}, %[[M]], %[[V]] {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, mtc.optimizer, weight_decay = 1.000000e-02 : f64}
 
 // NESTEROV: Nesterov momentum requires momentum > 0
 // UNKNOWN: unknown optimizer 'lion' (expected sgd or adamw)

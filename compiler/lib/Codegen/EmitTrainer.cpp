@@ -71,6 +71,16 @@ std::string floatLiteral(float value) {
   return s;
 }
 
+/// A double literal that reads back to exactly `value`.
+std::string doubleLiteral(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
+  std::string s = buffer;
+  if (s.find_first_of(".en") == std::string::npos)
+    s += ".0";
+  return s;
+}
+
 /// The ONNX node an op came from, for comments.
 std::string nodeName(Location loc) {
   if (auto name = dyn_cast<NameLoc>(loc))
@@ -567,29 +577,29 @@ void Emitter::emitOp(Operation *op) {
       .Case([&](SgdUpdateOp u) {
         emitCall("sgdUpdate(ctx, " + std::to_string(numel(u.getParam())) +
                  ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) +
-                 ", nullptr, " + floatLiteral(u.getLr().convertToFloat()) +
-                 ", 0.0f, " +
-                 floatLiteral(u.getWeightDecay().convertToFloat()) +
+                 ", nullptr, " + doubleLiteral(u.getLr().convertToDouble()) +
+                 ", 0.0, " +
+                 doubleLiteral(u.getWeightDecay().convertToDouble()) +
                  ", false)");
       })
       .Case([&](SgdMomentumUpdateOp u) {
         emitCall("sgdUpdate(ctx, " + std::to_string(numel(u.getParam())) +
                  ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) + ", " +
                  ptr(u.getMomentumBuffer()) + ", " +
-                 floatLiteral(u.getLr().convertToFloat()) + ", " +
-                 floatLiteral(u.getMomentum().convertToFloat()) + ", " +
-                 floatLiteral(u.getWeightDecay().convertToFloat()) + ", " +
+                 doubleLiteral(u.getLr().convertToDouble()) + ", " +
+                 doubleLiteral(u.getMomentum().convertToDouble()) + ", " +
+                 doubleLiteral(u.getWeightDecay().convertToDouble()) + ", " +
                  (u.getNesterov() ? "true" : "false") + ")");
       })
       .Case([&](AdamWUpdateOp u) {
         emitCall("adamwUpdate(ctx, " + std::to_string(numel(u.getParam())) +
                  ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) + ", " +
                  ptr(u.getExpAvg()) + ", " + ptr(u.getExpAvgSq()) + ", " +
-                 floatLiteral(u.getLr().convertToFloat()) + ", " +
-                 floatLiteral(u.getBeta1().convertToFloat()) + ", " +
-                 floatLiteral(u.getBeta2().convertToFloat()) + ", " +
-                 floatLiteral(u.getEps().convertToFloat()) + ", " +
-                 floatLiteral(u.getWeightDecay().convertToFloat()) + ")");
+                 doubleLiteral(u.getLr().convertToDouble()) + ", " +
+                 doubleLiteral(u.getBeta1().convertToDouble()) + ", " +
+                 doubleLiteral(u.getBeta2().convertToDouble()) + ", " +
+                 doubleLiteral(u.getEps().convertToDouble()) + ", " +
+                 doubleLiteral(u.getWeightDecay().convertToDouble()) + ")");
       })
       .Default([&](Operation *other) {
         if (error.empty())

@@ -14,10 +14,12 @@
 namespace mtc::rt {
 
 void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
-               float *momentumBuf, float lr, float momentum, float weightDecay,
-               bool nesterov) {
-  SgdScalars s{lr, momentum, weightDecay, nesterov, stepCounter(ctx) <= 1};
-  float *buf = momentum != 0.0f ? momentumBuf : nullptr;
+               float *momentumBuf, double lr, double momentum,
+               double weightDecay, bool nesterov) {
+  SgdScalars s{static_cast<float>(lr), static_cast<float>(momentum),
+               static_cast<float>(weightDecay), nesterov,
+               stepCounter(ctx) <= 1};
+  float *buf = momentum != 0.0 ? momentumBuf : nullptr;
   const bool parallel = n >= cpu::kParallelGrain;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t i = 0; i < n; ++i)
@@ -25,8 +27,8 @@ void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
 }
 
 void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
-                 float *v, float lr, float beta1, float beta2, float eps,
-                 float weightDecay) {
+                 float *v, double lr, double beta1, double beta2, double eps,
+                 double weightDecay) {
   AdamwScalars s =
       adamwScalars(stepCounter(ctx), lr, beta1, beta2, eps, weightDecay);
   const bool parallel = n >= cpu::kParallelGrain;

@@ -35,19 +35,21 @@ __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
 } // namespace
 
 void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
-               float *momentumBuf, float lr, float momentum, float weightDecay,
-               bool nesterov) {
+               float *momentumBuf, double lr, double momentum,
+               double weightDecay, bool nesterov) {
   if (n <= 0)
     return;
-  SgdScalars s{lr, momentum, weightDecay, nesterov, stepCounter(ctx) <= 1};
-  float *buf = momentum != 0.0f ? momentumBuf : nullptr;
+  SgdScalars s{static_cast<float>(lr), static_cast<float>(momentum),
+               static_cast<float>(weightDecay), nesterov,
+               stepCounter(ctx) <= 1};
+  float *buf = momentum != 0.0 ? momentumBuf : nullptr;
   sgdKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, buf, s);
   checkLaunch(ctx, "sgdKernel");
 }
 
 void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
-                 float *v, float lr, float beta1, float beta2, float eps,
-                 float weightDecay) {
+                 float *v, double lr, double beta1, double beta2, double eps,
+                 double weightDecay) {
   if (n <= 0)
     return;
   AdamwScalars s =

@@ -100,11 +100,11 @@ func.func @reductions(%x: tensor<4x10xf32>, %l: tensor<4xi64>) -> (tensor<4x1xf3
 
 // CHECK-LABEL: func @updates
 func.func @updates(%p: tensor<8xf32>, %g: tensor<8xf32>, %m: tensor<8xf32>, %v: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
-  // CHECK: mtc.sgd_update {{.*}}lr = 1.000000e-01 : f32
-  %0 = mtc.sgd_update %p, %g {lr = 0.1 : f32} : tensor<8xf32>
+  // CHECK: mtc.sgd_update {{.*}}lr = 1.000000e-01 : f64
+  %0 = mtc.sgd_update %p, %g {lr = 0.1 : f64} : tensor<8xf32>
   // CHECK: mtc.sgd_momentum_update {{.*}}nesterov = true
-  %1:2 = mtc.sgd_momentum_update %0, %g, %m {lr = 0.1 : f32, momentum = 0.9 : f32, nesterov = true} : tensor<8xf32>
+  %1:2 = mtc.sgd_momentum_update %0, %g, %m {lr = 0.1 : f64, momentum = 0.9 : f64, nesterov = true} : tensor<8xf32>
   // CHECK: mtc.adamw_update
-  %2:3 = mtc.adamw_update %1#0, %g, %m, %v {lr = 0.001 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.01 : f32} : tensor<8xf32>
+  %2:3 = mtc.adamw_update %1#0, %g, %m, %v {lr = 0.001 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64} : tensor<8xf32>
   return %2#0, %2#1, %2#2 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }

@@ -173,19 +173,23 @@ void stridedCopy(Context &ctx, int rank, const int64_t *shape,
 // Optimizers (in place on parameter and state buffers)
 //===----------------------------------------------------------------------===//
 
+// The hyperparameters are doubles, as in PyTorch where they are Python
+// floats: scalar factors such as 1 - beta2 are formed in double before they
+// meet float32 data.
+
 /// PyTorch SGD: d = g + wd * p; with momentum, buf = momentum * buf + d
 /// (buf = d on the first step, i.e. ctx step 1); nesterov: d = d + momentum *
 /// buf, else d = buf; p -= lr * d. momentumBuf is null when momentum == 0.
 void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
-               float *momentumBuf, float lr, float momentum, float weightDecay,
-               bool nesterov);
+               float *momentumBuf, double lr, double momentum,
+               double weightDecay, bool nesterov);
 
 /// PyTorch AdamW: p *= 1 - lr * wd; m = b1 m + (1-b1) g;
 /// v = b2 v + (1-b2) g^2; p -= lr / (1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) +
 /// eps), t being the step counter of the context (1 on the first step).
 void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
-                 float *v, float lr, float beta1, float beta2, float eps,
-                 float weightDecay);
+                 float *v, double lr, double beta1, double beta2, double eps,
+                 double weightDecay);
 
 } // namespace mtc::rt
 

@@ -601,6 +601,9 @@ def Mtc_SoftmaxCrossEntropyGradOp : Mtc_ComputeOp<
 //===----------------------------------------------------------------------===//
 // Optimizer updates
 //===----------------------------------------------------------------------===//
+//
+// Hyperparameters are f64, as PyTorch's are Python floats: factors such as
+// 1 - beta2 must be formed from the exact values before meeting f32 data.
 
 def Mtc_SgdUpdateOp : Mtc_ComputeOp<"sgd_update",
     [AllTypesMatch<["param", "grad", "new_param"]>]> {
@@ -612,12 +615,12 @@ def Mtc_SgdUpdateOp : Mtc_ComputeOp<"sgd_update",
     Example:
 
     ```mlir
-    %p1 = mtc.sgd_update %p, %g {lr = 0.1 : f32, weight_decay = 0.0 : f32}
+    %p1 = mtc.sgd_update %p, %g {lr = 0.1 : f64, weight_decay = 0.0 : f64}
             : tensor<10x64xf32>
     ```
   }];
   let arguments = (ins Mtc_FloatTensor:$param, Mtc_FloatTensor:$grad,
-                   F32Attr:$lr, DefaultValuedAttr<F32Attr, "0.0f">:$weight_decay);
+                   F64Attr:$lr, DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
   let results = (outs Mtc_FloatTensor:$new_param);
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($param)";
 }
@@ -634,14 +637,14 @@ def Mtc_SgdMomentumUpdateOp : Mtc_ComputeOp<"sgd_momentum_update",
     Example:
 
     ```mlir
-    %p1, %b1 = mtc.sgd_momentum_update %p, %g, %b {lr = 0.1 : f32,
-                 momentum = 0.9 : f32} : tensor<10x64xf32>
+    %p1, %b1 = mtc.sgd_momentum_update %p, %g, %b {lr = 0.1 : f64,
+                 momentum = 0.9 : f64} : tensor<10x64xf32>
     ```
   }];
   let arguments = (ins Mtc_FloatTensor:$param, Mtc_FloatTensor:$grad,
-                   Mtc_FloatTensor:$momentum_buffer, F32Attr:$lr,
-                   F32Attr:$momentum,
-                   DefaultValuedAttr<F32Attr, "0.0f">:$weight_decay,
+                   Mtc_FloatTensor:$momentum_buffer, F64Attr:$lr,
+                   F64Attr:$momentum,
+                   DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
                    DefaultValuedAttr<BoolAttr, "false">:$nesterov);
   let results = (outs Mtc_FloatTensor:$new_param,
                       Mtc_FloatTensor:$new_momentum_buffer);
@@ -661,15 +664,15 @@ def Mtc_AdamWUpdateOp : Mtc_ComputeOp<"adamw_update",
     Example:
 
     ```mlir
-    %p1, %m1, %v1 = mtc.adamw_update %p, %g, %m, %v {lr = 0.001 : f32,
-        beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32,
-        weight_decay = 0.01 : f32} : tensor<10x64xf32>
+    %p1, %m1, %v1 = mtc.adamw_update %p, %g, %m, %v {lr = 0.001 : f64,
+        beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64,
+        weight_decay = 0.01 : f64} : tensor<10x64xf32>
     ```
   }];
   let arguments = (ins Mtc_FloatTensor:$param, Mtc_FloatTensor:$grad,
                    Mtc_FloatTensor:$exp_avg, Mtc_FloatTensor:$exp_avg_sq,
-                   F32Attr:$lr, F32Attr:$beta1, F32Attr:$beta2, F32Attr:$eps,
-                   DefaultValuedAttr<F32Attr, "0.0f">:$weight_decay);
+                   F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                   DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
   let results = (outs Mtc_FloatTensor:$new_param, Mtc_FloatTensor:$new_exp_avg,
                       Mtc_FloatTensor:$new_exp_avg_sq);
   let assemblyFormat = "$param `,` $grad `,` $exp_avg `,` $exp_avg_sq "
