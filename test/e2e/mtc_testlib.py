@@ -274,15 +274,24 @@ def _torch():
     return torch
 
 
-def make_loss_wrapper(module):
-    """Wraps `module` so forward(input, target) returns (mean CE loss, logits)."""
+def make_loss_wrapper(module, loss=None):
+    """Wraps `module` so forward(input, target) returns (loss, logits).
+
+    `loss` maps (logits, target) to a scalar; the default is a
+    torch.nn.CrossEntropyLoss submodule (mean reduction), which exports as one
+    SoftmaxCrossEntropyLoss node. A custom `loss` (e.g. the next-token loss
+    over flattened logits) is traced into the graph like the model itself.
+    """
     torch = _torch()
 
     class LossWrapper(torch.nn.Module):
         def __init__(self, model):
             super().__init__()
             self.model = model
-            self.criterion = torch.nn.CrossEntropyLoss()
+            if loss is None:
+                self.criterion = torch.nn.CrossEntropyLoss()
+            else:
+                self.criterion = loss
 
         def forward(self, input, target):
             logits = self.model(input)
@@ -292,22 +301,34 @@ def make_loss_wrapper(module):
 
 
 def export_with_loss(module, example_input, example_target, path,
-                     dynamic_axes=None):
+                     dynamic_axes=None, loss=None):
     """Exports `module` with its loss inside; returns the initializer-name prefix.
 
+    Graph inputs are `input` and `target` with the dtypes of the examples
+    (float32 images or int64 token ids; int64 class or next-token targets),
+    outputs `loss` and `logits`. `loss` is as for make_loss_wrapper.
     Initializers are named "model." + the module's own state_dict names.
     """
+    return export_wrapper(make_loss_wrapper(module, loss),
+                          (example_input, example_target), path,
+                          dynamic_axes=dynamic_axes)
+
+
+def export_wrapper(wrapper, example_args, path, dynamic_axes=None,
+                   input_names=("input", "target"),
+                   output_names=("loss", "logits")):
+    """The one torch.onnx.export call of the harnesses (opset 17, training
+    mode, no constant folding) for a module already returning (loss, ...)."""
     import warnings
     torch = _torch()
-    wrapper = make_loss_wrapper(module)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(wrapper, (example_input, example_target), path,
+        torch.onnx.export(wrapper, tuple(example_args), path,
                           opset_version=17,
                           training=torch.onnx.TrainingMode.TRAINING,
                           do_constant_folding=False,
-                          input_names=["input", "target"],
-                          output_names=["loss", "logits"],
+                          input_names=list(input_names),
+                          output_names=list(output_names),
                           dynamic_axes=dynamic_axes)
     return "model."
 

@@ -153,6 +153,84 @@ void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c,
                                  float *dlogits);
 
 //===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+/// BatchNormalization in training mode, x viewed as [n, c, inner] (inner =
+/// product of the spatial dims). Per channel: batch mean and biased variance
+/// over n*inner elements; y = (x - mean) * invstd * scale + bias with invstd =
+/// 1 / sqrt(var + eps). savedMean/savedInvstd ([c]) keep mean and invstd for
+/// the backward. runningMean/runningVar ([c]) are updated in place, as
+/// PyTorch does: running = momentum * running + (1 - momentum) * batch, where
+/// the batch variance is the unbiased one (times m / (m - 1), m = n*inner).
+/// `momentum` is ONNX's (PyTorch's 1 - momentum).
+void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                           const float *x, const float *scale,
+                           const float *bias, float *runningMean,
+                           float *runningVar, float eps, float momentum,
+                           float *y, float *savedMean, float *savedInvstd);
+/// Gradients of batchNormTrainForward: dx, dscale, dbias (all overwritten).
+void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                            const float *dy, const float *x,
+                            const float *scale, const float *savedMean,
+                            const float *savedInvstd, float *dx,
+                            float *dscale, float *dbias);
+/// BatchNormalization with given statistics (inference, or frozen stats):
+/// y = (x - mean) / sqrt(var + eps) * scale + bias.
+void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
+                               int64_t inner, const float *x,
+                               const float *scale, const float *bias,
+                               const float *mean, const float *var, float eps,
+                               float *y);
+
+/// LayerNormalization of x viewed as [outer, dim], normalizing each row;
+/// scale and bias have dim elements (bias may be null). mean/invstd ([outer])
+/// are saved for the backward.
+void layerNormForward(Context &ctx, int64_t outer, int64_t dim, const float *x,
+                      const float *scale, const float *bias, float eps,
+                      float *y, float *mean, float *invstd);
+/// dx ([outer, dim]), dscale and dbias ([dim]; dbias may be null); all
+/// overwritten.
+void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
+                       const float *dy, const float *x, const float *scale,
+                       const float *mean, const float *invstd, float *dx,
+                       float *dscale, float *dbias);
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+/// Inverted dropout: y = keep ? x / (1 - ratio) : 0. Whether element i is
+/// kept is a pure function of (trainingSeed(ctx), stepCounter(ctx), stream,
+/// i) through a counter-based generator, identical on CPU and CUDA, so the
+/// backward (and any recomputation) regenerates the same mask without
+/// storing it. `stream` tells apart the dropout ops of one model.
+void dropoutForward(Context &ctx, int64_t n, const float *x, float *y,
+                    float ratio, uint64_t stream);
+/// dx = keep ? dy / (1 - ratio) : 0 with the forward's mask.
+void dropoutBackward(Context &ctx, int64_t n, const float *dy, float *dx,
+                     float ratio, uint64_t stream);
+
+//===----------------------------------------------------------------------===//
+// Indexing
+//===----------------------------------------------------------------------===//
+
+/// Gather along an axis, data viewed as [outer, dim, inner]: for each outer
+/// index o, each of the `count` indices k and each inner index i,
+/// y[o, k, i] = data[o, idx[k], i]. Negative indices count from the end; an
+/// index outside [-dim, dim) is a data error (reported through the context,
+/// the row is zero-filled).
+void gatherForward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
+                   const float *data, const int64_t *indices, int64_t count,
+                   float *y);
+/// The transpose: ddata (overwritten) = scatter-add of dy rows to their
+/// indices. Deterministic: each output row sums its contributions in index
+/// order.
+void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
+                    const float *dy, const int64_t *indices, int64_t count,
+                    float *ddata);
+
+//===----------------------------------------------------------------------===//
 // Data movement
 //===----------------------------------------------------------------------===//
 
