@@ -185,6 +185,15 @@ LogicalResult AutodiffPass::differentiate(func::FuncOp func) {
              builder.getStringAttr(
                  (name ? name.getValue() : StringRef("")) + ".grad"))}));
   }
+  // Buffers the forward updates in place (BatchNorm running statistics)
+  // stay results of the step, tied to their arguments.
+  for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
+    auto role = func.getResultAttrOfType<StringAttr>(i, attr::kRole);
+    if (!role || role.getValue() != attr::role::kUpdate)
+      continue;
+    results.push_back(ret.getOperand(i));
+    resultAttrs.push_back(func.getResultAttrDict(i));
+  }
   builder.create<func::ReturnOp>(ret.getLoc(), results);
   ret.erase();
   func.setType(builder.getFunctionType(func.getArgumentTypes(),

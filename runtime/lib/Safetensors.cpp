@@ -43,7 +43,9 @@ uint64_t dtypeSize(const std::string &dtype) {
   return 0;
 }
 
-uint64_t dtypeSize(DType dtype) { return dtype == DType::I64 ? 8 : 4; }
+uint64_t dtypeSize(DType dtype) {
+  return dtype == DType::I64 ? 8 : dtype == DType::Bool ? 1 : 4;
+}
 
 Status parseTensorEntry(const std::string &name, const json::Value &v,
                         SafetensorsTensor &out) {
@@ -192,7 +194,7 @@ bool writeAll(int fd, const void *data, uint64_t bytes) {
 } // namespace
 
 const char *safetensorsDTypeName(DType dtype) {
-  return dtype == DType::I64 ? "I64" : "F32";
+  return dtype == DType::I64 ? "I64" : dtype == DType::Bool ? "BOOL" : "F32";
 }
 
 const SafetensorsTensor *

@@ -55,10 +55,14 @@ double secondsSince(Clock::time_point start) {
 // Formatting helpers
 //===----------------------------------------------------------------------===//
 
-uint64_t dtypeBytes(DType dtype) { return dtype == DType::I64 ? 8 : 4; }
+uint64_t dtypeBytes(DType dtype) {
+  return dtype == DType::I64 ? 8 : dtype == DType::Bool ? 1 : 4;
+}
 
 const char *dtypeDescription(DType dtype) {
-  return dtype == DType::I64 ? "int64 ('<i8')" : "float32 ('<f4')";
+  return dtype == DType::I64    ? "int64 ('<i8')"
+         : dtype == DType::Bool ? "bool ('|b1')"
+                                : "float32 ('<f4')";
 }
 
 std::string humanBytes(uint64_t bytes) {
@@ -327,7 +331,8 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
     std::string what = "tensor '" + name + "': ";
     if (t.rank < 0 || t.rank > 8)
       return bug(what + "rank " + std::to_string(t.rank));
-    if (t.dtype != DType::F32 && t.dtype != DType::I64)
+    if (t.dtype != DType::F32 && t.dtype != DType::I64 &&
+        t.dtype != DType::Bool)
       return bug(what + "unknown dtype");
     uint64_t bytes = dtypeBytes(t.dtype);
     for (int d = 0; d < t.rank; ++d) {

@@ -44,6 +44,15 @@ bool isFloat(Value v) {
   return isa<FloatType>(cast<RankedTensorType>(v.getType()).getElementType());
 }
 
+bool isBool(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType().isInteger(1);
+}
+
+/// The C++ type of one element in the arena.
+StringRef cType(Value v) {
+  return isFloat(v) ? "float" : isBool(v) ? "unsigned char" : "int64_t";
+}
+
 /// Row-major strides of a shape, in elements.
 SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
   SmallVector<int64_t> strides(shape.size(), 1);
@@ -157,7 +166,7 @@ std::string Emitter::ptrAt(int64_t offset, StringRef type) const {
 }
 
 std::string Emitter::ptr(Value v) const {
-  return ptrAt(offsetOf(v), isFloat(v) ? "float" : "int64_t");
+  return ptrAt(offsetOf(v), cType(v));
 }
 
 std::string Emitter::workspace(Operation *op) const {
@@ -170,12 +179,12 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   std::string kernel = ("k" + Twine(opIndex) + "_" + name).str();
   ArrayRef<int64_t> outShape = shapeOf(out);
   int64_t n = numel(out);
-  StringRef outType = isFloat(out) ? "float" : "int64_t";
+  StringRef outType = cType(out);
 
   // Signature and the index math for broadcast operands.
   std::string params, index, loads;
   for (auto [j, v] : llvm::enumerate(operands)) {
-    StringRef type = isFloat(v) ? "float" : "int64_t";
+    StringRef type = cType(v);
     params += ("const " + type + " *__restrict in" + Twine(j) + "p, ").str();
   }
   params += (outType + " *__restrict out").str();
@@ -205,7 +214,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     }
   }
   for (auto [j, v] : llvm::enumerate(operands)) {
-    StringRef type = isFloat(v) ? "float" : "int64_t";
+    StringRef type = cType(v);
     std::string at = numel(v) == 1          ? "0"
                      : shapeOf(v) == outShape ? "i"
                                               : ("i" + Twine(j)).str();
@@ -601,6 +610,127 @@ void Emitter::emitOp(Operation *op) {
                  doubleLiteral(u.getEps().convertToDouble()) + ", " +
                  doubleLiteral(u.getWeightDecay().convertToDouble()) + ")");
       })
+      .Case([&](ErfOp) { unary("erf", "std::erf(in0)", "erff(in0)"); })
+      .Case([&](ClipOp c) {
+        std::string lo = floatLiteral(c.getMin().convertToFloat());
+        std::string hi = floatLiteral(c.getMax().convertToFloat());
+        unary("clip", "in0 < " + lo + " ? " + lo + " : (in0 > " + hi + " ? " +
+                          hi + " : in0)",
+              "in0 < " + lo + " ? " + lo + " : (in0 > " + hi + " ? " + hi +
+                  " : in0)");
+      })
+      .Case([&](ClipGradOp c) {
+        std::string lo = floatLiteral(c.getMin().convertToFloat());
+        std::string hi = floatLiteral(c.getMax().convertToFloat());
+        binary("clip_grad",
+               "(in1 >= " + lo + " && in1 <= " + hi + ") ? in0 : 0.0f");
+      })
+      .Case([&](SelectOp) { binary("select", "in0 ? in1 : in2"); })
+      .Case([&](BatchNormTrainOp bn) {
+        ArrayRef<int64_t> x = shapeOf(bn.getInput());
+        int64_t inner = numel(bn.getInput()) / (x[0] * x[1]);
+        // The running statistics are updated in place; they are tied to
+        // their buffers, so this copy only runs when they are not.
+        for (auto [from, to] :
+             {std::pair(bn.getRunningMean(), bn.getNewRunningMean()),
+              std::pair(bn.getRunningVar(), bn.getNewRunningVar())})
+          if (offsetOf(from) != offsetOf(to))
+            emitCall("copyBytes(ctx, " + ptr(to) + ", " + ptr(from) + ", " +
+                     std::to_string(getTensorBytes(from.getType())) + ")");
+        emitCall(llvm::formatv(
+                     "batchNormTrainForward(ctx, {0}, {1}, {2}, {3}, {4}, "
+                     "{5}, {6}, {7}, {8}, {9}, {10}, {11}, {12})",
+                     x[0], x[1], inner, ptr(bn.getInput()), ptr(bn.getScale()),
+                     ptr(bn.getBias()), ptr(bn.getNewRunningMean()),
+                     ptr(bn.getNewRunningVar()),
+                     floatLiteral(bn.getEpsilon().convertToFloat()),
+                     floatLiteral(bn.getMomentum().convertToFloat()),
+                     ptr(bn.getOutput()), ptr(bn.getSavedMean()),
+                     ptr(bn.getSavedInvstd()))
+                     .str());
+      })
+      .Case([&](BatchNormTrainGradOp g) {
+        ArrayRef<int64_t> x = shapeOf(g.getInput());
+        int64_t inner = numel(g.getInput()) / (x[0] * x[1]);
+        emitCall(llvm::formatv(
+                     "batchNormTrainBackward(ctx, {0}, {1}, {2}, {3}, {4}, "
+                     "{5}, {6}, {7}, {8}, {9}, {10})",
+                     x[0], x[1], inner, ptr(g.getGrad()), ptr(g.getInput()),
+                     ptr(g.getScale()), ptr(g.getSavedMean()),
+                     ptr(g.getSavedInvstd()), ptr(g.getInputGrad()),
+                     ptr(g.getScaleGrad()), ptr(g.getBiasGrad()))
+                     .str());
+      })
+      .Case([&](LayerNormOp ln) {
+        int64_t dim = numel(ln.getScale());
+        int64_t outer = numel(ln.getInput()) / dim;
+        emitCall(llvm::formatv(
+                     "layerNormForward(ctx, {0}, {1}, {2}, {3}, {4}, {5}, {6}, "
+                     "{7}, {8})",
+                     outer, dim, ptr(ln.getInput()), ptr(ln.getScale()),
+                     ln.getBias() ? ptr(ln.getBias()) : "nullptr",
+                     floatLiteral(ln.getEpsilon().convertToFloat()),
+                     ptr(ln.getOutput()), ptr(ln.getMean()),
+                     ptr(ln.getInvstd()))
+                     .str());
+      })
+      .Case([&](LayerNormGradOp g) {
+        int64_t dim = numel(g.getScale());
+        int64_t outer = numel(g.getInput()) / dim;
+        emitCall(llvm::formatv(
+                     "layerNormBackward(ctx, {0}, {1}, {2}, {3}, {4}, {5}, "
+                     "{6}, {7}, {8}, {9})",
+                     outer, dim, ptr(g.getGrad()), ptr(g.getInput()),
+                     ptr(g.getScale()), ptr(g.getMean()), ptr(g.getInvstd()),
+                     ptr(g.getInputGrad()), ptr(g.getScaleGrad()),
+                     ptr(g.getBiasGrad()))
+                     .str());
+      })
+      .Case([&](DropoutOp d) {
+        emitCall(llvm::formatv("dropoutForward(ctx, {0}, {1}, {2}, {3}, {4}u)",
+                               numel(d.getInput()), ptr(d.getInput()),
+                               ptr(d.getOutput()),
+                               floatLiteral(d.getRatio().convertToFloat()),
+                               d.getStream())
+                     .str());
+      })
+      .Case([&](DropoutGradOp d) {
+        emitCall(llvm::formatv("dropoutBackward(ctx, {0}, {1}, {2}, {3}, {4}u)",
+                               numel(d.getGrad()), ptr(d.getGrad()),
+                               ptr(d.getOutput()),
+                               floatLiteral(d.getRatio().convertToFloat()),
+                               d.getStream())
+                     .str());
+      })
+      .Case<GatherOp, GatherGradOp>([&](auto g) {
+        bool forward = std::is_same_v<decltype(g), GatherOp>;
+        Value data = forward ? g->getOperand(0) : g->getResult(0);
+        Value other = forward ? g->getResult(0) : g->getOperand(0);
+        ArrayRef<int64_t> shape = shapeOf(data);
+        int64_t axis = g.getAxis(), outer = 1, inner = 1;
+        for (int64_t i = 0; i < axis; ++i)
+          outer *= shape[i];
+        for (size_t i = axis + 1; i < shape.size(); ++i)
+          inner *= shape[i];
+        emitCall(llvm::formatv("{0}(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7})",
+                               forward ? "gatherForward" : "gatherBackward",
+                               outer, shape[axis], inner,
+                               ptr(forward ? data : other),
+                               ptr(g.getIndices()), numel(g.getIndices()),
+                               ptr(forward ? other : data))
+                     .str());
+      })
+      .Case([&](ConcatOp c) {
+        int64_t axis = c.getAxis();
+        SmallVector<int64_t> outStrides = stridesOf(shapeOf(c.getOutput()));
+        int64_t offset = 0;
+        for (Value input : c.getInputs()) {
+          emitStridedCopy(input, 0, stridesOf(shapeOf(input)), c.getOutput(),
+                          offset * outStrides[axis], outStrides,
+                          shapeOf(input));
+          offset += shapeOf(input)[axis];
+        }
+      })
       .Default([&](Operation *other) {
         if (error.empty())
           error = ("no code generation for '" + other->getName().getStringRef() +
@@ -621,7 +751,10 @@ std::vector<char> rawBytes(ElementsAttr attr) {
   std::vector<char> out;
   auto dense = cast<DenseElementsAttr>(attr);
   int64_t count = getNumElements(dense.getType());
-  if (dense.getElementType().isF32()) {
+  if (dense.getElementType().isInteger(1)) {
+    for (bool v : dense.getValues<bool>())
+      out.push_back(v ? 1 : 0);
+  } else if (dense.getElementType().isF32()) {
     out.resize(count * 4);
     int64_t i = 0;
     for (float v : dense.getValues<float>())
@@ -670,7 +803,8 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
     SmallVector<int64_t> padded(shape);
     padded.resize(8, 0);
     t << "    {\"" << name << "\", " << role << ", "
-      << (isFloat(v) ? "DType::F32" : "DType::I64") << ", " << shape.size()
+      << (isFloat(v) ? "DType::F32" : isBool(v) ? "DType::Bool" : "DType::I64")
+      << ", " << shape.size()
       << ", {" << list(padded) << "}, " << offset << "ull, "
       << getTensorBytes(v.getType()) << "ull, " << owner << "},\n";
     return numTensors++;
@@ -706,7 +840,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
       std::string name = "mtc.const." + std::to_string(constants++);
       entry(name, "Role::Constant", c, offsetOf(c), -1);
       inits.push_back({name, isFloat(c), shapeOf(c).vec(),
-                       rawBytes(c.getValue())});
+                       rawBytes(c.getValue()), isBool(c)});
     }
   auto ret = cast<func::ReturnOp>(block.getTerminator());
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {

@@ -116,7 +116,9 @@ llvm::Error mtc::buildTrainer(const std::string &source,
   for (const InitTensor &t : inits) {
     rt::SafetensorsEntry e;
     e.name = t.name;
-    e.dtype = t.isFloat ? rt::DType::F32 : rt::DType::I64;
+    e.dtype = t.isFloat  ? rt::DType::F32
+              : t.isBool ? rt::DType::Bool
+                         : rt::DType::I64;
     e.shape = t.shape;
     e.data = t.bytes.data();
     e.bytes = t.bytes.size();

@@ -71,6 +71,7 @@ std::optional<KnownTensor> foldBinary(ImportContext &ctx,
   KnownTensor t;
   t.shape.assign(shape->begin(), shape->end());
   t.isFloat = !boolResult && (a->isFloat || b->isFloat);
+  t.isBool = boolResult;
   int64_t n = count(t.shape), rank = t.shape.size();
   auto index = [&](const KnownTensor &x, int64_t flat) {
     int64_t offset = 0, stride = 1;
@@ -112,6 +113,7 @@ std::optional<KnownTensor> foldGather(ImportContext &ctx) {
     inner *= data->shape[i];
   KnownTensor t;
   t.isFloat = data->isFloat;
+  t.isBool = data->isBool;
   t.shape.assign(data->shape.begin(), data->shape.begin() + axis);
   t.shape.insert(t.shape.end(), indices->shape.begin(), indices->shape.end());
   t.shape.insert(t.shape.end(), data->shape.begin() + axis + 1,
@@ -139,13 +141,15 @@ std::optional<KnownTensor> foldCast(ImportContext &ctx) {
   case onnx::TensorProto::FLOAT:
   case onnx::TensorProto::DOUBLE:
     t.isFloat = true;
+    t.isBool = false;
     break;
   case onnx::TensorProto::INT64:
   case onnx::TensorProto::INT32:
   case onnx::TensorProto::BOOL:
     t.isFloat = false;
+    t.isBool = to == onnx::TensorProto::BOOL;
     for (double &v : t.values)
-      v = to == onnx::TensorProto::BOOL ? (v != 0) : std::trunc(v);
+      v = t.isBool ? (v != 0) : std::trunc(v);
     break;
   default:
     return std::nullopt;
@@ -199,6 +203,7 @@ std::optional<KnownTensor> foldConcat(ImportContext &ctx) {
     axis += rank;
   KnownTensor t;
   t.isFloat = parts[0]->isFloat;
+  t.isBool = parts[0]->isBool;
   t.shape = parts[0]->shape;
   t.shape[axis] = 0;
   for (const KnownTensor *p : parts)
@@ -261,6 +266,7 @@ std::optional<KnownTensor> foldSlice(ImportContext &ctx) {
   }
   KnownTensor t;
   t.isFloat = data->isFloat;
+  t.isBool = data->isBool;
   t.shape = size;
   std::vector<int64_t> strides = stridesOf(data->shape);
   int64_t n = count(size);
@@ -303,6 +309,7 @@ std::optional<KnownTensor> foldTranspose(ImportContext &ctx) {
     return std::nullopt;
   KnownTensor t;
   t.isFloat = data->isFloat;
+  t.isBool = data->isBool;
   for (int64_t p : perm)
     t.shape.push_back(data->shape[p]);
   std::vector<int64_t> strides = stridesOf(data->shape);
@@ -398,6 +405,41 @@ std::optional<KnownTensor> foldWhere(ImportContext &ctx) {
   return t;
 }
 
+std::optional<KnownTensor> foldTrilu(ImportContext &ctx) {
+  const KnownTensor *x = in(ctx, 0);
+  if (!x || x->shape.size() < 2)
+    return std::nullopt;
+  int64_t k = 0;
+  if (ctx.hasInput(1)) {
+    auto kv = ctx.constInts(1);
+    if (!kv || kv->size() != 1)
+      return std::nullopt;
+    k = (*kv)[0];
+  }
+  bool upper = ctx.intAttr("upper", 1);
+  KnownTensor t = *x;
+  int64_t rows = x->shape[x->shape.size() - 2], cols = x->shape.back();
+  for (size_t flat = 0; flat < t.values.size(); ++flat) {
+    int64_t j = flat % cols, i = (flat / cols) % rows;
+    bool keep = upper ? j - i >= k : j - i <= k;
+    if (!keep)
+      t.values[flat] = 0;
+  }
+  return t;
+}
+
+std::optional<KnownTensor> foldNot(ImportContext &ctx) {
+  const KnownTensor *x = in(ctx, 0);
+  if (!x)
+    return std::nullopt;
+  KnownTensor t = *x;
+  t.isBool = true;
+  t.isFloat = false;
+  for (double &v : t.values)
+    v = v == 0;
+  return t;
+}
+
 using Folder = std::optional<KnownTensor> (*)(ImportContext &);
 
 const llvm::StringMap<Folder> &folders() {
@@ -434,6 +476,8 @@ const llvm::StringMap<Folder> &folders() {
       return foldBinary(c, [](double a, double b) { return a - b; });
     };
     t["Transpose"] = foldTranspose;
+    t["Trilu"] = foldTrilu;
+    t["Not"] = foldNot;
     t["Unsqueeze"] = foldUnsqueeze;
     t["Where"] = foldWhere;
     return t;
@@ -505,8 +549,7 @@ mtc::import::resolveReshape(ImportContext &ctx, ArrayRef<int64_t> input,
 
 void mtc::import::registerFoldOnlyImporters(
     llvm::StringMap<OpImporter> &table) {
-  for (const char *op : {"Cast", "Concat", "ConstantOfShape", "Equal",
-                         "Gather", "Range", "Shape", "Slice", "Squeeze",
-                         "Unsqueeze", "Where"})
+  for (const char *op :
+       {"ConstantOfShape", "Equal", "Not", "Range", "Shape", "Trilu"})
     table[op] = importFoldOnly;
 }

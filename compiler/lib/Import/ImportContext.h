@@ -31,6 +31,7 @@ namespace mtc::import {
 struct KnownTensor {
   std::vector<int64_t> shape;
   bool isFloat = false;
+  bool isBool = false;
   std::vector<double> values; ///< row-major, as double for both kinds
 };
 
@@ -99,9 +100,21 @@ public:
   }
   mlir::FailureOr<mlir::Value> lookup(const std::string &name);
 
+  /// Records that `newValue` is the next value of the initializer argument
+  /// `buffer` (BatchNorm running statistics); the step writes it back.
+  void addBufferUpdate(mlir::Value buffer, mlir::Value newValue) {
+    if (mlir::isa<mlir::BlockArgument>(buffer))
+      bufferUpdates.push_back({buffer, newValue});
+  }
+  llvm::SmallVector<std::pair<mlir::Value, mlir::Value>> bufferUpdates;
+
+  /// A fresh id for an op that needs one (dropout mask streams).
+  int64_t nextStream() { return streams++; }
+
 private:
   llvm::StringMap<mlir::Value> values;
   llvm::StringMap<KnownTensor> knownTensors;
+  int64_t streams = 0;
 };
 
 /// Imports the current node of the context.
@@ -127,6 +140,7 @@ void registerShapeImporters(llvm::StringMap<OpImporter> &table);
 void registerReduceImporters(llvm::StringMap<OpImporter> &table);
 void registerLossImporters(llvm::StringMap<OpImporter> &table);
 void registerFoldOnlyImporters(llvm::StringMap<OpImporter> &table);
+void registerNormImporters(llvm::StringMap<OpImporter> &table);
 
 /// Shape of a value of ranked tensor type.
 llvm::ArrayRef<int64_t> shapeOf(mlir::Value v);

@@ -56,11 +56,17 @@ FailureOr<Value> ImportContext::lookup(const std::string &name) {
     return failure();
   // Materialize the constant once.
   const KnownTensor &t = k->second;
-  Type element = t.isFloat ? Type(builder.getF32Type())
-                           : Type(builder.getI64Type());
+  Type element = t.isFloat  ? Type(builder.getF32Type())
+                 : t.isBool ? Type(builder.getI1Type())
+                            : Type(builder.getI64Type());
   auto type = RankedTensorType::get(t.shape, element);
   DenseElementsAttr attr;
-  if (t.isFloat) {
+  if (t.isBool) {
+    SmallVector<bool> data;
+    for (double v : t.values)
+      data.push_back(v != 0);
+    attr = DenseElementsAttr::get(type, ArrayRef<bool>(data));
+  } else if (t.isFloat) {
     SmallVector<float> data(t.values.begin(), t.values.end());
     attr = DenseElementsAttr::get(type, ArrayRef<float>(data));
   } else {
@@ -193,6 +199,7 @@ const llvm::StringMap<OpImporter> &mtc::import::getOpImporters() {
     registerReduceImporters(t);
     registerLossImporters(t);
     registerFoldOnlyImporters(t);
+    registerNormImporters(t);
     return t;
   }();
   return table;
@@ -481,6 +488,15 @@ mtc::importOnnxFile(MLIRContext &context, StringRef path,
     resultAttrs.push_back(
         b.getDictionaryAttr(b.getNamedAttr(attr::kName,
                                            b.getStringAttr(output.name()))));
+  }
+  // Running statistics and other buffers the step updates in place.
+  for (auto [buffer, newValue] : ctx.bufferUpdates) {
+    results.push_back(newValue);
+    resultAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(attr::kRole, b.getStringAttr(attr::role::kUpdate)),
+         b.getNamedAttr(attr::kTied,
+                        b.getI64IntegerAttr(
+                            cast<BlockArgument>(buffer).getArgNumber()))}));
   }
   b.create<func::ReturnOp>(fileLoc, results);
   func.setType(b.getFunctionType(argTypes, ValueRange(results).getTypes()));

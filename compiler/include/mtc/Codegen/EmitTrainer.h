@@ -26,6 +26,7 @@ struct InitTensor {
   bool isFloat = true;
   std::vector<int64_t> shape;
   std::vector<char> bytes;
+  bool isBool = false;
 };
 
 /// Emits the trainer's source (C++ for the CPU, CUDA C++ for the GPU) for the

@@ -6,6 +6,8 @@
 
 #include "../ImportContext.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mtc;
 using namespace mtc::import;
@@ -37,12 +39,75 @@ template <typename Op> LogicalResult importBinary(ImportContext &ctx) {
   return success();
 }
 
+LogicalResult importClip(ImportContext &ctx) {
+  auto x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  float lo = -std::numeric_limits<float>::infinity();
+  float hi = std::numeric_limits<float>::infinity();
+  if (ctx.opset < 11) {
+    lo = ctx.floatAttr("min", lo);
+    hi = ctx.floatAttr("max", hi);
+  } else {
+    for (int i : {1, 2}) {
+      if (!ctx.hasInput(i))
+        continue;
+      auto v = ctx.constFloats(i);
+      if (!v || v->size() != 1)
+        return ctx.fail("min and max must be compile-time scalars");
+      (i == 1 ? lo : hi) = static_cast<float>((*v)[0]);
+    }
+  }
+  OpBuilder &b = ctx.builder;
+  ctx.bind(0, b.create<ClipOp>(ctx.loc(), x->getType(), *x,
+                               b.getF32FloatAttr(lo), b.getF32FloatAttr(hi)));
+  return success();
+}
+
+LogicalResult importWhere(ImportContext &ctx) {
+  auto c = ctx.input(0), a = ctx.input(1), b = ctx.input(2);
+  if (failed(c) || failed(a) || failed(b))
+    return failure();
+  if (!cast<RankedTensorType>(c->getType()).getElementType().isInteger(1))
+    return ctx.fail("the condition must be a bool tensor");
+  for (Value v : {*a, *b})
+    if (!isa<FloatType>(cast<RankedTensorType>(v.getType()).getElementType()))
+      return ctx.fail("choosing between integer tensors at run time is not "
+                      "supported");
+  auto ab = broadcastShapes(shapeOf(*a), shapeOf(*b));
+  if (failed(ab) || failed(broadcastShapes(shapeOf(*c), *ab)))
+    return ctx.fail("operand shapes do not broadcast");
+  ctx.bind(0, ctx.builder.create<SelectOp>(ctx.loc(), *c, *a, *b));
+  return success();
+}
+
+LogicalResult importCast(ImportContext &ctx) {
+  auto x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  int64_t to = ctx.intAttr("to", onnx::TensorProto::FLOAT);
+  Type from = cast<RankedTensorType>(x->getType()).getElementType();
+  bool same = (to == onnx::TensorProto::FLOAT && from.isF32()) ||
+              (to == onnx::TensorProto::INT64 && from.isInteger(64)) ||
+              (to == onnx::TensorProto::BOOL && from.isInteger(1));
+  if (!same)
+    return ctx.fail("casting tensors computed at run time to " +
+                    onnx::TensorProto::DataType_Name(
+                        static_cast<onnx::TensorProto::DataType>(to)) +
+                    " is not supported");
+  ctx.bind(0, *x);
+  return success();
+}
+
 } // namespace
 
 void mtc::import::registerElementwiseImporters(
     llvm::StringMap<OpImporter> &table) {
   table["Add"] = importBinary<AddOp>;
   table["Div"] = importBinary<DivOp>;
+  table["Cast"] = importCast;
+  table["Clip"] = importClip;
+  table["Erf"] = importUnary<ErfOp>;
   table["Exp"] = importUnary<ExpOp>;
   table["Log"] = importUnary<LogOp>;
   table["Mul"] = importBinary<MulOp>;
@@ -52,4 +117,5 @@ void mtc::import::registerElementwiseImporters(
   table["Sqrt"] = importUnary<SqrtOp>;
   table["Sub"] = importBinary<SubOp>;
   table["Tanh"] = importUnary<TanhOp>;
+  table["Where"] = importWhere;
 }

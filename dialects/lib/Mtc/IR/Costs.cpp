@@ -34,6 +34,14 @@ MTC_ELEMENTWISE_FLOPS(ExpOp, 1)
 MTC_ELEMENTWISE_FLOPS(LogOp, 1)
 MTC_ELEMENTWISE_FLOPS(NegOp, 1)
 MTC_ELEMENTWISE_FLOPS(SqrtOp, 1)
+MTC_ELEMENTWISE_FLOPS(ErfOp, 1)
+MTC_ELEMENTWISE_FLOPS(ClipOp, 1)
+MTC_ELEMENTWISE_FLOPS(ClipGradOp, 1)
+MTC_ELEMENTWISE_FLOPS(SelectOp, 1)
+MTC_ELEMENTWISE_FLOPS(DropoutOp, 2)
+MTC_ELEMENTWISE_FLOPS(DropoutGradOp, 2)
+MTC_ELEMENTWISE_FLOPS(GatherOp, 0)
+MTC_ELEMENTWISE_FLOPS(ConcatOp, 0)
 MTC_ELEMENTWISE_FLOPS(AddOp, 1)
 MTC_ELEMENTWISE_FLOPS(SubOp, 1)
 MTC_ELEMENTWISE_FLOPS(MulOp, 1)
@@ -136,3 +144,9 @@ int64_t GlobalAvgPoolOp::getFlops() { return numel(getInput()); }
 int64_t ReduceSumOp::getFlops() { return numel(getInput()); }
 int64_t ReduceMeanOp::getFlops() { return numel(getInput()); }
 int64_t SoftmaxCrossEntropyOp::getFlops() { return 5 * numel(getLogits()); }
+
+int64_t BatchNormTrainOp::getFlops() { return 8 * numel(getInput()); }
+int64_t BatchNormTrainGradOp::getFlops() { return 10 * numel(getInput()); }
+int64_t LayerNormOp::getFlops() { return 8 * numel(getInput()); }
+int64_t LayerNormGradOp::getFlops() { return 10 * numel(getInput()); }
+int64_t GatherGradOp::getFlops() { return numel(getGrad()); }

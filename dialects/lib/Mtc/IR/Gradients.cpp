@@ -366,3 +366,114 @@ LogicalResult SoftmaxCrossEntropyOp::buildGradient(OpBuilder &b,
   dx.push_back(Value());
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Ops of real models: erf, clip, select, normalization, dropout, gather,
+// concat
+//===----------------------------------------------------------------------===//
+
+LogicalResult ErfOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                   SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  // d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2), computed as PyTorch does.
+  Value sq = b.create<MulOp>(loc, getInput(), getInput());
+  Value e = b.create<ExpOp>(loc, sq.getType(),
+                            b.create<NegOp>(loc, sq.getType(), sq));
+  Value slope =
+      b.create<MulOp>(loc, e, scalar(b, loc, 1.12837916709551257390f));
+  dx.push_back(b.create<MulOp>(loc, dy[0], slope));
+  return success();
+}
+
+LogicalResult ClipOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                    SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<ClipGradOp>(getLoc(), getType(), dy[0], getInput(),
+                                    getMinAttr(), getMaxAttr()));
+  return success();
+}
+
+LogicalResult SelectOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                      SmallVectorImpl<Value> &dx) {
+  Location loc = getLoc();
+  Value zero = scalar(b, loc, 0.0f);
+  Value toTrue = b.create<SelectOp>(loc, getCondition(), dy[0], zero);
+  Value toFalse = b.create<SelectOp>(loc, getCondition(), zero, dy[0]);
+  dx.push_back(Value());
+  dx.push_back(reduceToShape(b, loc, toTrue, getTrueValue()));
+  dx.push_back(reduceToShape(b, loc, toFalse, getFalseValue()));
+  return success();
+}
+
+LogicalResult BatchNormTrainOp::buildGradient(OpBuilder &b,
+                                              ArrayRef<Value> dy,
+                                              SmallVectorImpl<Value> &dx) {
+  if (!dy[0]) {
+    dx.append(5, Value());
+    return success();
+  }
+  auto grad = b.create<BatchNormTrainGradOp>(
+      getLoc(),
+      TypeRange{getInput().getType(), getScale().getType(),
+                getScale().getType()},
+      dy[0], getInput(), getScale(), getSavedMean(), getSavedInvstd());
+  dx.push_back(grad.getInputGrad());
+  dx.push_back(grad.getScaleGrad());
+  dx.push_back(grad.getBiasGrad());
+  dx.push_back(Value());
+  dx.push_back(Value());
+  return success();
+}
+
+LogicalResult LayerNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                         SmallVectorImpl<Value> &dx) {
+  if (!dy[0]) {
+    dx.append(getNumOperands(), Value());
+    return success();
+  }
+  auto grad = b.create<LayerNormGradOp>(
+      getLoc(),
+      TypeRange{getInput().getType(), getScale().getType(),
+                getScale().getType()},
+      dy[0], getInput(), getScale(), getMean(), getInvstd(), getAxisAttr());
+  dx.push_back(grad.getInputGrad());
+  dx.push_back(grad.getScaleGrad());
+  if (getBias())
+    dx.push_back(grad.getBiasGrad());
+  return success();
+}
+
+LogicalResult DropoutOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                       SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<DropoutGradOp>(getLoc(), getType(), dy[0],
+                                       getRatioAttr(), getStreamAttr()));
+  return success();
+}
+
+LogicalResult GatherOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                      SmallVectorImpl<Value> &dx) {
+  dx.push_back(b.create<GatherGradOp>(getLoc(), getData().getType(), dy[0],
+                                      getIndices(), getAxisAttr()));
+  dx.push_back(Value());
+  return success();
+}
+
+LogicalResult ConcatOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                      SmallVectorImpl<Value> &dx) {
+  int64_t axis = getAxis();
+  int64_t offset = 0;
+  size_t rank = shapeOf(dy[0]).size();
+  for (Value input : getInputs()) {
+    auto type = cast<RankedTensorType>(input.getType());
+    if (!isa<FloatType>(type.getElementType())) {
+      dx.push_back(Value());
+    } else {
+      SmallVector<int64_t> starts(rank, 0), steps(rank, 1);
+      starts[axis] = offset;
+      dx.push_back(b.create<SliceOp>(getLoc(), type, dy[0],
+                                     b.getDenseI64ArrayAttr(starts),
+                                     b.getDenseI64ArrayAttr(steps)));
+    }
+    offset += type.getDimSize(axis);
+  }
+  return success();
+}

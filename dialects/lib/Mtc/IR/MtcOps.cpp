@@ -492,6 +492,114 @@ LogicalResult LogSoftmaxOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// Select
+//===----------------------------------------------------------------------===//
+
+LogicalResult SelectOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  auto ab = broadcastShapes(shapeOf(adaptor.getTrueValue()),
+                            shapeOf(adaptor.getFalseValue()));
+  if (failed(ab))
+    return emitOptionalError(loc, "operand shapes do not broadcast");
+  auto all = broadcastShapes(shapeOf(adaptor.getCondition()), *ab);
+  if (failed(all))
+    return emitOptionalError(loc, "operand shapes do not broadcast");
+  types.push_back(tensorOf(*all, elementOf(adaptor.getTrueValue())));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+LogicalResult BatchNormTrainOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getInput());
+  if (x.size() < 2)
+    return emitOpError("input must be [N, C, ...]");
+  if (shapeOf(getScale()) != ArrayRef<int64_t>{x[1]})
+    return emitOpError("scale, bias and statistics must have C = ")
+           << x[1] << " elements";
+  return success();
+}
+
+static SmallVector<int64_t> rowStatShape(ArrayRef<int64_t> x, int64_t axis) {
+  SmallVector<int64_t> shape(x.begin(), x.end());
+  for (size_t i = axis; i < shape.size(); ++i)
+    shape[i] = 1;
+  return shape;
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> x = shapeOf(adaptor.getInput());
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= static_cast<int64_t>(x.size()))
+    return emitOptionalError(loc, "axis out of range");
+  Type element = elementOf(adaptor.getInput());
+  types.push_back(adaptor.getInput().getType());
+  types.push_back(tensorOf(rowStatShape(x, axis), element));
+  types.push_back(tensorOf(rowStatShape(x, axis), element));
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getInput());
+  ArrayRef<int64_t> normalized = x.drop_front(getAxis());
+  if (shapeOf(getScale()) != normalized)
+    return emitOpError("scale must have the normalized dims' shape");
+  if (getBias() && shapeOf(getBias()) != normalized)
+    return emitOpError("bias must have the normalized dims' shape");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Indexing and concatenation
+//===----------------------------------------------------------------------===//
+
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> data = shapeOf(adaptor.getData());
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= static_cast<int64_t>(data.size()))
+    return emitOptionalError(loc, "axis out of range");
+  SmallVector<int64_t> shape(data.begin(), data.begin() + axis);
+  llvm::append_range(shape, shapeOf(adaptor.getIndices()));
+  shape.append(data.begin() + axis + 1, data.end());
+  types.push_back(tensorOf(shape, elementOf(adaptor.getData())));
+  return success();
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  if (adaptor.getInputs().empty())
+    return emitOptionalError(loc, "concat needs at least one operand");
+  SmallVector<int64_t> shape(shapeOf(adaptor.getInputs()[0]));
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= static_cast<int64_t>(shape.size()))
+    return emitOptionalError(loc, "axis out of range");
+  Type element = elementOf(adaptor.getInputs()[0]);
+  for (Value v : adaptor.getInputs().drop_front()) {
+    ArrayRef<int64_t> other = shapeOf(v);
+    if (other.size() != shape.size() || elementOf(v) != element)
+      return emitOptionalError(loc, "operands differ in rank or type");
+    for (size_t i = 0; i < shape.size(); ++i)
+      if (static_cast<int64_t>(i) != axis && other[i] != shape[i])
+        return emitOptionalError(loc, "operands differ outside the axis");
+    shape[axis] += other[axis];
+  }
+  types.push_back(tensorOf(shape, element));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Losses
 //===----------------------------------------------------------------------===//
 

@@ -20,8 +20,10 @@ def AutodiffPass : Pass<"mtc-autodiff", "mlir::ModuleOp"> {
     returning the loss and the gradient of every parameter argument that
     reaches the loss through differentiable operands. The VJP of each op comes
     from its `GradientOpInterface`; gradients of values used several times
-    are summed. Parameters no gradient reaches become buffers. Other forward
-    results are dropped.
+    are summed. Parameters no gradient reaches become buffers. Results with
+    role "update" (buffers the forward overwrites, such as BatchNorm running
+    statistics) are kept after the gradients; other forward results are
+    dropped.
 
     Example: `mtc-opt --mtc-autodiff model.mlir`
   }];

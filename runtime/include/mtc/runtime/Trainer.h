@@ -21,7 +21,8 @@ namespace mtc::rt {
 
 struct Context;
 
-enum class DType : int { F32 = 0, I64 = 1 };
+/// Element types; Bool is one byte per element (0 or 1).
+enum class DType : int { F32 = 0, I64 = 1, Bool = 2 };
 
 /// What a tensor of the table is to the trainer.
 enum class Role : int {

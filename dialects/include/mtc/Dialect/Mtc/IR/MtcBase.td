@@ -39,6 +39,8 @@ class Mtc_Op<string mnemonic, list<Trait> traits = []>
 def Mtc_FloatTensor : StaticShapeTensorOf<[F32]>;
 /// Integer tensors (labels, indices) with a fully static shape.
 def Mtc_IntTensor : StaticShapeTensorOf<[I64]>;
-def Mtc_AnyTensor : StaticShapeTensorOf<[F32, I64]>;
+/// Boolean tensors (masks, conditions).
+def Mtc_BoolTensor : StaticShapeTensorOf<[I1]>;
+def Mtc_AnyTensor : StaticShapeTensorOf<[F32, I64, I1]>;
 
 #endif // MTC_DIALECT_MTC_IR_MTCBASE_TD

@@ -75,6 +75,60 @@ def Mtc_ExpOp : Mtc_UnaryOp<"exp", "y = exp(x)">;
 def Mtc_LogOp : Mtc_UnaryOp<"log", "y = log(x)">;
 def Mtc_NegOp : Mtc_UnaryOp<"neg", "y = -x">;
 def Mtc_SqrtOp : Mtc_UnaryOp<"sqrt", "y = sqrt(x)">;
+def Mtc_ErfOp : Mtc_UnaryOp<"erf", "y = erf(x)">;
+
+def Mtc_ClipOp : Mtc_DiffOp<"clip", [SameOperandsAndResultType]> {
+  let summary = "Elementwise clamp to [min, max] (ONNX Clip)";
+  let description = [{
+    `y = min(max(x, min), max)`; ReLU6 is `clip` to [0, 6].
+
+    Example:
+
+    ```mlir
+    %y = mtc.clip %x {min = 0.0 : f32, max = 6.0 : f32} : tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input, F32Attr:$min, F32Attr:$max);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+}
+
+def Mtc_ClipGradOp : Mtc_ComputeOp<"clip_grad", [SameOperandsAndResultType]> {
+  let summary = "Gradient of clip";
+  let description = [{
+    `dx = min <= x <= max ? dy : 0`, PyTorch's convention for clamp.
+
+    Example:
+
+    ```mlir
+    %dx = mtc.clip_grad %dy, %x {min = 0.0 : f32, max = 6.0 : f32}
+            : tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$input,
+                   F32Attr:$min, F32Attr:$max);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$grad `,` $input attr-dict `:` type($output)";
+}
+
+def Mtc_SelectOp : Mtc_DiffOp<"select", [InferTypeOpAdaptor]> {
+  let summary = "Elementwise choice with broadcasting (ONNX Where)";
+  let description = [{
+    `y = cond ? a : b`, the three operands broadcast together.
+
+    Example:
+
+    ```mlir
+    %y = mtc.select %c, %a, %b : (tensor<4x4xi1>, tensor<2x4x4xf32>,
+           tensor<f32>) -> tensor<2x4x4xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_BoolTensor:$condition, Mtc_FloatTensor:$true_value,
+                   Mtc_FloatTensor:$false_value);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$condition `,` $true_value `,` $false_value attr-dict "
+                       "`:` functional-type(operands, results)";
+}
 
 class Mtc_BinaryOp<string mnemonic, string formula>
     : Mtc_DiffOp<mnemonic, [InferTypeOpAdaptor]> {
@@ -542,6 +596,229 @@ def Mtc_SoftmaxGradOp : Mtc_ComputeOp<"softmax_grad",
   let results = (outs Mtc_FloatTensor:$output);
   let assemblyFormat =
       "$output_value `,` $grad attr-dict `:` type($output)";
+}
+
+def Mtc_BatchNormTrainOp : Mtc_DiffOp<"batch_norm_train",
+    [AllTypesMatch<["input", "output"]>,
+     AllTypesMatch<["scale", "bias", "running_mean", "running_var",
+                    "new_running_mean", "new_running_var", "saved_mean",
+                    "saved_invstd"]>]> {
+  let summary = "Batch normalization in training mode";
+  let description = [{
+    Normalizes `input` ([N, C, ...]) with the batch statistics of each
+    channel, then scales and shifts. Also returns the updated running
+    statistics (`momentum * running + (1 - momentum) * batch`, the variance
+    unbiased as PyTorch keeps it) and the batch mean and inverse standard
+    deviation for the gradient. The importer ties the new running statistics
+    to their buffers, so the trainer writes them back in place.
+
+    Example:
+
+    ```mlir
+    %y, %rm, %rv, %m, %is = mtc.batch_norm_train %x, %g, %b, %mean, %var
+        {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32}
+        : (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>,
+           tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>,
+           tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$scale,
+                   Mtc_FloatTensor:$bias, Mtc_FloatTensor:$running_mean,
+                   Mtc_FloatTensor:$running_var, F32Attr:$epsilon,
+                   F32Attr:$momentum);
+  let results = (outs Mtc_FloatTensor:$output,
+                      Mtc_FloatTensor:$new_running_mean,
+                      Mtc_FloatTensor:$new_running_var,
+                      Mtc_FloatTensor:$saved_mean,
+                      Mtc_FloatTensor:$saved_invstd);
+  let assemblyFormat = "$input `,` $scale `,` $bias `,` $running_mean `,` "
+                       "$running_var attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool isDifferentiableOperand(unsigned index) { return index < 3; }
+  }];
+}
+
+def Mtc_BatchNormTrainGradOp : Mtc_ComputeOp<"batch_norm_train_grad",
+    [AllTypesMatch<["grad", "input", "input_grad"]>,
+     AllTypesMatch<["scale", "saved_mean", "saved_invstd", "scale_grad",
+                    "bias_grad"]>]> {
+  let summary = "Gradient of batch normalization in training mode";
+  let description = [{
+    Returns the gradients of the input, the scale and the bias from the
+    saved batch statistics.
+
+    Example:
+
+    ```mlir
+    %dx, %dg, %db = mtc.batch_norm_train_grad %dy, %x, %g, %m, %is
+        : (tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<8xf32>,
+           tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>,
+           tensor<8xf32>, tensor<8xf32>)
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$input,
+                   Mtc_FloatTensor:$scale, Mtc_FloatTensor:$saved_mean,
+                   Mtc_FloatTensor:$saved_invstd);
+  let results = (outs Mtc_FloatTensor:$input_grad, Mtc_FloatTensor:$scale_grad,
+                      Mtc_FloatTensor:$bias_grad);
+  let assemblyFormat = "$grad `,` $input `,` $scale `,` $saved_mean `,` "
+                       "$saved_invstd attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Mtc_LayerNormOp : Mtc_DiffOp<"layer_norm", [InferTypeOpAdaptor]> {
+  let summary = "Layer normalization over the trailing dims";
+  let description = [{
+    Normalizes `input` over the dims from `axis` on, then scales (and
+    shifts, when `bias` is given) with tensors of those trailing dims.
+    Returns the mean and inverse standard deviation of each normalized row
+    (shaped like the input with the normalized dims set to 1) for the
+    gradient.
+
+    Example:
+
+    ```mlir
+    %y, %m, %is = mtc.layer_norm %x, %g, %b {axis = 2 : i64,
+        epsilon = 1.0e-05 : f32} : (tensor<2x8x32xf32>, tensor<32xf32>,
+        tensor<32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x1xf32>,
+        tensor<2x8x1xf32>)
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$scale,
+                   Optional<Mtc_FloatTensor>:$bias, I64Attr:$axis,
+                   F32Attr:$epsilon);
+  let results = (outs Mtc_FloatTensor:$output, Mtc_FloatTensor:$mean,
+                      Mtc_FloatTensor:$invstd);
+  let assemblyFormat = "$input `,` $scale (`,` $bias^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
+  let summary = "Gradient of layer normalization";
+  let description = [{
+    Returns the gradients of the input, the scale and the bias (unused when
+    the forward had none) from the saved statistics.
+
+    Example:
+
+    ```mlir
+    %dx, %dg, %db = mtc.layer_norm_grad %dy, %x, %g, %m, %is
+        {axis = 2 : i64} : (tensor<2x8x32xf32>,
+        tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x8x1xf32>,
+        tensor<2x8x1xf32>) -> (tensor<2x8x32xf32>, tensor<32xf32>,
+        tensor<32xf32>)
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$input,
+                   Mtc_FloatTensor:$scale, Mtc_FloatTensor:$mean,
+                   Mtc_FloatTensor:$invstd, I64Attr:$axis);
+  let results = (outs Mtc_FloatTensor:$input_grad, Mtc_FloatTensor:$scale_grad,
+                      Mtc_FloatTensor:$bias_grad);
+  let assemblyFormat = "$grad `,` $input `,` $scale `,` $mean `,` $invstd "
+                       "attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Dropout and indexing
+//===----------------------------------------------------------------------===//
+
+def Mtc_DropoutOp : Mtc_DiffOp<"dropout", [SameOperandsAndResultType]> {
+  let summary = "Inverted dropout with a regenerable mask";
+  let description = [{
+    Zeroes each element with probability `ratio` and scales the others by
+    `1 / (1 - ratio)`. The mask is a pure function of the trainer's seed,
+    the step and `stream` (unique per dropout op), so the gradient and any
+    recomputation regenerate it instead of storing it.
+
+    Example:
+
+    ```mlir
+    %y = mtc.dropout %x {ratio = 1.0e-01 : f32, stream = 3 : i64}
+           : tensor<2x8x32xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$input, F32Attr:$ratio, I64Attr:$stream);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+}
+
+def Mtc_DropoutGradOp : Mtc_ComputeOp<"dropout_grad",
+    [SameOperandsAndResultType]> {
+  let summary = "Gradient of dropout";
+  let description = [{
+    Applies the forward's mask (regenerated from `stream`) and scale to the
+    gradient.
+
+    Example:
+
+    ```mlir
+    %dx = mtc.dropout_grad %dy {ratio = 1.0e-01 : f32, stream = 3 : i64}
+            : tensor<2x8x32xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$grad, F32Attr:$ratio, I64Attr:$stream);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$grad attr-dict `:` type($output)";
+}
+
+def Mtc_GatherOp : Mtc_DiffOp<"gather", [InferTypeOpAdaptor]> {
+  let summary = "Gather slices along an axis (ONNX Gather, embeddings)";
+  let description = [{
+    The result shape is `data.shape[:axis] + indices.shape +
+    data.shape[axis+1:]`; negative indices count from the end.
+
+    Example:
+
+    ```mlir
+    %y = mtc.gather %table, %ids {axis = 0 : i64} : (tensor<50x32xf32>,
+           tensor<2x8xi64>) -> tensor<2x8x32xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$data, Mtc_IntTensor:$indices,
+                   I64Attr:$axis);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$data `,` $indices attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Mtc_GatherGradOp : Mtc_ComputeOp<"gather_grad"> {
+  let summary = "Gradient of gather: scatter-add into a zero tensor";
+  let description = [{
+    Adds each slice of `grad` into the row of the result its index names;
+    the result has the gathered data's shape.
+
+    Example:
+
+    ```mlir
+    %d = mtc.gather_grad %dy, %ids {axis = 0 : i64} : (tensor<2x8x32xf32>,
+           tensor<2x8xi64>) -> tensor<50x32xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_IntTensor:$indices,
+                   I64Attr:$axis);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$grad `,` $indices attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Mtc_ConcatOp : Mtc_DiffOp<"concat", [InferTypeOpAdaptor]> {
+  let summary = "Concatenate tensors along an axis";
+  let description = [{
+    All operands have the same rank and agree on every dim but `axis`.
+
+    Example:
+
+    ```mlir
+    %y = mtc.concat %a, %b {axis = 1 : i64} : (tensor<2x1x32xf32>,
+           tensor<2x16x32xf32>) -> tensor<2x17x32xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Mtc_AnyTensor>:$inputs, I64Attr:$axis);
+  let results = (outs Mtc_AnyTensor:$output);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
 }
 
 //===----------------------------------------------------------------------===//
