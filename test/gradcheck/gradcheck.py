@@ -219,6 +219,106 @@ def _sce(logits_shape, reduction, ignore_index=None, ignored=0):
     return build
 
 
+def _clip(x_shape, lo, hi):
+    """Clip with values kept at least 0.05 away from both bounds."""
+    def build(b):
+        x = b.uniform(lo - 1.0, hi + 1.0, *x_shape)
+        for bound in (lo, hi):
+            near = np.abs(x - bound) < 0.05
+            x[near] = bound + np.sign(x[near] - bound + 1e-9) * 0.1
+        return b.op("Clip", [b.param("X", x),
+                             b.const("lo", np.array(lo, dtype=np.float32)),
+                             b.const("hi", np.array(hi, dtype=np.float32))])
+    return build
+
+
+def _where(cond_shape, a_shape, b_shape):
+    def build(b):
+        cond = b.rng.random(cond_shape) < 0.5
+        return b.op("Where", [b.const("cond", cond),
+                              b.param("A", b.randn(*a_shape)),
+                              b.param("B", b.randn(*b_shape))])
+    return build
+
+
+def _batchnorm(x_shape):
+    """Training-mode BatchNormalization; the running statistics are
+    Constants here (the step copies and updates them)."""
+    def build(b):
+        from onnx import helper
+        c = x_shape[1]
+        ins = [b.param("X", b.randn(*x_shape)),
+               b.param("scale", b.uniform(0.5, 1.5, c)),
+               b.param("bias", b.randn(c)),
+               b.const("mean", np.zeros(c, dtype=np.float32)),
+               b.const("var", np.ones(c, dtype=np.float32))]
+        outs = [b.prefix + ".bn_y", b.prefix + ".bn_mean", b.prefix + ".bn_var"]
+        b.nodes.append(helper.make_node(
+            "BatchNormalization", ins, outs, name=b.prefix + ".bn",
+            epsilon=1e-5, momentum=0.9, training_mode=1))
+        return outs[0]
+    return build
+
+
+def _layernorm(x_shape, axis, bias):
+    def build(b):
+        normalized = x_shape[axis:]
+        ins = [b.param("X", b.randn(*x_shape)),
+               b.param("scale", b.uniform(0.5, 1.5, *normalized))]
+        if bias:
+            ins.append(b.param("bias", b.randn(*normalized)))
+        return b.op("LayerNormalization", ins, axis=axis, epsilon=1e-5)
+    return build
+
+
+def _dropout(x_shape, ratio):
+    """The mask depends only on the seed, the step and the op, so every
+    perturbed run of step 1 sees the same mask."""
+    def build(b):
+        return b.op("Dropout", [b.param("X", b.randn(*x_shape)),
+                                b.const("ratio", np.array(ratio, dtype=np.float32)),
+                                b.const("train", np.array(True))])
+    return build
+
+
+def _gather(data_shape, indices, axis):
+    def build(b):
+        return b.op("Gather", [b.param("data", b.randn(*data_shape)),
+                               b.const("idx", np.array(indices, dtype=np.int64))],
+                    axis=axis)
+    return build
+
+
+def _concat(shapes, axis):
+    def build(b):
+        ins = [b.param("X%d" % i, b.randn(*shape)) for i, shape in enumerate(shapes)]
+        return b.op("Concat", ins, axis=axis)
+    return build
+
+
+def _slice(x_shape, starts, ends, axes, steps):
+    def build(b):
+        ins = [b.param("X", b.randn(*x_shape))]
+        for tag, v in (("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps)):
+            ins.append(b.const(tag, np.array(v, dtype=np.int64)))
+        return b.op("Slice", ins)
+    return build
+
+
+def _axes_op(op_type, x_shape, axes):
+    def build(b):
+        return b.op(op_type, [b.param("X", b.randn(*x_shape)),
+                              b.const("axes", np.array(axes, dtype=np.int64))])
+    return build
+
+
+def _expand(x_shape, shape):
+    def build(b):
+        return b.op("Expand", [b.param("X", b.randn(*x_shape)),
+                               b.const("shape", np.array(shape, dtype=np.int64))])
+    return build
+
+
 CASES = [
     # Gemm
     case("Gemm", "plain", _gemm((3, 4), (4, 5))),
@@ -338,6 +438,24 @@ CASES = [
         (3, 4, 5), "none", ignore_index=-1, ignored=4)),
     case("SoftmaxCrossEntropyLoss", "sum_3d_ignore", _sce(
         (3, 4, 5), "sum", ignore_index=-100, ignored=3)),
+    # Ops of real models
+    case("Erf", "3x4", _unary("Erf", lambda b: b.randn(3, 4))),
+    case("Clip", "relu6_like", _clip((3, 4), 0.0, 6.0)),
+    case("Clip", "symmetric", _clip((2, 5), -0.5, 0.5)),
+    case("Where", "broadcast", _where((3, 4), (2, 3, 4), (4,))),
+    case("BatchNormalization", "train_4d", _batchnorm((3, 2, 2, 3))),
+    case("BatchNormalization", "train_2d", _batchnorm((4, 3))),
+    case("LayerNormalization", "last_axis_bias", _layernorm((2, 3, 4), -1, True)),
+    case("LayerNormalization", "axis1_nobias", _layernorm((2, 3, 4), 1, False)),
+    case("Dropout", "ratio0.3", _dropout((4, 5), 0.3)),
+    case("Gather", "rows_repeated", _gather((5, 3), [[0, 4], [2, 0]], 0)),
+    case("Gather", "axis1_negative", _gather((3, 5), [1, -1], 1)),
+    case("Concat", "axis1", _concat([(2, 3), (2, 1), (2, 2)], 1)),
+    case("Slice", "steps", _slice((4, 6), [1, 0], [3, 5], [0, 1], [1, 2])),
+    case("Slice", "negative_start", _slice((4, 6), [-2], [100], [1], [1])),
+    case("Unsqueeze", "axes0_3", _axes_op("Unsqueeze", (2, 3), [0, 3])),
+    case("Squeeze", "axis1", _axes_op("Squeeze", (2, 1, 3), [1])),
+    case("Expand", "3x1_to_2x3x4", _expand((3, 1), [2, 3, 4])),
 ]
 
 

@@ -529,6 +529,20 @@ void Emitter::emitOp(Operation *op) {
                         stridesOf(shapeOf(sl.getOutput())),
                         shapeOf(sl.getOutput()));
       })
+      .Case([&](SliceGradOp sl) {
+        SmallVector<int64_t> outStrides = stridesOf(shapeOf(sl.getOutput()));
+        SmallVector<int64_t> dstStrides;
+        int64_t offset = 0;
+        for (size_t d = 0; d < outStrides.size(); ++d) {
+          offset += sl.getStarts()[d] * outStrides[d];
+          dstStrides.push_back(outStrides[d] * sl.getSteps()[d]);
+        }
+        emitCall("fill(ctx, " + ptr(sl.getOutput()) + ", " +
+                 std::to_string(numel(sl.getOutput())) + ", 0.0f)");
+        emitStridedCopy(sl.getGrad(), 0, stridesOf(shapeOf(sl.getGrad())),
+                        sl.getOutput(), offset, dstStrides,
+                        shapeOf(sl.getGrad()));
+      })
       .Case<ReduceSumOp, ReduceMeanOp>([&](auto r) {
         ArrayRef<int64_t> in = shapeOf(r.getInput());
         SmallVector<int64_t> kept(in);

@@ -277,9 +277,11 @@ LogicalResult PadOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
 
 LogicalResult SliceOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
                                      SmallVectorImpl<Value> &dx) {
-  if (llvm::any_of(getSteps(), [](int64_t s) { return s != 1; }))
-    return emitOpError("gradient of a slice with steps other than 1 is not "
-                       "supported yet");
+  if (llvm::any_of(getSteps(), [](int64_t s) { return s != 1; })) {
+    dx.push_back(b.create<SliceGradOp>(getLoc(), getInput().getType(), dy[0],
+                                       getStartsAttr(), getStepsAttr()));
+    return success();
+  }
   ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getOutput());
   SmallVector<int64_t> pads(getStarts());
   for (size_t i = 0; i < in.size(); ++i)

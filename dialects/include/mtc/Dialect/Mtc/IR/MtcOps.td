@@ -525,6 +525,26 @@ def Mtc_SliceOp : Mtc_DiffOp<"slice"> {
   let hasVerifier = 1;
 }
 
+def Mtc_SliceGradOp : Mtc_ComputeOp<"slice_grad"> {
+  let summary = "Gradient of a strided slice";
+  let description = [{
+    A zero tensor of the sliced input's shape with `grad` written at the
+    positions the slice read (`starts + i * steps`).
+
+    Example:
+
+    ```mlir
+    %dx = mtc.slice_grad %dy {starts = array<i64: 0, 1>,
+            steps = array<i64: 1, 2>} : (tensor<2x2xf32>) -> tensor<2x5xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$grad, DenseI64ArrayAttr:$starts,
+                   DenseI64ArrayAttr:$steps);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat =
+      "$grad attr-dict `:` functional-type(operands, results)";
+}
+
 //===----------------------------------------------------------------------===//
 // Reductions and normalizations
 //===----------------------------------------------------------------------===//
