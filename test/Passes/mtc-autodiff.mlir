@@ -73,3 +73,25 @@ func.func @forward(%p: tensor<4x5xf32> {mtc.name = "p", mtc.role = "param"}) -> 
   %0 = mtc.relu %p : tensor<4x5xf32>
   return %0 : tensor<4x5xf32>
 }
+
+// -----
+
+// BatchNorm's new running statistics stay results of the step, tied to their
+// buffers; the running statistics get no gradient.
+
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[RM:[^:]+]]: tensor<3xf32> {mtc.name = "bn.running_mean", mtc.role = "buffer"}
+// CHECK-SAME: -> (tensor<f32> {mtc.name = "loss", mtc.role = "loss"}, tensor<2x3x4xf32> {{.*}}mtc.role = "grad"}, tensor<3xf32> {mtc.name = "bn.weight.grad", {{.*}}}, tensor<3xf32> {mtc.name = "bn.bias.grad", {{.*}}}, tensor<3xf32> {mtc.role = "update", mtc.tied = 3 : i64}, tensor<3xf32> {mtc.role = "update", mtc.tied = 4 : i64})
+// CHECK: %[[Y:.+]], %[[NM:.+]], %[[NV:.+]], %[[SM:.+]], %[[SI:.+]] = mtc.batch_norm_train
+// CHECK: %[[DX:.+]], %[[DG:.+]], %[[DB:.+]] = mtc.batch_norm_train_grad %{{.+}}, %{{.+}}, %{{.+}}, %[[SM]], %[[SI]] {mtc.backward}
+// CHECK: return %{{.+}}, %[[DX]], %[[DG]], %[[DB]], %[[NM]], %[[NV]]
+func.func @forward(%x: tensor<2x3x4xf32> {mtc.name = "x", mtc.role = "param"},
+                   %g: tensor<3xf32> {mtc.name = "bn.weight", mtc.role = "param"},
+                   %b: tensor<3xf32> {mtc.name = "bn.bias", mtc.role = "param"},
+                   %m: tensor<3xf32> {mtc.name = "bn.running_mean", mtc.role = "param"},
+                   %v: tensor<3xf32> {mtc.name = "bn.running_var", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}, tensor<3xf32> {mtc.role = "update", mtc.tied = 3 : i64}, tensor<3xf32> {mtc.role = "update", mtc.tied = 4 : i64}) {
+  %y, %nm, %nv, %sm, %si = mtc.batch_norm_train %x, %g, %b, %m, %v {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+  %l = mtc.reduce_sum %y {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x3x4xf32>) -> tensor<f32>
+  return %l, %nm, %nv : tensor<f32>, tensor<3xf32>, tensor<3xf32>
+}

@@ -169,3 +169,45 @@ func.func @dynamic(%x: tensor<?x10xf32>) {
   %0 = mtc.relu %x : tensor<?x10xf32>
   return
 }
+
+// -----
+
+func.func @batch_norm_channels(%x: tensor<2x8x4x4xf32>, %g: tensor<4xf32>) {
+  // expected-error@+1 {{scale, bias and statistics must have C = 8 elements}}
+  %y:5 = mtc.batch_norm_train %x, %g, %g, %g, %g {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x8x4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+func.func @layer_norm_scale(%x: tensor<2x8x32xf32>, %g: tensor<8xf32>) {
+  // expected-error@+1 {{scale must have the normalized dims' shape}}
+  %y:3 = mtc.layer_norm %x, %g {axis = 2 : i64, epsilon = 1.0e-05 : f32} : (tensor<2x8x32xf32>, tensor<8xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x1xf32>, tensor<2x8x1xf32>)
+  return
+}
+
+// -----
+
+func.func @gather_axis(%t: tensor<50x32xf32>, %i: tensor<4xi64>) {
+  // expected-error@+2 {{axis out of range}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = mtc.gather %t, %i {axis = 2 : i64} : (tensor<50x32xf32>, tensor<4xi64>) -> tensor<4x32xf32>
+  return
+}
+
+// -----
+
+func.func @concat_shapes(%a: tensor<2x3xf32>, %b: tensor<3x3xf32>) {
+  // expected-error@+2 {{operands differ outside the axis}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = mtc.concat %a, %b {axis = 1 : i64} : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @select_condition(%c: tensor<4xf32>, %a: tensor<4xf32>) {
+  // expected-error@+1 {{operand #0 must be statically shaped tensor of 1-bit signless integer values}}
+  %y = mtc.select %c, %a, %a : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return
+}

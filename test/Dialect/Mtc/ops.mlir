@@ -108,3 +108,34 @@ func.func @updates(%p: tensor<8xf32>, %g: tensor<8xf32>, %m: tensor<8xf32>, %v: 
   %2:3 = mtc.adamw_update %1#0, %g, %m, %v {lr = 0.001 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64} : tensor<8xf32>
   return %2#0, %2#1, %2#2 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }
+
+// CHECK-LABEL: func @real_model_ops
+func.func @real_model_ops(%x: tensor<2x8x4x4xf32>, %g: tensor<8xf32>, %m: tensor<8xf32>, %t: tensor<50x32xf32>, %ids: tensor<2x8xi64>, %c: tensor<4x4xi1>, %s32: tensor<32xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<2x8x32xf32>, tensor<2x8x4x4xf32>, tensor<50x32xf32>) {
+  // CHECK: mtc.batch_norm_train {{.*}}epsilon = 9.99999974E-6 : f32, momentum = 0.899999976 : f32
+  %y, %rm, %rv, %sm, %si = mtc.batch_norm_train %x, %g, %g, %m, %m {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  // CHECK: mtc.batch_norm_train_grad
+  %dx, %dg, %db = mtc.batch_norm_train_grad %y, %x, %g, %sm, %si : (tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>)
+  // CHECK: mtc.gather {{.*}}axis = 0
+  %e = mtc.gather %t, %ids {axis = 0 : i64} : (tensor<50x32xf32>, tensor<2x8xi64>) -> tensor<2x8x32xf32>
+  // CHECK: mtc.gather_grad
+  %de = mtc.gather_grad %e, %ids {axis = 0 : i64} : (tensor<2x8x32xf32>, tensor<2x8xi64>) -> tensor<50x32xf32>
+  // CHECK: mtc.layer_norm {{.*}} -> (tensor<2x8x32xf32>, tensor<2x8x1xf32>, tensor<2x8x1xf32>)
+  %ln, %lm, %li = mtc.layer_norm %e, %s32, %s32 {axis = 2 : i64, epsilon = 1.0e-05 : f32} : (tensor<2x8x32xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x1xf32>, tensor<2x8x1xf32>)
+  // CHECK: mtc.dropout {{.*}}stream = 3
+  %d = mtc.dropout %ln {ratio = 0.1 : f32, stream = 3 : i64} : tensor<2x8x32xf32>
+  // CHECK: mtc.dropout_grad
+  %dd = mtc.dropout_grad %d {ratio = 0.1 : f32, stream = 3 : i64} : tensor<2x8x32xf32>
+  // CHECK: mtc.concat {{.*}}axis = 1
+  %cat = mtc.concat %dd, %dd {axis = 1 : i64} : (tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x16x32xf32>
+  // CHECK: mtc.select
+  %s = mtc.select %c, %x, %dx : (tensor<4x4xi1>, tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>) -> tensor<2x8x4x4xf32>
+  // CHECK: mtc.clip {{.*}}max = 6.000000e+00 : f32, min = 0.000000e+00 : f32
+  %cl = mtc.clip %s {min = 0.0 : f32, max = 6.0 : f32} : tensor<2x8x4x4xf32>
+  // CHECK: mtc.clip_grad
+  %cg = mtc.clip_grad %cl, %s {min = 0.0 : f32, max = 6.0 : f32} : tensor<2x8x4x4xf32>
+  // CHECK: mtc.erf
+  %er = mtc.erf %cg : tensor<2x8x4x4xf32>
+  // CHECK: mtc.slice_grad
+  %sg = mtc.slice_grad %dg {starts = array<i64: 1>, steps = array<i64: 2>} : (tensor<8xf32>) -> tensor<17xf32>
+  return %er, %rm, %e, %dx, %de : tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<2x8x32xf32>, tensor<2x8x4x4xf32>, tensor<50x32xf32>
+}

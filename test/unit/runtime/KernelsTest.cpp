@@ -8,12 +8,12 @@
 // convolution kernel copies a shifted image, equal logits give a uniform
 // softmax, ...). Tensors go through the device layer, so the same file
 // tests the CUDA library (built as mtc-runtime-cuda-tests), where it skips
-// itself when no GPU is present.
+// itself when no GPU is present. Normalization, dropout and gather have
+// their own files.
 //
 //===----------------------------------------------------------------------===//
 
-#include "Context.h"
-#include "Device.h"
+#include "KernelTestFixture.h"
 
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Trainer.h"
@@ -25,59 +25,10 @@
 #include <vector>
 
 using namespace mtc::rt;
+using mtc::rt::unittest::expectNear;
+using mtc::rt::unittest::Kernels;
 
 namespace {
-
-class Kernels : public ::testing::Test {
-protected:
-  void SetUp() override {
-    Status s = device::initialize(ctx);
-    if (!s.ok())
-      GTEST_SKIP() << "no usable device: " << s.message();
-    ready = true;
-  }
-  void TearDown() override {
-    for (unsigned char *p : allocations)
-      device::release(p);
-    if (ready)
-      device::shutdown(ctx);
-  }
-
-  /// Device copy of `values` plus `guard` trailing elements set to a
-  /// sentinel, so that tests can check a kernel writes nothing past the end.
-  template <typename T>
-  T *upload(const std::vector<T> &values, size_t guard = 0) {
-    std::vector<T> padded = values;
-    padded.resize(values.size() + guard, static_cast<T>(kSentinel));
-    unsigned char *p = nullptr;
-    Status s = device::allocate(padded.size() * sizeof(T) + 1, &p);
-    EXPECT_TRUE(s.ok()) << s.message();
-    allocations.push_back(p);
-    EXPECT_TRUE(
-        device::copyToDevice(ctx, p, padded.data(), padded.size() * sizeof(T))
-            .ok());
-    return reinterpret_cast<T *>(p);
-  }
-
-  template <typename T> std::vector<T> download(const T *p, size_t n) {
-    std::vector<T> out(n);
-    EXPECT_TRUE(device::copyToHost(ctx, out.data(), p, n * sizeof(T)).ok());
-    EXPECT_TRUE(device::synchronize(ctx).ok());
-    return out;
-  }
-
-  static constexpr float kSentinel = 12345.0f;
-  Context ctx;
-  bool ready = false;
-  std::vector<unsigned char *> allocations;
-};
-
-void expectNear(const std::vector<float> &actual,
-                const std::vector<float> &expected, float tol = 1e-6f) {
-  ASSERT_EQ(actual.size(), expected.size());
-  for (size_t i = 0; i < actual.size(); ++i)
-    EXPECT_NEAR(actual[i], expected[i], tol) << "at index " << i;
-}
 
 TEST_F(Kernels, Gemm2x2) {
   float *a = upload<float>({1, 2, 3, 4});

@@ -1,0 +1,338 @@
+//===- NormTest.cpp - Batch and layer normalization kernels ---------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Hand-checkable cases (inputs whose mean and variance are small integers),
+// then random inputs against a plain double-precision transcription of the
+// formulas in Kernels.h. The latter is what ties the CUDA library to the
+// CPU one: both must land within 1e-5 of the same reference.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelTestFixture.h"
+
+#include "mtc/runtime/Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace mtc::rt;
+using mtc::rt::unittest::expectNear;
+using mtc::rt::unittest::expectRelNear;
+using mtc::rt::unittest::Kernels;
+
+namespace {
+
+std::vector<float> randomVector(size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(gen);
+  return v;
+}
+
+TEST_F(Kernels, BatchNormTrainHandChecked) {
+  // [n=2, c=1, inner=2] = {1, 3, 1, 3}: mean 2, biased variance 1, so with
+  // eps 0 xhat = {-1, 1, -1, 1}; the unbiased variance is 4/3.
+  float *x = upload<float>({1, 3, 1, 3});
+  float *scale = upload<float>({2});
+  float *bias = upload<float>({0.5f});
+  float *runningMean = upload<float>({0});
+  float *runningVar = upload<float>({1});
+  float *y = upload<float>(std::vector<float>(4, 9.0f), 2);
+  float *savedMean = upload<float>({9});
+  float *savedInvstd = upload<float>({9});
+  batchNormTrainForward(ctx, 2, 1, 2, x, scale, bias, runningMean, runningVar,
+                        0.0f, 0.9f, y, savedMean, savedInvstd);
+  expectNear(download(y, 6), {-1.5f, 2.5f, -1.5f, 2.5f, kSentinel, kSentinel});
+  expectNear(download(savedMean, 1), {2});
+  expectNear(download(savedInvstd, 1), {1});
+  // ONNX momentum: running = 0.9 running + 0.1 batch, with the unbiased
+  // batch variance.
+  expectNear(download(runningMean, 1), {0.2f});
+  expectNear(download(runningVar, 1), {0.9f + 0.1f * 4.0f / 3.0f});
+  // A second step moves them again by the same rule.
+  batchNormTrainForward(ctx, 2, 1, 2, x, scale, bias, runningMean, runningVar,
+                        0.0f, 0.9f, y, savedMean, savedInvstd);
+  expectNear(download(runningMean, 1), {0.9f * 0.2f + 0.2f});
+  expectNear(download(runningVar, 1),
+             {0.9f * (0.9f + 0.4f / 3.0f) + 0.4f / 3.0f});
+
+  // dy = {1, 0, 0, 0}: dbias = 1, dscale = sum(dy * xhat) = -1, and
+  // dx = scale * invstd / m * (m dy - dbias - xhat dscale)
+  //    = 0.5 * (4 dy - 1 + xhat) = {1, 0, -1, 0}.
+  float *dy = upload<float>({1, 0, 0, 0});
+  float *dx = upload<float>(std::vector<float>(4, 9.0f), 2);
+  float *dscale = upload<float>({9});
+  float *dbias = upload<float>({9});
+  batchNormTrainBackward(ctx, 2, 1, 2, dy, x, scale, savedMean, savedInvstd,
+                         dx, dscale, dbias);
+  expectNear(download(dx, 6), {1, 0, -1, 0, kSentinel, kSentinel});
+  expectNear(download(dscale, 1), {-1});
+  expectNear(download(dbias, 1), {1});
+}
+
+TEST_F(Kernels, BatchNormChannelsAndInference) {
+  // [n=2, c=2, inner=1]: channel 0 holds {1, 3} (mean 2, variance 1),
+  // channel 1 holds {10, 30} (mean 20, variance 100).
+  float *x = upload<float>({1, 10, 3, 30});
+  float *scale = upload<float>({1, 1});
+  float *bias = upload<float>({0, 0});
+  float *runningMean = upload<float>({5, 5});
+  float *runningVar = upload<float>({5, 5});
+  float *y = upload<float>(std::vector<float>(4, 9.0f));
+  float *savedMean = upload<float>({9, 9});
+  float *savedInvstd = upload<float>({9, 9});
+  // Momentum 0 replaces the running statistics by the batch's; with m = 2
+  // the unbiased variance is twice the biased one.
+  batchNormTrainForward(ctx, 2, 2, 1, x, scale, bias, runningMean, runningVar,
+                        0.0f, 0.0f, y, savedMean, savedInvstd);
+  expectNear(download(y, 4), {-1, -1, 1, 1});
+  expectNear(download(savedMean, 2), {2, 20});
+  expectNear(download(savedInvstd, 2), {1, 0.1f});
+  expectNear(download(runningMean, 2), {2, 20});
+  expectNear(download(runningVar, 2), {2, 200}, 1e-4f);
+
+  // Inference with the batch's own statistics gives the same output.
+  float *mean = upload<float>({2, 20});
+  float *var = upload<float>({1, 100});
+  float *y2 = upload<float>(std::vector<float>(4, 9.0f));
+  batchNormInferenceForward(ctx, 2, 2, 1, x, scale, bias, mean, var, 0.0f, y2);
+  expectNear(download(y2, 4), {-1, -1, 1, 1});
+  // eps enters under the square root: channel 0 with variance 2 and eps 2
+  // has invstd 1/2.
+  batchNormInferenceForward(ctx, 2, 2, 1, x, scale, bias, mean, mean, 2.0f,
+                            y2);
+  expectNear(download(y2, 4), {-0.5f, -10.0f / std::sqrt(22.0f), 0.5f,
+                               10.0f / std::sqrt(22.0f)});
+}
+
+TEST_F(Kernels, LayerNormHandChecked) {
+  // Rows {1, 3, 1, 3} (mean 2, variance 1) and {0, 0, 4, 4} (mean 2,
+  // variance 4, invstd 1/2): xhat = {-1, 1, -1, 1} and {-1, -1, 1, 1}.
+  float *x = upload<float>({1, 3, 1, 3, 0, 0, 4, 4});
+  float *scale = upload<float>({2, 3, 4, 5});
+  float *bias = upload<float>({0.5f, 0.5f, 0.5f, 0.5f});
+  float *y = upload<float>(std::vector<float>(8, 9.0f), 2);
+  float *mean = upload<float>({9, 9});
+  float *invstd = upload<float>({9, 9});
+  layerNormForward(ctx, 2, 4, x, scale, bias, 0.0f, y, mean, invstd);
+  expectNear(download(y, 10), {-1.5f, 3.5f, -3.5f, 5.5f, -1.5f, -2.5f, 4.5f,
+                               5.5f, kSentinel, kSentinel});
+  expectNear(download(mean, 2), {2, 2});
+  expectNear(download(invstd, 2), {1, 0.5f});
+
+  // dy = {1, 0, 0, 0} in each row, so g = dy * scale = {2, 0, 0, 0} and
+  // dx = invstd / 4 * (4 g - sum(g) - xhat sum(g xhat)):
+  // row 0: 1/4 * ({8, 0, 0, 0} - 2 + 2 xhat) = {1, 0, -1, 0};
+  // row 1: 1/8 * ({8, 0, 0, 0} - 2 + 2 xhat) = {0.5, -0.5, 0, 0}.
+  // dscale = sum over rows of dy * xhat, dbias = sum of dy.
+  float *dy = upload<float>({1, 0, 0, 0, 1, 0, 0, 0});
+  float *dx = upload<float>(std::vector<float>(8, 9.0f));
+  float *dscale = upload<float>(std::vector<float>(4, 9.0f));
+  float *dbias = upload<float>(std::vector<float>(4, 9.0f));
+  layerNormBackward(ctx, 2, 4, dy, x, scale, mean, invstd, dx, dscale, dbias);
+  expectNear(download(dx, 8), {1, 0, -1, 0, 0.5f, -0.5f, 0, 0});
+  expectNear(download(dscale, 4), {-2, 0, 0, 0});
+  expectNear(download(dbias, 4), {2, 0, 0, 0});
+
+  // Without bias, and without a bias gradient.
+  layerNormForward(ctx, 2, 4, x, scale, nullptr, 0.0f, y, mean, invstd);
+  expectNear(download(y, 4), {-2, 3, -4, 5});
+  fill(ctx, dscale, 4, 9.0f);
+  layerNormBackward(ctx, 2, 4, dy, x, scale, mean, invstd, dx, dscale,
+                    nullptr);
+  expectNear(download(dscale, 4), {-2, 0, 0, 0});
+}
+
+/// BatchNorm training forward and backward in double, straight from the
+/// formulas in Kernels.h.
+struct BatchNormReference {
+  std::vector<double> y, mean, invstd, runningMean, runningVar;
+  std::vector<double> dx, dscale, dbias;
+};
+
+BatchNormReference batchNormReference(int64_t n, int64_t c, int64_t inner,
+                                      const std::vector<float> &x,
+                                      const std::vector<float> &scale,
+                                      const std::vector<float> &bias,
+                                      const std::vector<float> &runningMean,
+                                      const std::vector<float> &runningVar,
+                                      const std::vector<float> &dy, double eps,
+                                      double momentum) {
+  BatchNormReference r;
+  r.y.resize(x.size());
+  r.dx.resize(x.size());
+  const double m = static_cast<double>(n * inner);
+  auto at = [&](int64_t img, int64_t ch, int64_t j) {
+    return (img * c + ch) * inner + j;
+  };
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sum = 0, sq = 0;
+    for (int64_t img = 0; img < n; ++img)
+      for (int64_t j = 0; j < inner; ++j)
+        sum += x[at(img, ch, j)];
+    double mean = sum / m;
+    for (int64_t img = 0; img < n; ++img)
+      for (int64_t j = 0; j < inner; ++j)
+        sq += (x[at(img, ch, j)] - mean) * (x[at(img, ch, j)] - mean);
+    double invstd = 1.0 / std::sqrt(sq / m + eps);
+    r.mean.push_back(mean);
+    r.invstd.push_back(invstd);
+    r.runningMean.push_back(momentum * runningMean[ch] +
+                            (1 - momentum) * mean);
+    r.runningVar.push_back(momentum * runningVar[ch] +
+                           (1 - momentum) * sq / (m - 1));
+    double dbias = 0, dscale = 0;
+    for (int64_t img = 0; img < n; ++img)
+      for (int64_t j = 0; j < inner; ++j) {
+        int64_t i = at(img, ch, j);
+        double xhat = (x[i] - mean) * invstd;
+        r.y[i] = xhat * scale[ch] + bias[ch];
+        dbias += dy[i];
+        dscale += dy[i] * xhat;
+      }
+    r.dbias.push_back(dbias);
+    r.dscale.push_back(dscale);
+    for (int64_t img = 0; img < n; ++img)
+      for (int64_t j = 0; j < inner; ++j) {
+        int64_t i = at(img, ch, j);
+        double xhat = (x[i] - mean) * invstd;
+        r.dx[i] =
+            scale[ch] * invstd / m * (m * dy[i] - dbias - xhat * dscale);
+      }
+  }
+  return r;
+}
+
+TEST_F(Kernels, BatchNormMatchesReference) {
+  // inner below and above a CUDA block (two ways of walking a channel); an
+  // offset mean checks that the variance does not cancel.
+  const int64_t shapes[][3] = {{4, 3, 37}, {3, 5, 300}, {64, 2, 1}};
+  unsigned seed = 1;
+  for (const auto &shape : shapes) {
+    const int64_t n = shape[0], c = shape[1], inner = shape[2];
+    const size_t size = n * c * inner;
+    SCOPED_TRACE("n=" + std::to_string(n) + " c=" + std::to_string(c) +
+                 " inner=" + std::to_string(inner));
+    std::vector<float> xv = randomVector(size, 2.0f, 6.0f, seed++);
+    std::vector<float> dyv = randomVector(size, -1.0f, 1.0f, seed++);
+    std::vector<float> scalev = randomVector(c, 0.5f, 1.5f, seed++);
+    std::vector<float> biasv = randomVector(c, -1.0f, 1.0f, seed++);
+    std::vector<float> rmv = randomVector(c, -1.0f, 1.0f, seed++);
+    std::vector<float> rvv = randomVector(c, 0.5f, 1.5f, seed++);
+    const float eps = 1e-5f, momentum = 0.9f;
+    BatchNormReference ref = batchNormReference(
+        n, c, inner, xv, scalev, biasv, rmv, rvv, dyv, eps, momentum);
+
+    float *x = upload(xv), *dy = upload(dyv);
+    float *scale = upload(scalev), *bias = upload(biasv);
+    float *runningMean = upload(rmv), *runningVar = upload(rvv);
+    float *y = upload(std::vector<float>(size));
+    float *savedMean = upload(std::vector<float>(c));
+    float *savedInvstd = upload(std::vector<float>(c));
+    batchNormTrainForward(ctx, n, c, inner, x, scale, bias, runningMean,
+                          runningVar, eps, momentum, y, savedMean,
+                          savedInvstd);
+    expectRelNear(download(y, size), ref.y, 1e-5, 2e-6);
+    expectRelNear(download(savedMean, c), ref.mean, 1e-5, 1e-6);
+    expectRelNear(download(savedInvstd, c), ref.invstd, 1e-5, 0);
+    expectRelNear(download(runningMean, c), ref.runningMean, 1e-5, 1e-6);
+    expectRelNear(download(runningVar, c), ref.runningVar, 1e-5, 0);
+
+    float *dx = upload(std::vector<float>(size));
+    float *dscale = upload(std::vector<float>(c));
+    float *dbias = upload(std::vector<float>(c));
+    batchNormTrainBackward(ctx, n, c, inner, dy, x, scale, savedMean,
+                           savedInvstd, dx, dscale, dbias);
+    expectRelNear(download(dx, size), ref.dx, 1e-5, 2e-6);
+    expectRelNear(download(dscale, c), ref.dscale, 1e-5, 1e-5);
+    expectRelNear(download(dbias, c), ref.dbias, 1e-5, 1e-5);
+
+    // Inference with the batch statistics reproduces the training output.
+    std::vector<float> meanv(c), varv(c);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      meanv[ch] = static_cast<float>(ref.mean[ch]);
+      varv[ch] = static_cast<float>(
+          1.0 / (ref.invstd[ch] * ref.invstd[ch]) - eps);
+    }
+    float *y2 = upload(std::vector<float>(size));
+    batchNormInferenceForward(ctx, n, c, inner, x, scale, bias, upload(meanv),
+                              upload(varv), eps, y2);
+    expectRelNear(download(y2, size), ref.y, 1e-5, 2e-6);
+  }
+}
+
+TEST_F(Kernels, LayerNormMatchesReference) {
+  const int64_t shapes[][2] = {{5, 777}, {33, 10}, {3, 1}};
+  unsigned seed = 100;
+  for (const auto &shape : shapes) {
+    const int64_t outer = shape[0], dim = shape[1];
+    const size_t size = outer * dim;
+    SCOPED_TRACE("outer=" + std::to_string(outer) +
+                 " dim=" + std::to_string(dim));
+    std::vector<float> xv = randomVector(size, -3.0f, 5.0f, seed++);
+    std::vector<float> dyv = randomVector(size, -1.0f, 1.0f, seed++);
+    std::vector<float> scalev = randomVector(dim, 0.5f, 1.5f, seed++);
+    std::vector<float> biasv = randomVector(dim, -1.0f, 1.0f, seed++);
+    const float eps = 1e-5f;
+
+    std::vector<double> y(size), dx(size), mean(outer), invstd(outer);
+    std::vector<double> dscale(dim, 0.0), dbias(dim, 0.0);
+    for (int64_t r = 0; r < outer; ++r) {
+      double sum = 0, sq = 0;
+      for (int64_t j = 0; j < dim; ++j)
+        sum += xv[r * dim + j];
+      mean[r] = sum / dim;
+      for (int64_t j = 0; j < dim; ++j)
+        sq += (xv[r * dim + j] - mean[r]) * (xv[r * dim + j] - mean[r]);
+      invstd[r] = 1.0 / std::sqrt(sq / dim + eps);
+      double sumG = 0, sumGXhat = 0;
+      for (int64_t j = 0; j < dim; ++j) {
+        size_t i = r * dim + j;
+        double xhat = (xv[i] - mean[r]) * invstd[r];
+        y[i] = xhat * scalev[j] + biasv[j];
+        sumG += dyv[i] * scalev[j];
+        sumGXhat += dyv[i] * scalev[j] * xhat;
+        dscale[j] += dyv[i] * xhat;
+        dbias[j] += dyv[i];
+      }
+      for (int64_t j = 0; j < dim; ++j) {
+        size_t i = r * dim + j;
+        double xhat = (xv[i] - mean[r]) * invstd[r];
+        dx[i] = invstd[r] / dim *
+                (dim * dyv[i] * scalev[j] - sumG - xhat * sumGXhat);
+      }
+    }
+
+    float *x = upload(xv), *dyd = upload(dyv);
+    float *scale = upload(scalev), *bias = upload(biasv);
+    float *yd = upload(std::vector<float>(size));
+    float *meand = upload(std::vector<float>(outer));
+    float *invstdd = upload(std::vector<float>(outer));
+    layerNormForward(ctx, outer, dim, x, scale, bias, eps, yd, meand, invstdd);
+    expectRelNear(download(yd, size), y, 1e-5, 2e-6);
+    expectRelNear(download(meand, outer), mean, 1e-5, 1e-6);
+    // A row of one element has variance 0: invstd is 1/sqrt(eps).
+    expectRelNear(download(invstdd, outer), invstd, 1e-5, 0);
+
+    float *dxd = upload(std::vector<float>(size));
+    float *dscaled = upload(std::vector<float>(dim));
+    float *dbiasd = upload(std::vector<float>(dim));
+    layerNormBackward(ctx, outer, dim, dyd, x, scale, meand, invstdd, dxd,
+                      dscaled, dbiasd);
+    // With one element per row dx is 0 up to rounding, amplified by
+    // invstd = 1/sqrt(eps).
+    expectRelNear(download(dxd, size), dx, 1e-5, dim == 1 ? 1e-3 : 2e-6);
+    expectRelNear(download(dscaled, dim), dscale, 1e-5, 1e-5);
+    expectRelNear(download(dbiasd, dim), dbias, 1e-5, 1e-5);
+  }
+}
+
+} // namespace

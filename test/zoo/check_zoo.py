@@ -1,0 +1,549 @@
+#!/usr/bin/python3
+"""Trains a real model (models.py) with mtc and checks it against PyTorch.
+
+For --model NAME this
+  * exports the model with its loss inside (dropout p = 0, and the p > 0
+    variant where the model has dropout) with mtc_testlib's export call, and
+    checks the files: onnx.checker, initializer names (`model.` + torch's
+    state_dict names), Dropout nodes in training mode with the given ratio;
+  * computes the PyTorch references from the exported initial values: the
+    gradients of the first step, and 20-step trajectories for SGD (momentum,
+    weight decay) and AdamW: losses, final parameters, optimizer state, and
+    buffers (BatchNorm running statistics, the GPT's mask) after 5 and 20
+    steps;
+  * compiles the p = 0 model with `mtc compile --target cpu` once per
+    optimizer and checks, each within 1e-4 relative: the gradients after one
+    step (`--dump-grads`), the 20-step loss trajectories (`--metrics`), the
+    parameters, optimizer state and buffers in `--save` checkpoints (BatchNorm
+    running statistics after 5 steps under their ONNX initializer names); and
+    that `--steps 0 --save` writes the ONNX initializers bitwise and a rerun
+    gives bitwise the same losses;
+  * compiles the p > 0 model and checks that dropout is deterministic: the
+    same --seed gives bitwise identical losses, another seed other losses.
+
+When mtc cannot import the model yet (unsupported ONNX ops) the check says so
+in one line and fails; everything before the mtc call still runs.
+
+--torch-only skips mtc and instead checks the references themselves: the same
+trajectory computed twice is bitwise identical, and float32 references agree
+with float64 ones (how far fp32 rounding alone moves the results: the 1e-4
+tolerances must stay well above it).
+
+Usage: check_zoo.py --model NAME --mtc PATH --work DIR [--target cpu]
+       check_zoo.py --model NAME --work DIR --torch-only
+Exit status 0 when everything passes, 1 otherwise.
+"""
+
+import argparse
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+sys.dont_write_bytecode = True  # keep the source tree clean under lit
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoolib as zl  # noqa: E402
+from zoolib import models, tl  # noqa: E402
+
+NUM_SAMPLES = 16
+STEPS = 20
+BN_STEPS = 5
+DROPOUT_STEPS = 5
+
+GRAD_TOL = 1e-4
+LOSS_TOL = 1e-4
+PARAM_TOL = 1e-4
+STATE_TOL = 1e-4
+BUFFER_TOL = 1e-4
+
+
+# ----------------------------------------------------------------------------
+# Optimizers
+# ----------------------------------------------------------------------------
+
+
+def _num(v):
+    return repr(float(v))
+
+
+def optimizer_configs(spec):
+    """name -> (mtc compile flags, torch optimizer factory, {torch key: slot})."""
+    import torch
+    s, a = spec.sgd, spec.adamw
+    sgd_flags = ["--optimizer", "sgd", "--lr", _num(s["lr"]),
+                 "--momentum", _num(s["momentum"]),
+                 "--weight-decay", _num(s["weight_decay"])]
+    adamw_flags = ["--optimizer", "adamw", "--lr", _num(a["lr"]),
+                   "--beta1", _num(a["betas"][0]),
+                   "--beta2", _num(a["betas"][1]),
+                   "--eps", _num(a["eps"]),
+                   "--weight-decay", _num(a["weight_decay"])]
+    return {
+        "sgd": (sgd_flags,
+                lambda p: torch.optim.SGD(p, lr=s["lr"],
+                                          momentum=s["momentum"],
+                                          weight_decay=s["weight_decay"]),
+                {"momentum_buffer": "momentum"} if s["momentum"] else {}),
+        "adamw": (adamw_flags,
+                  lambda p: torch.optim.AdamW(p, lr=a["lr"], betas=a["betas"],
+                                              eps=a["eps"],
+                                              weight_decay=a["weight_decay"]),
+                  {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}),
+    }
+
+
+# ----------------------------------------------------------------------------
+# PyTorch references
+# ----------------------------------------------------------------------------
+
+
+def batch_indices(step, batch, num_samples=NUM_SAMPLES):
+    """The trainer's rule: step i uses samples (i*B + j) mod numSamples."""
+    return (step * batch + np.arange(batch)) % num_samples
+
+
+def _batch(data, idx, dtype=None):
+    import torch
+    x = torch.from_numpy(data["input"][idx])
+    if dtype is not None and x.is_floating_point():
+        x = x.to(dtype)
+    return x, torch.from_numpy(data["target"][idx])
+
+
+def _numpy(t):
+    return t.detach().cpu().numpy().copy()
+
+
+def torch_gradients(exp, data, dtype=None):
+    """(loss, {param name: grad}) of the first training step."""
+    wrapper = zl.reference_wrapper(exp, dtype=dtype)
+    x, y = _batch(data, batch_indices(0, exp.spec.batch), dtype)
+    loss = wrapper(x, y)[0]
+    loss.backward()
+    grads = {}
+    for name, p in zl.parameters_by_name(wrapper, exp.params):
+        grads[name] = _numpy(p.grad) if p.grad is not None else \
+            np.zeros(tuple(p.shape), np.float32)
+    return float(loss), grads
+
+
+def torch_trajectory(exp, data, make_opt, slots, dtype=None):
+    """Losses of STEPS steps; params, state and buffers at the end; buffers
+    after BN_STEPS steps."""
+    wrapper = zl.reference_wrapper(exp, dtype=dtype)
+    params = zl.parameters_by_name(wrapper, exp.params)
+    opt = make_opt([p for _, p in params])
+    state = wrapper.state_dict()
+    losses, buffers_early = [], None
+    for step in range(STEPS):
+        x, y = _batch(data, batch_indices(step, exp.spec.batch), dtype)
+        opt.zero_grad()
+        loss = wrapper(x, y)[0]
+        loss.backward()
+        losses.append(float(loss))
+        opt.step()
+        if step + 1 == BN_STEPS:
+            buffers_early = {n: _numpy(state[n]) for n in exp.buffers}
+    final = {n: _numpy(p) for n, p in params}
+    opt_state = {}
+    for n, p in params:
+        for key, slot in slots.items():
+            opt_state["%s.%s" % (n, slot)] = _numpy(opt.state[p][key])
+    buffers = {n: _numpy(state[n]) for n in exp.buffers}
+    return {"losses": np.array(losses), "params": final, "state": opt_state,
+            "buffers": buffers, "buffers_early": buffers_early}
+
+
+# ----------------------------------------------------------------------------
+# Reporting
+# ----------------------------------------------------------------------------
+
+
+class Report:
+    def __init__(self):
+        self.failures = []
+        self.worst = {}
+
+    def check(self, ok, what, detail=""):
+        print("  [%s] %s%s" % ("PASS" if ok else "FAIL", what,
+                               ("  " + detail) if detail else ""), flush=True)
+        if not ok:
+            self.failures.append(what + ((": " + detail) if detail else ""))
+        return ok
+
+    def error(self, what, err):
+        text = str(err)
+        print("  [FAIL] %s\n%s" % (what, "\n".join(
+            "      " + line for line in text.splitlines())), flush=True)
+        self.failures.append("%s: %s" % (what, text.splitlines()[0]
+                                         if text else ""))
+
+
+def compare_group(report, label, got, want, tol, key=None):
+    """Compares every tensor of `want` with `got`; one line unless failing."""
+    bad, worst = [], (0.0, None)
+    for name in sorted(want):
+        w = want[name]
+        if name not in got:
+            bad.append("%s missing" % name)
+            worst = (float("inf"), name)
+            continue
+        g = got[name]
+        if g.shape != w.shape:
+            bad.append("%s shape %s, expected %s" % (name, list(g.shape),
+                                                     list(w.shape)))
+            worst = (float("inf"), name)
+            continue
+        err = tl.rel_err(g, w)
+        if not np.isfinite(g).all():
+            err = float("inf")
+        if err > tol:
+            bad.append("%s rel err %.3e" % (name, err))
+        if err >= worst[0] or worst[1] is None:
+            worst = (err, name)
+    if key:
+        report.worst[key] = worst
+    detail = "%d tensors, worst rel err %.3e (%s), tol %.0e" % (
+        len(want), worst[0], worst[1], tol)
+    if bad:
+        detail += "; %d over: %s" % (len(bad), "; ".join(bad[:8]) +
+                                     (" ..." if len(bad) > 8 else ""))
+    return report.check(not bad, label, detail)
+
+
+def compare_losses(report, label, losses, ref, key=None):
+    rel = np.abs(losses - ref) / np.maximum(np.abs(ref), 1e-12)
+    rel[~np.isfinite(losses)] = np.inf
+    step = int(np.argmax(rel))
+    if key:
+        report.worst[key] = (float(rel[step]), "step %d" % step)
+    return report.check(bool(np.all(rel <= LOSS_TOL)), label,
+                        "max rel err %.3e at step %d (mtc %.9g, torch %.9g)" %
+                        (rel[step], step, losses[step], ref[step]))
+
+
+def mtc_error_summary(err):
+    """A one-line summary when mtc refuses the model for unsupported ops."""
+    text = str(err)
+    if "unsupported ONNX ops" not in text:
+        return None
+    ops = {}
+    for m in re.finditer(r"^\s+(\S+) \(node '", text, re.M):
+        ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+    listed = ", ".join("%s x%d" % kv for kv in sorted(
+        ops.items(), key=lambda kv: -kv[1]))
+    return "mtc cannot import it yet: unsupported ONNX ops: %s" % (
+        listed or "(see the message above)")
+
+
+# ----------------------------------------------------------------------------
+# Checks
+# ----------------------------------------------------------------------------
+
+
+def check_exports(report, spec, exp0, exp1):
+    import onnx
+    for exp in [e for e in (exp0, exp1) if e is not None]:
+        try:
+            onnx.checker.check_model(exp.path, full_check=True)
+            report.check(True, "%s passes onnx.checker (full)" %
+                         os.path.basename(exp.path))
+        except Exception as e:  # noqa: report and go on
+            report.check(False, "%s passes onnx.checker" %
+                         os.path.basename(exp.path), str(e).splitlines()[0])
+    odd = [n for n in exp0.missing if n not in exp0.aliases and
+           not n.endswith(".num_batches_tracked")]
+    report.check(not odd, "initializers are `model.` + torch state_dict names",
+                 "%d params, %d buffers%s%s" % (
+                     len(exp0.params), len(exp0.buffers),
+                     "; tied: " + ", ".join("%s=%s" % kv for kv in
+                                            exp0.aliases.items())
+                     if exp0.aliases else "",
+                     "; not in the graph: " + ", ".join(odd) if odd else ""))
+    for exp, ratio in ((exp0, 0.0), (exp1, spec.dropout_p)):
+        if exp is None:
+            continue
+        n, ratios, modes, unused = zl.dropout_facts(exp)
+        if not spec.has_dropout:
+            report.check(n == 0, "no Dropout nodes", "%d found" % n)
+            continue
+        ok = n > 0 and ratios == {round(ratio, 7)} and modes == {True}
+        report.check(ok, "%s: Dropout nodes in training mode, ratio %g" % (
+            os.path.basename(exp.path), ratio),
+            "%d nodes, ratios %s, training_mode %s" % (n, sorted(ratios),
+                                                       sorted(modes)))
+
+
+def run_mtc(report, args, exp0, exp1, data_dir, refs, grads_ref, configs,
+            wanted):
+    """All mtc-side checks; returns the time spent in mtc compile."""
+    compile_time = 0.0
+    for name in wanted:
+        flags, _, slots = configs[name]
+        ref = refs[name]
+        out_dir = os.path.join(args.work, name)
+        print("config %s: mtc compile %s" % (name, " ".join(flags)),
+              flush=True)
+        try:
+            t0 = time.time()
+            trainer = tl.mtc_compile(args.mtc, exp0.path, out_dir, flags,
+                                     target=args.target)
+            compile_time += time.time() - t0
+        except tl.HarnessError as e:
+            compile_time += time.time() - t0
+            summary = mtc_error_summary(e)
+            if summary:
+                report.check(False, "mtc compile %s" %
+                             os.path.basename(exp0.path), summary)
+                return compile_time  # the other configs would say the same
+            report.error("%s: mtc compile" % name, e)
+            continue
+        try:
+            if name == wanted[0]:
+                check_first_steps(report, trainer, data_dir, out_dir, exp0,
+                                  grads_ref, ref)
+            metrics = os.path.join(out_dir, "metrics.jsonl")
+            final = os.path.join(out_dir, "final.safetensors")
+            tl.run_trainer(trainer, STEPS, data=data_dir, metrics=metrics,
+                           save=final)
+            losses = tl.read_losses(metrics, STEPS)
+            compare_losses(report, "%s loss trajectory (%d steps)" % (
+                name, STEPS), losses, ref["losses"], key="loss " + name)
+            saved, meta = tl.read_safetensors(final)
+            report.check(str(meta.get("step")) == str(STEPS),
+                         "%s checkpoint metadata step" % name,
+                         "got %r" % meta.get("step"))
+            compare_group(report, "%s params after %d steps" % (name, STEPS),
+                          saved, ref["params"], PARAM_TOL,
+                          key="params " + name)
+            if slots:
+                compare_group(report, "%s optimizer state (%s)" % (
+                    name, ", ".join(slots.values())), saved, ref["state"],
+                    STATE_TOL, key="state " + name)
+            if exp0.buffers:
+                compare_group(report, "%s buffers after %d steps" % (
+                    name, STEPS), saved, ref["buffers"], BUFFER_TOL,
+                    key="buffers@%d %s" % (STEPS, name))
+            expected = set(ref["params"]) | set(ref["state"]) | \
+                set(ref["buffers"])
+            extra = sorted(set(saved) - expected)
+            report.check(not extra, "%s no unexpected tensors in --save" %
+                         name, ", ".join(extra))
+            if name == wanted[0]:
+                again = os.path.join(out_dir, "metrics_again.jsonl")
+                tl.run_trainer(trainer, STEPS, data=data_dir, metrics=again)
+                first = [r["loss"] for r in tl.read_metrics(metrics)]
+                second = [r["loss"] for r in tl.read_metrics(again)]
+                report.check(first == second, "%s deterministic rerun" % name,
+                             "" if first == second else
+                             "%r vs %r" % (first[:3], second[:3]))
+        except tl.HarnessError as e:
+            report.error(name, e)
+
+    if exp1 is not None:
+        compile_time += check_dropout(report, args, exp1, data_dir,
+                                      configs[wanted[0]][0])
+    return compile_time
+
+
+def check_first_steps(report, trainer, data_dir, out_dir, exp, grads_ref,
+                      ref):
+    """--steps 0 --save, --dump-grads after one step, buffers after 5 steps."""
+    p0_path = os.path.join(out_dir, "initial.safetensors")
+    tl.run_trainer(trainer, 0, data=data_dir, save=p0_path)
+    p0, _ = tl.read_safetensors(p0_path)
+    bad = [n for n in sorted(exp.initial)
+           if n not in p0 or p0[n].shape != exp.initial[n].shape or
+           not np.array_equal(p0[n], exp.initial[n])]
+    report.check(not bad, "--steps 0 --save equals the ONNX initializers "
+                 "(params and buffers, bitwise)", ", ".join(bad[:10]))
+
+    loss0, grads = grads_ref
+    grads_path = os.path.join(out_dir, "grads.safetensors")
+    tl.run_trainer(trainer, 1, data=data_dir, dump_grads=grads_path)
+    got, meta = tl.read_safetensors(grads_path)
+    compare_group(report, "gradients of step 0", got, grads, GRAD_TOL,
+                  key="grad")
+    extra = sorted(set(got) - set(grads))
+    report.check(not extra, "gradient dump has only trainable parameters",
+                 ", ".join(extra[:10]))
+    if "loss" in meta:
+        err = abs(float(meta["loss"]) - loss0) / abs(loss0)
+        report.check(err <= LOSS_TOL, "gradient dump loss",
+                     "mtc %.9g torch %.9g rel err %.3e" % (
+                         float(meta["loss"]), loss0, err))
+    else:
+        report.check(False, "gradient dump loss", "no \"loss\" metadata")
+
+    if exp.buffers:
+        early_path = os.path.join(out_dir, "steps%d.safetensors" % BN_STEPS)
+        tl.run_trainer(trainer, BN_STEPS, data=data_dir, save=early_path)
+        early, _ = tl.read_safetensors(early_path)
+        compare_group(report, "buffers after %d steps (BatchNorm running "
+                      "statistics, masks)" % BN_STEPS, early,
+                      ref["buffers_early"], BUFFER_TOL,
+                      key="buffers@%d" % BN_STEPS)
+
+
+def check_dropout(report, args, exp1, data_dir, flags):
+    """p > 0: same seed -> bitwise same losses; other seed -> other losses."""
+    out_dir = os.path.join(args.work, "dropout")
+    label = os.path.basename(exp1.path)
+    print("dropout p=%g: mtc compile %s" % (exp1.dropout, " ".join(flags)),
+          flush=True)
+    t0 = time.time()
+    try:
+        trainer = tl.mtc_compile(args.mtc, exp1.path, out_dir, flags,
+                                 target=args.target)
+    except tl.HarnessError as e:
+        summary = mtc_error_summary(e)
+        if summary:
+            report.check(False, "mtc compile %s" % label, summary)
+        else:
+            report.error("%s: mtc compile" % label, e)
+        return time.time() - t0
+    elapsed = time.time() - t0
+    try:
+        runs = []
+        for k, seed in enumerate((1, 1, 2)):
+            path = os.path.join(out_dir, "metrics_seed%d_%d.jsonl" % (seed, k))
+            tl.run_trainer(trainer, DROPOUT_STEPS, data=data_dir, seed=seed,
+                           metrics=path)
+            runs.append([r["loss"] for r in tl.read_metrics(path)])
+        finite = all(np.isfinite(v) for run in runs for v in run)
+        report.check(finite and len(runs[0]) == DROPOUT_STEPS,
+                     "%s: %d finite losses" % (label, DROPOUT_STEPS),
+                     "%r" % runs[0][:3])
+        report.check(runs[0] == runs[1], "%s: same --seed, bitwise same "
+                     "losses" % label, "" if runs[0] == runs[1] else
+                     "%r vs %r" % (runs[0][:3], runs[1][:3]))
+        report.check(runs[0] != runs[2], "%s: another --seed, other losses" %
+                     label, "seed 1 %r, seed 2 %r" % (runs[0][:2],
+                                                      runs[2][:2]))
+    except tl.HarnessError as e:
+        report.error(label, e)
+    return elapsed
+
+
+def torch_self_checks(report, exp0, data, configs, wanted, refs, grads_ref):
+    """Bitwise repeatability and fp32-vs-fp64 drift of the references."""
+    import torch
+    name = wanted[0]
+    _, make_opt, slots = configs[name]
+    again = torch_trajectory(exp0, data, make_opt, slots)
+    same = np.array_equal(again["losses"], refs[name]["losses"])
+    report.check(same, "torch %s trajectory computed twice is bitwise "
+                 "identical" % name)
+    loss64, grads64 = torch_gradients(exp0, data, dtype=torch.float64)
+    worst = max((tl.rel_err(grads_ref[1][n], grads64[n]), n) for n in grads64)
+    report.check(worst[0] <= GRAD_TOL / 10, "fp32 vs fp64 gradients",
+                 "worst rel err %.3e (%s); loss %.9g vs %.9g" % (
+                     worst[0], worst[1], grads_ref[0], loss64))
+    for cname in wanted:
+        _, make_opt, slots = configs[cname]
+        t64 = torch_trajectory(exp0, data, make_opt, slots,
+                               dtype=torch.float64)
+        ref = refs[cname]["losses"]
+        rel = np.abs(ref - t64["losses"]) / np.abs(t64["losses"])
+        report.check(rel.max() <= LOSS_TOL / 10,
+                     "fp32 vs fp64 %s loss trajectory" % cname,
+                     "max rel err %.3e at step %d" % (rel.max(),
+                                                      int(np.argmax(rel))))
+        if exp0.buffers:
+            worst = max((tl.rel_err(refs[cname]["buffers_early"][n],
+                                    t64["buffers_early"][n]), n)
+                        for n in exp0.buffers)
+            report.check(worst[0] <= BUFFER_TOL / 10,
+                         "fp32 vs fp64 %s buffers after %d steps" % (
+                             cname, BN_STEPS),
+                         "worst rel err %.3e (%s)" % worst)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=models.NAMES, required=True)
+    ap.add_argument("--mtc", help="path to the mtc driver")
+    ap.add_argument("--work", required=True, help="scratch directory")
+    ap.add_argument("--target", default="cpu")
+    ap.add_argument("--configs", default="sgd,adamw",
+                    help="comma-separated optimizer configurations")
+    ap.add_argument("--torch-only", action="store_true",
+                    help="no mtc: check the PyTorch references themselves")
+    args = ap.parse_args()
+    if not args.torch_only and not args.mtc:
+        ap.error("--mtc is required unless --torch-only")
+
+    import torch
+    torch.set_num_threads(1)
+    t_start = time.time()
+    os.makedirs(args.work, exist_ok=True)
+    report = Report()
+    spec = models.get(args.model)
+    print("model %s: %s; batch %d, %d samples" % (
+        args.model, spec.description, spec.batch, NUM_SAMPLES), flush=True)
+
+    data = spec.make_data(NUM_SAMPLES)
+    data_dir = os.path.join(args.work, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    for key, arr in data.items():
+        np.save(os.path.join(data_dir, key + ".npy"), arr)
+
+    t0 = time.time()
+    exp0 = zl.export(spec, 0.0, os.path.join(args.work, args.model + ".onnx"),
+                     data)
+    exp1 = None
+    if spec.has_dropout:
+        exp1 = zl.export(spec, spec.dropout_p, os.path.join(
+            args.work, args.model + "_dropout.onnx"), data)
+    t_export = time.time() - t0
+    check_exports(report, spec, exp0, exp1)
+
+    configs = optimizer_configs(spec)
+    wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
+    for c in wanted:
+        if c not in configs:
+            ap.error("unknown config %r (known: %s)" % (c, ", ".join(configs)))
+    t0 = time.time()
+    grads_ref = torch_gradients(exp0, data)
+    refs = {}
+    for c in wanted:
+        _, make_opt, slots = configs[c]
+        refs[c] = torch_trajectory(exp0, data, make_opt, slots)
+    t_ref = time.time() - t0
+    ok = all(np.isfinite(r["losses"]).all() for r in refs.values())
+    report.check(ok, "torch references: loss %.6f -> %s" % (
+        refs[wanted[0]]["losses"][0], ", ".join(
+            "%s %.6f" % (c, refs[c]["losses"][-1]) for c in wanted)),
+        "export %.1fs, references %.1fs" % (t_export, t_ref))
+
+    compile_time = 0.0
+    if args.torch_only:
+        t0 = time.time()
+        torch_self_checks(report, exp0, data, configs, wanted, refs,
+                          grads_ref)
+        print("  (self checks %.1fs)" % (time.time() - t0))
+    else:
+        compile_time = run_mtc(report, args, exp0, exp1, data_dir, refs,
+                               grads_ref, configs, wanted)
+
+    elapsed = time.time() - t_start
+    print("")
+    print("SUMMARY %s (%s): %s" % (args.model, "torch only" if args.torch_only
+                                   else args.target,
+                                   "PASS" if not report.failures else "FAIL"))
+    for key in sorted(report.worst):
+        err, where = report.worst[key]
+        print("  worst %-22s %.3e  (%s)" % (key, err, where))
+    print("  time %.1fs (export %.1fs, torch references %.1fs, mtc compile "
+          "%.1fs)" % (elapsed, t_export, t_ref, compile_time))
+    if report.failures:
+        print("  failures:")
+        for f in report.failures:
+            print("    - " + f)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
