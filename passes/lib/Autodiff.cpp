@@ -11,6 +11,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/GlobPattern.h"
 
 namespace mtc {
 #define GEN_PASS_DEF_AUTODIFFPASS
@@ -48,13 +49,63 @@ public:
       module.emitError() << "no function @" << function << " to differentiate";
       return signalPassFailure();
     }
-    if (failed(differentiate(func)))
+    if (failed(applyFreezing(func)) || failed(differentiate(func)))
       return signalPassFailure();
   }
 
 private:
   LogicalResult differentiate(func::FuncOp func);
+  /// Turns the parameters `freeze`/`train` exclude into buffers.
+  LogicalResult applyFreezing(func::FuncOp func);
 };
+
+LogicalResult AutodiffPass::applyFreezing(func::FuncOp func) {
+  auto compile = [&](ArrayRef<std::string> patterns, StringRef flag,
+                     SmallVectorImpl<llvm::GlobPattern> &out) -> LogicalResult {
+    for (const std::string &p : patterns) {
+      auto glob = llvm::GlobPattern::create(p);
+      if (!glob) {
+        llvm::consumeError(glob.takeError());
+        return func.emitError() << "invalid " << flag << " pattern '" << p
+                                << "'";
+      }
+      out.push_back(std::move(*glob));
+    }
+    return success();
+  };
+  SmallVector<llvm::GlobPattern> frozen, trained;
+  if (failed(compile(freeze, "--freeze", frozen)) ||
+      failed(compile(train, "--train", trained)))
+    return failure();
+  SmallVector<bool> frozenUsed(frozen.size()), trainedUsed(trained.size());
+  Builder b(func.getContext());
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto role = func.getArgAttrOfType<StringAttr>(i, attr::kRole);
+    auto name = func.getArgAttrOfType<StringAttr>(i, attr::kName);
+    if (!role || role.getValue() != attr::role::kParam || !name)
+      continue;
+    bool keep = trained.empty();
+    for (auto [j, glob] : llvm::enumerate(trained))
+      if (glob.match(name.getValue()))
+        keep = trainedUsed[j] = true;
+    for (auto [j, glob] : llvm::enumerate(frozen))
+      if (glob.match(name.getValue())) {
+        keep = false;
+        frozenUsed[j] = true;
+      }
+    if (!keep)
+      func.setArgAttr(i, attr::kRole, b.getStringAttr(attr::role::kBuffer));
+  }
+  for (auto [j, used] : llvm::enumerate(frozenUsed))
+    if (!used)
+      return func.emitError() << "--freeze '" << freeze[j]
+                              << "' matches no parameter";
+  for (auto [j, used] : llvm::enumerate(trainedUsed))
+    if (!used)
+      return func.emitError() << "--train '" << train[j]
+                              << "' matches no parameter";
+  return success();
+}
 
 LogicalResult AutodiffPass::differentiate(func::FuncOp func) {
   Block &body = func.getBody().front();

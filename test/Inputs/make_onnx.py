@@ -52,6 +52,27 @@ def classifier(batch="batch", out_first="loss"):
     return helper.make_graph(nodes, "classifier", inputs, outputs, inits)
 
 
+def logits_only():
+    """The classifier without its loss: the first output is the logits."""
+    g = classifier(batch=4)
+    del g.node[-1]
+    del g.input[1]
+    out = [o for o in g.output if o.name == "logits"]
+    del g.output[:]
+    g.output.extend(out)
+    return g
+
+
+def regressor():
+    """Gemm -> Tanh with a [4, 2] prediction and no loss."""
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="fc", transB=1),
+             helper.make_node("Tanh", ["h"], ["pred"], name="tanh")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])]
+    outputs = [helper.make_tensor_value_info("pred", TensorProto.FLOAT, [4, 2])]
+    return helper.make_graph(nodes, "regressor", inputs, outputs,
+                             [init("w", [2, 3], 5), init("b", [2], 6)])
+
+
 def shapes():
     """Reshape (0 and -1), Transpose, Pad with a Constant pads input."""
     nodes = [
@@ -102,6 +123,10 @@ def main():
         save(classifier(batch=4), path)
     elif name == "logits-first":
         save(classifier(batch=4, out_first="logits"), path)
+    elif name == "logits-only":
+        save(logits_only(), path)
+    elif name == "regressor":
+        save(regressor(), path)
     elif name == "shapes":
         save(shapes(), path)
     elif name == "unsupported":

@@ -45,6 +45,9 @@ static cl::SubCommand compileCmd(
                "executable");
 static cl::SubCommand importCmd(
     "import", "Import an ONNX model and print it in the mtc dialect");
+static cl::SubCommand inspectCmd(
+    "inspect", "Summarize an ONNX model: inputs, outputs, parameters, op "
+               "histogram and the ops mtc does not support");
 
 static cl::OptionCategory modelCat("Model options");
 static cl::OptionCategory trainCat("Optimizer options");
@@ -52,12 +55,38 @@ static cl::OptionCategory buildCat("Output options");
 
 static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
                                       cl::desc("<model.onnx>"),
-                                      cl::sub(compileCmd), cl::sub(importCmd));
+                                      cl::sub(compileCmd), cl::sub(importCmd),
+                                      cl::sub(inspectCmd));
 static cl::list<std::string>
     dims("dim", cl::desc("Bind a symbolic input dim: --dim NAME=VALUE "
                          "(repeatable)"),
          cl::value_desc("NAME=VALUE"), cl::sub(compileCmd), cl::sub(importCmd),
-         cl::cat(modelCat));
+         cl::sub(inspectCmd), cl::cat(modelCat));
+static cl::opt<std::string>
+    lossKind("loss",
+             cl::desc("Append a loss to a model whose first output is logits "
+                      "(cross-entropy) or predictions (mse); the labels "
+                      "become a new graph input (see --labels)"),
+             cl::value_desc("cross-entropy|mse"), cl::sub(compileCmd),
+             cl::sub(importCmd), cl::cat(modelCat));
+static cl::opt<std::string>
+    labelsName("labels",
+               cl::desc("Name of the labels input --loss adds (default "
+                        "labels)"),
+               cl::value_desc("NAME"), cl::init("labels"), cl::sub(compileCmd),
+               cl::sub(importCmd), cl::cat(modelCat));
+static cl::list<std::string>
+    freezeGlobs("freeze",
+                cl::desc("Keep the parameters whose ONNX name matches GLOB "
+                         "frozen: no gradient, no optimizer state "
+                         "(repeatable)"),
+                cl::value_desc("GLOB"), cl::sub(compileCmd),
+                cl::cat(trainCat));
+static cl::list<std::string>
+    trainGlobs("train",
+               cl::desc("Train only the parameters whose ONNX name matches "
+                        "GLOB (repeatable); --freeze still applies"),
+               cl::value_desc("GLOB"), cl::sub(compileCmd), cl::cat(trainCat));
 
 static cl::opt<std::string>
     outputPath("o", cl::desc("Path of the trainer executable (default: "
@@ -164,6 +193,13 @@ llvm::Expected<ImportOptions> importOptions() {
           "invalid --dim '" + binding + "' (expected NAME=POSITIVE_INTEGER)");
     options.dims[name] = v;
   }
+  if (lossKind.getNumOccurrences()) {
+    options.appendLoss = lossKind;
+    options.labelsName = labelsName;
+  } else if (labelsName.getNumOccurrences()) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--labels needs --loss");
+  }
   return options;
 }
 
@@ -178,6 +214,38 @@ int runImport(MLIRContext &context) {
   flags.elideLargeResourceString(64);
   (*module)->print(llvm::outs(), flags);
   return 0;
+}
+
+int runInspect() {
+  auto options = importOptions();
+  if (!options)
+    return fail(options.takeError());
+  auto summary = summarizeOnnxFile(inputPath, *options);
+  if (!summary)
+    return fail(summary.takeError());
+  llvm::raw_ostream &os = llvm::outs();
+  os << "model: " << inputPath << " (opset " << summary->opset << ")\n";
+  os << "inputs:\n";
+  for (const auto &t : summary->inputs)
+    os << "  " << t.name << ": " << t.type << "\n";
+  os << "outputs:\n";
+  for (const auto &t : summary->outputs)
+    os << "  " << t.name << ": " << t.type << "\n";
+  os << "parameters: " << summary->parameterCount << " floats in "
+     << summary->initializerCount << " initializers, "
+     << formatBytes(summary->parameterBytes) << "\n";
+  os << "ops:\n";
+  for (const auto &[op, count] : summary->histogram)
+    os << llvm::format("  %-28s %6lld\n", op.c_str(),
+                       static_cast<long long>(count));
+  if (summary->unsupported.empty()) {
+    os << "unsupported ops: none\n";
+  } else {
+    os << "unsupported ops (" << summary->unsupported.size() << " nodes):\n";
+    for (const auto &[op, node] : summary->unsupported)
+      os << "  " << op << " (node '" << node << "')\n";
+  }
+  return summary->unsupported.empty() ? 0 : 3;
 }
 
 int runCompile(MLIRContext &context) {
@@ -212,6 +280,8 @@ int runCompile(MLIRContext &context) {
                                inputPath.c_str(), secondsSince(start));
 
   TrainPipelineOptions pipeline;
+  pipeline.autodiff.freeze = freezeGlobs;
+  pipeline.autodiff.train = trainGlobs;
   pipeline.optimizer.optimizer = optimizer;
   pipeline.optimizer.lr = lr;
   pipeline.optimizer.momentum = momentum;
@@ -312,6 +382,7 @@ int main(int argc, char **argv) {
       "is the loss, builds the backward pass and optimizer, plans one static "
       "memory arena and emits a trainer executable.\n\n"
       "  mtc compile MODEL.onnx --mem-budget 24GB -o trainer\n"
+      "  mtc inspect MODEL.onnx\n"
       "  mtc import MODEL.onnx\n");
   MLIRContext context;
   context.loadDialect<MtcDialect, func::FuncDialect>();
@@ -319,7 +390,9 @@ int main(int argc, char **argv) {
     return runCompile(context);
   if (importCmd)
     return runImport(context);
-  llvm::errs() << "mtc: error: expected a command (compile or import); see "
-                  "mtc --help\n";
+  if (inspectCmd)
+    return runInspect();
+  llvm::errs() << "mtc: error: expected a command (compile, import or "
+                  "inspect); see mtc --help\n";
   return 2;
 }

@@ -16,9 +16,12 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 
 using namespace mlir;
 using namespace mtc;
@@ -359,6 +362,57 @@ std::string supportedList() {
 } // namespace
 
 //===----------------------------------------------------------------------===//
+// Appended losses
+//===----------------------------------------------------------------------===//
+
+/// Adds the labels input and the loss on `output` (`--loss`).
+static llvm::Expected<Value> appendLoss(OpBuilder &b, func::FuncOp func,
+                                        Value output,
+                                        const ImportOptions &options) {
+  auto type = cast<RankedTensorType>(output.getType());
+  ArrayRef<int64_t> shape = type.getShape();
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (auto name = func.getArgAttrOfType<StringAttr>(i, attr::kName))
+      if (name.getValue() == options.labelsName)
+        return makeError("--labels '" + options.labelsName +
+                         "' is already a graph input or initializer");
+  Type labelsType;
+  if (options.appendLoss == "cross-entropy") {
+    if (shape.size() < 2)
+      return makeError("--loss cross-entropy needs logits [N, C, ...] as the "
+                       "first output");
+    SmallVector<int64_t> labels{shape[0]};
+    labels.append(shape.begin() + 2, shape.end());
+    labelsType = RankedTensorType::get(labels, b.getI64Type());
+  } else if (options.appendLoss == "mse") {
+    labelsType = type;
+  } else {
+    return makeError("unknown --loss '" + options.appendLoss +
+                     "' (expected cross-entropy or mse)");
+  }
+  unsigned index = func.getNumArguments();
+  NamedAttribute attrs[] = {
+      b.getNamedAttr(attr::kRole, b.getStringAttr(attr::role::kInput)),
+      b.getNamedAttr(attr::kName, b.getStringAttr(options.labelsName))};
+  (void)func.insertArgument(index, labelsType, b.getDictionaryAttr(attrs),
+                            func.getLoc());
+  Value labels = func.getArgument(index);
+  Location loc = NameLoc::get(b.getStringAttr("loss"));
+  if (options.appendLoss == "cross-entropy")
+    return Value(b.create<SoftmaxCrossEntropyOp>(
+                      loc, output, labels, b.getStringAttr("mean"),
+                      IntegerAttr())
+                     .getLoss());
+  Value diff = b.create<SubOp>(loc, output, labels);
+  Value sq = b.create<MulOp>(loc, diff, diff);
+  SmallVector<int64_t> axes;
+  for (size_t i = 0; i < shape.size(); ++i)
+    axes.push_back(i);
+  return Value(b.create<ReduceMeanOp>(loc, sq, b.getDenseI64ArrayAttr(axes),
+                                      b.getBoolAttr(false)));
+}
+
+//===----------------------------------------------------------------------===//
 // Graph import
 //===----------------------------------------------------------------------===//
 
@@ -479,6 +533,21 @@ mtc::importOnnxFile(MLIRContext &context, StringRef path,
 
   SmallVector<Value> results;
   SmallVector<DictionaryAttr> resultAttrs;
+  if (!options.appendLoss.empty()) {
+    if (graph.output_size() == 0)
+      return makeError("--loss needs a model output to apply the loss to");
+    auto first = ctx.lookup(graph.output(0).name());
+    if (failed(first))
+      return makeError("graph output '" + graph.output(0).name() +
+                       "' is not produced by any node");
+    auto loss = appendLoss(b, func, *first, options);
+    if (!loss)
+      return loss.takeError();
+    results.push_back(*loss);
+    resultAttrs.push_back(
+        b.getDictionaryAttr(b.getNamedAttr(attr::kName,
+                                           b.getStringAttr("loss"))));
+  }
   for (const auto &output : graph.output()) {
     auto v = ctx.lookup(output.name());
     if (failed(v))
@@ -499,10 +568,74 @@ mtc::importOnnxFile(MLIRContext &context, StringRef path,
                             cast<BlockArgument>(buffer).getArgNumber()))}));
   }
   b.create<func::ReturnOp>(fileLoc, results);
-  func.setType(b.getFunctionType(argTypes, ValueRange(results).getTypes()));
+  func.setType(b.getFunctionType(func.getArgumentTypes(),
+                                 ValueRange(results).getTypes()));
   func.setAllResultAttrs(resultAttrs);
 
   if (failed(verify(*module)))
     return makeError("the imported model does not verify:\n" + diagnostics);
   return std::move(module);
+}
+
+//===----------------------------------------------------------------------===//
+// mtc inspect
+//===----------------------------------------------------------------------===//
+
+static std::string describeType(const onnx::TypeProto &type) {
+  if (!type.has_tensor_type())
+    return "non-tensor";
+  const auto &tensor = type.tensor_type();
+  std::string out = onnx::TensorProto::DataType_Name(
+      static_cast<onnx::TensorProto::DataType>(tensor.elem_type()));
+  std::transform(out.begin(), out.end(), out.begin(), ::tolower);
+  if (out == "float")
+    out = "float32";
+  out += "[";
+  if (tensor.has_shape())
+    for (int i = 0; i < tensor.shape().dim_size(); ++i) {
+      const auto &dim = tensor.shape().dim(i);
+      out += (i ? ", " : "") + (dim.has_dim_value()
+                                    ? std::to_string(dim.dim_value())
+                                    : dim.dim_param().empty() ? "?"
+                                                              : dim.dim_param());
+    }
+  return out + "]";
+}
+
+llvm::Expected<OnnxSummary>
+mtc::summarizeOnnxFile(StringRef path, const ImportOptions &options) {
+  // Symbolic dims stay symbolic here: inspection needs no bindings.
+  ImportOptions relaxed = options;
+  auto loaded = loadOnnxModel(path, relaxed, /*bindAllDims=*/false);
+  if (!loaded)
+    return loaded.takeError();
+  const onnx::GraphProto &graph = (*loaded)->graph();
+  OnnxSummary summary;
+  summary.opset = defaultOpset(**loaded);
+  llvm::StringSet<> initializers;
+  for (const auto &t : graph.initializer()) {
+    initializers.insert(t.name());
+    ++summary.initializerCount;
+    int64_t count = 1;
+    for (int64_t d : t.dims())
+      count *= d;
+    if (t.data_type() == onnx::TensorProto::FLOAT) {
+      summary.parameterCount += count;
+      summary.parameterBytes += 4 * count;
+    }
+  }
+  for (const auto &input : graph.input())
+    if (!initializers.contains(input.name()))
+      summary.inputs.push_back({input.name(), describeType(input.type())});
+  for (const auto &output : graph.output())
+    summary.outputs.push_back({output.name(), describeType(output.type())});
+  std::map<std::string, int64_t> histogram;
+  for (const auto &node : graph.node()) {
+    ++histogram[node.op_type()];
+    if (!import::getOpImporters().count(node.op_type()) ||
+        !(node.domain().empty() || node.domain() == "ai.onnx"))
+      summary.unsupported.push_back({node.op_type(), node.name()});
+  }
+  summary.histogram.assign(histogram.begin(), histogram.end());
+  return summary;
 }

@@ -78,7 +78,7 @@ static llvm::Error inlineExternalData(onnx::TensorProto &tensor,
 
 /// Replaces symbolic dims of graph inputs by the bound values.
 static llvm::Error bindDims(onnx::GraphProto &graph,
-                            const ImportOptions &options) {
+                            const ImportOptions &options, bool bindAll) {
   for (auto &input : *graph.mutable_input()) {
     if (!input.type().has_tensor_type() ||
         !input.type().tensor_type().has_shape())
@@ -90,6 +90,8 @@ static llvm::Error bindDims(onnx::GraphProto &graph,
         continue;
       std::string name = dim->dim_param();
       auto it = options.dims.find(name);
+      if (!bindAll && it == options.dims.end())
+        continue;
       if (name.empty() || it == options.dims.end())
         return makeError(
             "dimension " + llvm::Twine(i) + " of input '" + input.name() +
@@ -103,7 +105,8 @@ static llvm::Error bindDims(onnx::GraphProto &graph,
 }
 
 llvm::Expected<std::unique_ptr<onnx::ModelProto>>
-mtc::loadOnnxModel(llvm::StringRef path, const ImportOptions &options) {
+mtc::loadOnnxModel(llvm::StringRef path, const ImportOptions &options,
+                   bool bindAllDims) {
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false);
   if (!buffer)
     return makeError("cannot read '" + path + "': " +
@@ -126,7 +129,8 @@ mtc::loadOnnxModel(llvm::StringRef path, const ImportOptions &options) {
     if (tensor.data_location() == onnx::TensorProto::EXTERNAL)
       if (llvm::Error err = inlineExternalData(tensor, dir))
         return std::move(err);
-  if (llvm::Error err = bindDims(*model->mutable_graph(), options))
+  if (llvm::Error err =
+          bindDims(*model->mutable_graph(), options, bindAllDims))
     return std::move(err);
 
   try {

@@ -24,7 +24,8 @@ namespace mtc {
 /// Parses `path`, inlines external data (only from inside the model's
 /// folder), binds symbolic input dims, runs the checker and shape inference.
 llvm::Expected<std::unique_ptr<onnx::ModelProto>>
-loadOnnxModel(llvm::StringRef path, const ImportOptions &options);
+loadOnnxModel(llvm::StringRef path, const ImportOptions &options,
+              bool bindAllDims = true);
 
 } // namespace mtc
 

@@ -20,7 +20,32 @@ namespace mtc {
 struct ImportOptions {
   /// Values for symbolic dims (`--dim batch=32`).
   llvm::StringMap<int64_t> dims;
+  /// Appends a loss to a model whose first output is logits
+  /// ("cross-entropy") or predictions ("mse"); empty keeps the model's.
+  std::string appendLoss;
+  /// Name of the graph input added for the labels of `appendLoss`.
+  std::string labelsName = "labels";
 };
+
+/// What `mtc inspect` prints about a model.
+struct OnnxSummary {
+  struct Tensor {
+    std::string name;
+    std::string type; ///< e.g. "float32[batch, 784]"
+  };
+  std::vector<Tensor> inputs, outputs;
+  int64_t opset = 0;
+  int64_t parameterCount = 0, parameterBytes = 0;
+  int64_t initializerCount = 0;
+  /// op type -> number of nodes, sorted by op type.
+  std::vector<std::pair<std::string, int64_t>> histogram;
+  /// (op type, node name) of nodes the importer does not support.
+  std::vector<std::pair<std::string, std::string>> unsupported;
+};
+
+/// Reads and checks a model and summarizes it without importing it.
+llvm::Expected<OnnxSummary> summarizeOnnxFile(llvm::StringRef path,
+                                              const ImportOptions &options);
 
 /// Reads, checks (onnx::checker, shape inference) and imports an ONNX model
 /// into a module holding `func.func @forward`: graph inputs then

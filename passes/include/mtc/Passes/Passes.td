@@ -25,12 +25,20 @@ def AutodiffPass : Pass<"mtc-autodiff", "mlir::ModuleOp"> {
     statistics) are kept after the gradients; other forward results are
     dropped.
 
-    Example: `mtc-opt --mtc-autodiff model.mlir`
+    `freeze` and `train` choose the trained parameters by ONNX name (glob
+    patterns); frozen ones get no gradient (and so no optimizer state). A
+    pattern that matches no parameter is an error.
+
+    Example: `mtc-opt --mtc-autodiff="freeze=encoder.*" model.mlir`
   }];
   let dependentDialects = ["::mtc::MtcDialect"];
   let options = [
     Option<"function", "function", "std::string", "\"forward\"",
            "Name of the forward function to differentiate">,
+    ListOption<"freeze", "freeze", "std::string",
+               "Glob patterns of parameter names to keep frozen (buffers)">,
+    ListOption<"train", "train", "std::string",
+               "Glob patterns of the only parameter names to train">,
   ];
 }
 
