@@ -57,16 +57,29 @@ public:
       return signalPassFailure();
     }
     if (failed(plan(func)))
-      signalPassFailure();
+      return signalPassFailure();
+    if (auto eval =
+            getOperation().lookupSymbol<func::FuncOp>(attr::kEvalFunction))
+      if (failed(planEval(func, eval)))
+        signalPassFailure();
   }
 
 private:
   LogicalResult plan(func::FuncOp func);
+  /// Places the evaluation function in the same arena: its arguments at the
+  /// training step's offsets (by name), its constants clear of every buffer
+  /// of the step, its temporaries clear of what persists across steps.
+  LogicalResult planEval(func::FuncOp train, func::FuncOp eval);
 };
 
+/// A byte range that is taken during the whole function being placed.
+using Region = std::pair<int64_t, int64_t>;
+
 /// Places the buffers, largest first, each at the lowest offset where it fits
-/// between the buffers already placed that are live at the same time.
-int64_t placeBestFit(MutableArrayRef<Buffer> buffers) {
+/// between the `fixed` regions and the buffers already placed that are live
+/// at the same time.
+int64_t placeBestFit(MutableArrayRef<Buffer> buffers,
+                     ArrayRef<Region> fixed = {}) {
   SmallVector<unsigned> order(buffers.size());
   for (unsigned i = 0; i < order.size(); ++i)
     order[i] = i;
@@ -79,7 +92,7 @@ int64_t placeBestFit(MutableArrayRef<Buffer> buffers) {
   SmallVector<unsigned> placed;
   for (unsigned i : order) {
     Buffer &buf = buffers[i];
-    SmallVector<std::pair<int64_t, int64_t>> taken;
+    SmallVector<Region> taken(fixed.begin(), fixed.end());
     for (unsigned j : placed) {
       const Buffer &other = buffers[j];
       if (other.start <= buf.end && buf.start <= other.end)
@@ -204,6 +217,116 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
                 b.getDenseI64ArrayAttr({buffers[i].offset, buffers[i].bytes}));
   func->setAttr(attr::kArenaSize, b.getI64IntegerAttr(arena));
   func->setAttr(attr::kLowerBound, b.getI64IntegerAttr(lowerBound));
+  return success();
+}
+
+LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
+                                       func::FuncOp eval) {
+  Block &trainBody = train.getBody().front();
+  Block &body = eval.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  OpBuilder b(eval);
+
+  // What the training step occupies: persistent regions and every region.
+  SmallVector<Region> persistent, everything;
+  llvm::StringMap<int64_t> argOffsets;
+  for (BlockArgument arg : trainBody.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    int64_t offset =
+        train.getArgAttrOfType<IntegerAttr>(i, attr::kOffset).getInt();
+    int64_t bytes = alignTo(getTensorBytes(arg.getType()), alignment);
+    persistent.push_back({offset, offset + bytes});
+    if (auto name = train.getArgAttrOfType<StringAttr>(i, attr::kName))
+      argOffsets[name.getValue()] = offset;
+  }
+  everything = persistent;
+  for (Operation &op : trainBody.without_terminator()) {
+    auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(attr::kOffsets);
+    for (auto [r, offset] : llvm::zip(op.getResults(), offsets.asArrayRef())) {
+      Region region{offset, offset + alignTo(getTensorBytes(r.getType()),
+                                            alignment)};
+      everything.push_back(region);
+      if (isa<ConstantOp>(op))
+        persistent.push_back(region);
+    }
+    if (auto ws = op.getAttrOfType<DenseI64ArrayAttr>(attr::kWorkspace))
+      everything.push_back({ws[0], ws[0] + ws[1]});
+  }
+
+  for (BlockArgument arg : body.getArguments()) {
+    auto name = eval.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  attr::kName);
+    auto it = name ? argOffsets.find(name.getValue()) : argOffsets.end();
+    if (it == argOffsets.end())
+      return eval.emitError("evaluation argument ")
+             << arg.getArgNumber() << " has no counterpart in @train_step";
+    eval.setArgAttr(arg.getArgNumber(), attr::kOffset,
+                    b.getI64IntegerAttr(it->second));
+  }
+
+  DenseMap<Operation *, int64_t> index;
+  int64_t numOps = 0;
+  for (Operation &op : body)
+    index[&op] = numOps++;
+  int64_t last = numOps - 1;
+
+  // Constants first: they are written once at start-up, so nothing of the
+  // training step may share their bytes.
+  SmallVector<Buffer> constants;
+  SmallVector<Operation *> constantOps;
+  for (Operation &op : body.without_terminator())
+    if (isa<ConstantOp>(op)) {
+      constants.push_back({alignTo(getTensorBytes(op.getResult(0).getType()),
+                                   alignment),
+                           0, last});
+      constantOps.push_back(&op);
+    }
+  int64_t extent = placeBestFit(constants, everything);
+  for (const Buffer &c : constants)
+    persistent.push_back({c.offset, c.offset + c.bytes});
+
+  SmallVector<Buffer> buffers;
+  DenseMap<Value, unsigned> bufferOf;
+  SmallVector<std::pair<Operation *, unsigned>> workspaces;
+  for (Operation &op : body.without_terminator()) {
+    if (isa<ConstantOp>(op))
+      continue;
+    for (Value r : op.getResults()) {
+      int64_t start = index[&op], end = start;
+      for (Operation *user : r.getUsers())
+        end = std::max(end, index.lookup(user));
+      if (llvm::is_contained(ret.getOperands(), r))
+        end = last;
+      bufferOf[r] = buffers.size();
+      buffers.push_back(
+          {alignTo(getTensorBytes(r.getType()), alignment), start, end});
+    }
+    if (auto cost = dyn_cast<CostOpInterface>(op))
+      if (int64_t scratch = cost.getWorkspaceBytes()) {
+        workspaces.push_back({&op, buffers.size()});
+        buffers.push_back(
+            {alignTo(scratch, alignment), index[&op], index[&op]});
+      }
+  }
+  extent = std::max(extent, placeBestFit(buffers, persistent));
+
+  for (auto [op, c] : llvm::zip(constantOps, constants))
+    op->setAttr(attr::kOffsets, b.getDenseI64ArrayAttr({c.offset}));
+  for (Operation &op : body.without_terminator()) {
+    if (isa<ConstantOp>(op) || op.getNumResults() == 0)
+      continue;
+    SmallVector<int64_t> offsets;
+    for (Value r : op.getResults())
+      offsets.push_back(buffers[bufferOf[r]].offset);
+    op.setAttr(attr::kOffsets, b.getDenseI64ArrayAttr(offsets));
+  }
+  for (auto [op, i] : workspaces)
+    op->setAttr(attr::kWorkspace,
+                b.getDenseI64ArrayAttr({buffers[i].offset, buffers[i].bytes}));
+  int64_t arena = std::max(
+      extent, train->getAttrOfType<IntegerAttr>(attr::kArenaSize).getInt());
+  train->setAttr(attr::kArenaSize, b.getI64IntegerAttr(arena));
+  eval->setAttr(attr::kArenaSize, b.getI64IntegerAttr(extent));
   return success();
 }
 

@@ -1,12 +1,13 @@
-//===- KernelCommon.h - Index arithmetic shared by CPU and CUDA -*- C++ -*-===//
+//===- KernelCommon.h - Math shared by the CPU and CUDA kernels -*- C++ -*-===//
 //
 // Part of the mtc project.
 //
 //===----------------------------------------------------------------------===//
 //
-// Window and shape arithmetic used by both kernel libraries. Keeping it in
-// one place makes the two implementations agree on the exact semantics
-// (which cells a pooling window covers, what it divides by).
+// Window and shape arithmetic, per-element formulas and the dropout random
+// number generator used by both kernel libraries. Keeping them in one place
+// makes the two implementations agree on the exact semantics (which cells a
+// pooling window covers, what it divides by, which elements dropout keeps).
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #ifdef __CUDACC__
 #define MTC_HOST_DEVICE __host__ __device__
@@ -252,6 +254,214 @@ MTC_HOST_DEVICE inline void adamwElement(float &p, float g, float &m, float &v,
   v = v * s.beta2 + s.oneMinusBeta2 * g * g;
   float denom = sqrtf(v) / s.bc2Sqrt + s.eps;
   p = p + s.negStepSize * m / denom;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+//
+// Statistics are reduced in double by both libraries (the order differs, the
+// rounding to float almost never does); what is shared here is everything
+// that happens after the reductions, so that the per-element arithmetic is
+// the same on both sides.
+
+/// invstd = 1 / sqrt(var + eps), formed in double and rounded once.
+MTC_HOST_DEVICE inline float inverseStd(double biasedVar, float eps) {
+  return static_cast<float>(1.0 / sqrt(biasedVar + static_cast<double>(eps)));
+}
+
+/// running = momentum * running + (1 - momentum) * batch (ONNX momentum).
+MTC_HOST_DEVICE inline void updateRunningStat(float &running, double batch,
+                                              float momentum) {
+  double mom = momentum;
+  running = static_cast<float>(mom * running + (1.0 - mom) * batch);
+}
+
+/// Updates the running statistics of one BatchNormalization channel from
+/// the batch mean and the sum of squared deviations over m elements. The
+/// running variance takes the unbiased variance, as PyTorch does; with a
+/// single element that is 0/0, so the biased one (0) is used instead of
+/// poisoning the running variance with NaN.
+MTC_HOST_DEVICE inline void
+updateBatchNormRunningStats(float &runningMean, float &runningVar, double mean,
+                            double squaredDevSum, int64_t m, float momentum) {
+  double unbiased = m > 1 ? squaredDevSum / static_cast<double>(m - 1) : 0.0;
+  updateRunningStat(runningMean, mean, momentum);
+  updateRunningStat(runningVar, unbiased, momentum);
+}
+
+MTC_HOST_DEVICE inline float normalizeElement(float x, float mean, float invstd,
+                                              float scale, float bias) {
+  return (x - mean) * invstd * scale + bias;
+}
+
+/// Per-channel (BatchNorm) or per-row (LayerNorm) factors of the
+/// normalization backward
+///   dx = (g - mean(g) - xhat * mean(g * xhat)) * gain,
+/// where g is the gradient reaching xhat (dy times the scale for LayerNorm,
+/// dy for BatchNorm, whose scale goes into gain instead). This is the
+/// textbook dx = gain / m * (m g - sum(g) - xhat sum(g xhat)) with the sums
+/// divided by m first, as PyTorch's CPU kernels do.
+struct NormBackwardFactors {
+  float gradMean; ///< sum(g) / m
+  float projMean; ///< sum(g * xhat) / m
+  float gain;
+};
+
+MTC_HOST_DEVICE inline NormBackwardFactors
+normBackwardFactors(double sumG, double sumGXhat, int64_t m, double gain) {
+  double count = m > 0 ? static_cast<double>(m) : 1.0;
+  NormBackwardFactors f;
+  f.gradMean = static_cast<float>(sumG / count);
+  f.projMean = static_cast<float>(sumGXhat / count);
+  f.gain = static_cast<float>(gain);
+  return f;
+}
+
+MTC_HOST_DEVICE inline float normBackwardElement(float g, float xhat,
+                                                 const NormBackwardFactors &f) {
+  return (g - f.gradMean - xhat * f.projMean) * f.gain;
+}
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+//
+// The mask is never stored: element i of a dropout op is kept iff a uniform
+// number that is a pure function of (seed, step, stream, i) is >= ratio, so
+// the backward and any recomputation regenerate it, and CPU and CUDA agree
+// bit for bit (integer arithmetic only, then an exact int -> float step).
+//
+// The generator is Philox-4x32-10 (Salmon et al., "Parallel random numbers:
+// as easy as 1, 2, 3", SC'11), the counter-based generator cuRAND and
+// PyTorch's CUDA dropout use: ten rounds of 32x32->64 multiplies pass
+// BigCrush for any key and counter. The key identifies the random stream,
+// (seed, stream) hashed together; the counter is (element group, step), one
+// call giving the uniforms of four consecutive elements.
+
+/// The splitmix64 finalizer: a bijection of 64-bit words with good
+/// avalanche, used to fold the seed and the stream id into a Philox key.
+MTC_HOST_DEVICE inline uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/// Philox-4x32 with `rounds` rounds (10 for dropout) on counter `ctr` and
+/// key (key0, key1); writes the four output words to `out`.
+MTC_HOST_DEVICE inline void philox4x32(const uint32_t ctr[4], uint32_t key0,
+                                       uint32_t key1, uint32_t out[4],
+                                       int rounds = 10) {
+  constexpr uint32_t kMul0 = 0xd2511f53u, kMul1 = 0xcd9e8d57u;
+  constexpr uint32_t kWeyl0 = 0x9e3779b9u, kWeyl1 = 0xbb67ae85u;
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+  for (int r = 0; r < rounds; ++r) {
+    if (r > 0) {
+      key0 += kWeyl0;
+      key1 += kWeyl1;
+    }
+    uint64_t p0 = static_cast<uint64_t>(kMul0) * c0;
+    uint64_t p1 = static_cast<uint64_t>(kMul1) * c2;
+    uint32_t hi0 = static_cast<uint32_t>(p0 >> 32),
+             lo0 = static_cast<uint32_t>(p0);
+    uint32_t hi1 = static_cast<uint32_t>(p1 >> 32),
+             lo1 = static_cast<uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ key0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ key1;
+    c3 = lo0;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+/// Everything a dropout kernel needs, formed once on the host.
+struct DropoutParams {
+  uint32_t key0, key1;
+  uint64_t step;
+  float ratio;
+  /// 1 / (1 - ratio) in float, the factor PyTorch's mask holds.
+  float scale;
+};
+
+inline DropoutParams dropoutParams(uint64_t seed, int64_t step, uint64_t stream,
+                                   float ratio) {
+  uint64_t key = mix64(seed ^ mix64(stream));
+  DropoutParams p;
+  p.key0 = static_cast<uint32_t>(key);
+  p.key1 = static_cast<uint32_t>(key >> 32);
+  p.step = static_cast<uint64_t>(step);
+  p.ratio = ratio;
+  p.scale = 1.0f / (1.0f - ratio);
+  return p;
+}
+
+/// How a dropout op runs for a given ratio. ratio == 0 copies (nothing is
+/// dropped, and the generator would keep everything anyway); ratio == 1
+/// drops everything, where 1 / (1 - ratio) would be infinite; a ratio
+/// outside [0, 1] (or NaN) is a usage error.
+enum class DropoutMode { Copy, Zero, Mask, Invalid };
+
+inline DropoutMode dropoutMode(float ratio) {
+  if (!(ratio >= 0.0f && ratio <= 1.0f))
+    return DropoutMode::Invalid;
+  if (ratio == 0.0f)
+    return DropoutMode::Copy;
+  return ratio == 1.0f ? DropoutMode::Zero : DropoutMode::Mask;
+}
+
+inline std::string badDropoutRatioMessage(float ratio) {
+  return "dropout ratio " + std::to_string(ratio) + " is outside [0, 1]";
+}
+
+/// Elements per generator call; element i uses word i % 4 of group i / 4.
+constexpr int kDropoutGroup = 4;
+
+/// Which of the four elements of `group` are kept. A word's top 24 bits
+/// become a uniform u in [0, 1) exactly (24 bits fit a float's
+/// significand); the element is kept iff u >= ratio.
+MTC_HOST_DEVICE inline void dropoutGroupKeep(const DropoutParams &p,
+                                             uint64_t group, bool keep[4]) {
+  uint32_t ctr[4] = {
+      static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32),
+      static_cast<uint32_t>(p.step), static_cast<uint32_t>(p.step >> 32)};
+  uint32_t words[4];
+  philox4x32(ctr, p.key0, p.key1, words);
+  for (int j = 0; j < kDropoutGroup; ++j) {
+    float u = static_cast<float>(words[j] >> 8) * (1.0f / 16777216.0f);
+    keep[j] = u >= p.ratio;
+  }
+}
+
+/// A dropped element is 0 even when x is not finite, as the contract says
+/// (PyTorch's x * mask would give NaN there).
+MTC_HOST_DEVICE inline float dropoutElement(float x, bool keep,
+                                            const DropoutParams &p) {
+  return keep ? x * p.scale : 0.0f;
+}
+
+//===----------------------------------------------------------------------===//
+// Gather
+//===----------------------------------------------------------------------===//
+
+/// The row `index` selects on an axis of size dim (negative indices count
+/// from the end), or -1 when it lies outside [-dim, dim).
+MTC_HOST_DEVICE inline int64_t gatherRow(int64_t index, int64_t dim) {
+  if (index < -dim || index >= dim)
+    return -1;
+  return index < 0 ? index + dim : index;
+}
+
+/// The data error both libraries report for a bad gather index.
+inline std::string badGatherIndexMessage(int64_t index, int64_t position,
+                                         int64_t dim) {
+  return "gather index " + std::to_string(index) + " at position " +
+         std::to_string(position) + " is outside [" + std::to_string(-dim) +
+         ", " + std::to_string(dim) + ") for an axis of size " +
+         std::to_string(dim);
 }
 
 } // namespace mtc::rt

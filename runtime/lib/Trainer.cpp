@@ -120,6 +120,7 @@ struct Options {
   std::string metricsPath;
   int64_t logEvery = 1;
   std::string dumpGradsPath;
+  bool eval = false;
 };
 
 const char *programName(int argc, char **argv) {
@@ -157,6 +158,11 @@ void printUsage(const char *prog, const ModelDesc &desc) {
       "  --dump-grads F      after the last step, write that step's gradients\n"
       "                      to F (safetensors, named like the parameters);\n"
       "                      needs --steps >= 1\n"
+      "  --eval              evaluate instead of training: run the model\n"
+      "                      forward (dropout off, BatchNorm on its running\n"
+      "                      statistics) over every full batch of --data and\n"
+      "                      print the mean loss and the accuracy; use --load\n"
+      "                      for trained weights\n"
       "  --help              show this help and exit\n"
       "\n"
       "Flags also accept the --flag=value form.\n",
@@ -211,6 +217,10 @@ ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
     std::string arg = argv[i] ? argv[i] : "";
     if (arg == "--help" || arg == "-h")
       return ParseOutcome::Help;
+    if (arg == "--eval") {
+      opts.eval = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0) {
       error = "unexpected argument '" + arg + "'";
       return ParseOutcome::Error;
@@ -274,6 +284,15 @@ ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
     } else if (flag == "--dump-grads") {
       opts.dumpGradsPath = value;
     }
+  }
+  if (opts.eval) {
+    if (opts.steps >= 0 || !opts.savePath.empty() ||
+        !opts.dumpGradsPath.empty() || !opts.metricsPath.empty()) {
+      error = "--eval evaluates only: it takes --data, --load and --seed, "
+              "not --steps, --save, --metrics or --dump-grads";
+      return ParseOutcome::Error;
+    }
+    opts.steps = 0;
   }
   if (opts.steps < 0) {
     error = "--steps is required";
@@ -364,6 +383,11 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
       break;
     case Role::Grad:
     case Role::Constant:
+      break;
+    case Role::EvalLoss:
+    case Role::EvalCorrect:
+      if (t.dtype != DType::F32 || t.bytes != 4)
+        return bug(what + "evaluation results must be float32 scalars");
       break;
     case Role::Loss:
       if (lossIndex >= 0)
@@ -534,6 +558,97 @@ Status writeTensors(Context &ctx, const ModelDesc &desc, unsigned char *arena,
   }
   count = static_cast<int>(entries.size());
   return writeSafetensors(path, entries, metadata);
+}
+
+/// `--eval`: every full batch of the data once, in order.
+int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
+             std::vector<InputFeed> &feeds, int64_t numSamples,
+             const InputFeed *labelFeed) {
+  if (!desc.evalStep) {
+    printError("this trainer was compiled without an evaluation function");
+    return kExitFailure;
+  }
+  const TensorDesc *lossTensor = nullptr, *correctTensor = nullptr;
+  for (int i = 0; i < desc.numTensors; ++i) {
+    if (desc.tensors[i].role == Role::EvalLoss)
+      lossTensor = &desc.tensors[i];
+    if (desc.tensors[i].role == Role::EvalCorrect)
+      correctTensor = &desc.tensors[i];
+  }
+  if (!lossTensor) {
+    printError("invalid model description (a compiler bug): no evaluation "
+               "loss");
+    return kExitFailure;
+  }
+  int64_t batches = feeds.empty() ? 1 : numSamples / desc.batchSize;
+  if (batches == 0) {
+    printError("--eval needs at least one full batch: the data has " +
+               std::to_string(numSamples) + " samples, the batch is " +
+               std::to_string(desc.batchSize));
+    return kExitFailure;
+  }
+  Clock::time_point start = Clock::now();
+  double lossSum = 0.0, correct = 0.0;
+  for (int64_t b = 0; b < batches; ++b) {
+    for (InputFeed &feed : feeds) {
+      std::memcpy(feed.staging.data(),
+                  feed.array.data() + b * desc.batchSize * feed.sampleBytes,
+                  desc.batchSize * feed.sampleBytes);
+      if (Status s =
+              device::copyToDevice(ctx, arena + feed.tensor->offset,
+                                   feed.staging.data(), feed.tensor->bytes);
+          !s.ok()) {
+        printError(s.message());
+        return kExitFailure;
+      }
+    }
+    desc.evalStep(ctx, arena);
+    float batchLoss = 0.0f, batchCorrect = 0.0f;
+    Status s = device::copyToHost(ctx, &batchLoss, arena + lossTensor->offset,
+                                  sizeof(float));
+    if (s.ok() && correctTensor)
+      s = device::copyToHost(ctx, &batchCorrect,
+                             arena + correctTensor->offset, sizeof(float));
+    if (s.ok())
+      s = device::synchronize(ctx);
+    if (!s.ok()) {
+      printError("eval batch " + std::to_string(b) + ": " + s.message());
+      return kExitFailure;
+    }
+    if (hasError(ctx)) {
+      ContextError err = takeError(ctx);
+      std::string where;
+      if (err.batchRow >= 0 && labelFeed)
+        where = " (sample " + std::to_string(b * desc.batchSize + err.batchRow) +
+                " of '" + labelFeed->path + "')";
+      printError("eval batch " + std::to_string(b) + ": " + err.message +
+                 where);
+      return kExitFailure;
+    }
+    lossSum += batchLoss;
+    correct += batchCorrect;
+  }
+  int64_t evaluated = feeds.empty() ? desc.batchSize : batches * desc.batchSize;
+  std::printf("eval: %" PRId64 " samples in %" PRId64 " batches", evaluated,
+              batches);
+  if (!feeds.empty() && numSamples > evaluated)
+    std::printf(" (the last %" PRId64 " samples do not fill a batch)",
+                numSamples - evaluated);
+  std::printf("\neval loss %.7g\n", lossSum / static_cast<double>(batches));
+  if (correctTensor) {
+    // Positions per batch: the labels' element count (one per sample for
+    // classification, several for token models).
+    int64_t positions = 0;
+    for (const InputFeed &feed : feeds)
+      if (feed.tensor->dtype == DType::I64)
+        positions = feed.tensor->bytes / sizeof(int64_t);
+    double total = static_cast<double>(positions) * batches;
+    std::printf("eval accuracy %.4f (%.0f of %.0f)\n",
+                total > 0 ? correct / total : 0.0, correct, total);
+  }
+  std::printf("mtc trainer: evaluated in %.3f s\n", secondsSince(start));
+  std::fflush(stdout);
+  return 0;
 }
 
 int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
@@ -725,6 +840,9 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
     }
   if (labelInputs != 1)
     labelFeed = nullptr;
+
+  if (opts.eval)
+    return evaluate(ctx, desc, arena, feeds, numSamples, labelFeed);
 
   float loss = std::numeric_limits<float>::quiet_NaN();
   Clock::time_point loopStart = Clock::now();

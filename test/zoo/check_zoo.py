@@ -47,7 +47,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoolib as zl  # noqa: E402
 from zoolib import models, tl  # noqa: E402
 
-NUM_SAMPLES = 16
 STEPS = 20
 BN_STEPS = 5
 DROPOUT_STEPS = 5
@@ -57,6 +56,18 @@ LOSS_TOL = 1e-4
 PARAM_TOL = 1e-4
 STATE_TOL = 1e-4
 BUFFER_TOL = 1e-4
+# A tensor also passes when its error is within NOISE_FACTOR times PyTorch's
+# own float32 error (float32 vs float64 reference) for that tensor: gradients
+# that are zero in exact arithmetic (a bias followed by BatchNorm, the key
+# bias of attention), running means of such channels, and AdamW's moves of
+# parameters whose gradient is only rounding noise are noise in any float32
+# implementation, and a relative error means nothing there.
+NOISE_FACTOR = 10.0
+
+
+def num_samples(spec):
+    """Fresh samples for every step: STEPS batches, no repeats."""
+    return STEPS * spec.batch
 
 
 # ----------------------------------------------------------------------------
@@ -99,9 +110,9 @@ def optimizer_configs(spec):
 # ----------------------------------------------------------------------------
 
 
-def batch_indices(step, batch, num_samples=NUM_SAMPLES):
+def batch_indices(step, batch, n):
     """The trainer's rule: step i uses samples (i*B + j) mod numSamples."""
-    return (step * batch + np.arange(batch)) % num_samples
+    return (step * batch + np.arange(batch)) % n
 
 
 def _batch(data, idx, dtype=None):
@@ -119,7 +130,8 @@ def _numpy(t):
 def torch_gradients(exp, data, dtype=None):
     """(loss, {param name: grad}) of the first training step."""
     wrapper = zl.reference_wrapper(exp, dtype=dtype)
-    x, y = _batch(data, batch_indices(0, exp.spec.batch), dtype)
+    x, y = _batch(data, batch_indices(0, exp.spec.batch,
+                                      len(data["target"])), dtype)
     loss = wrapper(x, y)[0]
     loss.backward()
     grads = {}
@@ -138,7 +150,8 @@ def torch_trajectory(exp, data, make_opt, slots, dtype=None):
     state = wrapper.state_dict()
     losses, buffers_early = [], None
     for step in range(STEPS):
-        x, y = _batch(data, batch_indices(step, exp.spec.batch), dtype)
+        x, y = _batch(data, batch_indices(step, exp.spec.batch,
+                                          len(data["target"])), dtype)
         opt.zero_grad()
         loss = wrapper(x, y)[0]
         loss.backward()

@@ -276,6 +276,15 @@ int runCompile(MLIRContext &context) {
   auto module = importOnnxFile(context, inputPath, *options);
   if (!module)
     return fail(module.takeError());
+  {
+    ImportOptions evalOptions = *options;
+    evalOptions.evalMode = true;
+    auto evalModule = importOnnxFile(context, inputPath, evalOptions);
+    if (!evalModule)
+      return fail(evalModule.takeError());
+    if (llvm::Error err = addEvalFunction(**module, **evalModule))
+      return fail(std::move(err));
+  }
   llvm::errs() << llvm::format("mtc: imported %s in %.2fs\n",
                                inputPath.c_str(), secondsSince(start));
 

@@ -597,6 +597,20 @@ void Emitter::emitOp(Operation *op) {
                    ptr(o.getLabels()) + ", " + red + ", " + ignore + ", " +
                    ptr(o.getOutput()) + ")");
       })
+      .Case([&](CountCorrectOp cc) {
+        ArrayRef<int64_t> x = shapeOf(cc.getLogits());
+        int64_t d = numel(cc.getLogits()) / (x[0] * x[1]);
+        std::string ignore =
+            cc.getIgnoreIndexAttr()
+                ? std::to_string(cc.getIgnoreIndexAttr().getInt()) + "LL"
+                : "INT64_MIN";
+        emitCall(llvm::formatv("countCorrect(ctx, {0}, {1}, {2}, {3}, {4}, "
+                               "{5}, {6})",
+                               x[0], x[1], d, ptr(cc.getLogits()),
+                               ptr(cc.getLabels()), ignore,
+                               ptr(cc.getOutput()))
+                     .str());
+      })
       .Case([&](SgdUpdateOp u) {
         emitCall("sgdUpdate(ctx, " + std::to_string(numel(u.getParam())) +
                  ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) +
@@ -803,6 +817,22 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
     emitOp(&op);
     ++opIndex;
   }
+  // The evaluation function, if any, goes to its own body.
+  func::FuncOp train = func;
+  auto eval = func->getParentOfType<ModuleOp>().lookupSymbol<func::FuncOp>(
+      attr::kEvalFunction);
+  std::string trainBody = std::move(body), evalBody;
+  body.clear();
+  if (eval) {
+    func = eval;
+    for (Operation &op : eval.getBody().front().without_terminator()) {
+      emitOp(&op);
+      ++opIndex;
+    }
+    evalBody = std::move(body);
+    body.clear();
+    func = train;
+  }
   if (!error.empty())
     return makeError(error);
 
@@ -856,6 +886,26 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
       inits.push_back({name, isFloat(c), shapeOf(c).vec(),
                        rawBytes(c.getValue()), isBool(c)});
     }
+  if (eval) {
+    Block &evalBlock = eval.getBody().front();
+    func = eval;
+    for (Operation &op : evalBlock.without_terminator())
+      if (auto c = dyn_cast<ConstantOp>(op)) {
+        std::string name = "mtc.const." + std::to_string(constants++);
+        entry(name, "Role::Constant", c, offsetOf(c), -1);
+        inits.push_back({name, isFloat(c), shapeOf(c).vec(),
+                         rawBytes(c.getValue()), isBool(c)});
+      }
+    auto evalRet = cast<func::ReturnOp>(evalBlock.getTerminator());
+    for (auto [i, v] : llvm::enumerate(evalRet.getOperands())) {
+      auto role = eval.getResultAttrOfType<StringAttr>(i, attr::kRole);
+      if (role && role.getValue() == attr::role::kEvalLoss)
+        entry("eval.loss", "Role::EvalLoss", v, offsetOf(v), -1);
+      else if (role && role.getValue() == attr::role::kEvalCorrect)
+        entry("eval.correct", "Role::EvalCorrect", v, offsetOf(v), -1);
+    }
+    func = train;
+  }
   auto ret = cast<func::ReturnOp>(block.getTerminator());
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
     auto role = func.getResultAttrOfType<StringAttr>(i, attr::kRole);
@@ -886,7 +936,13 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
      << kernels
      << "/// One training step: forward, backward, optimizer update.\n"
      << "void step(Context &ctx, unsigned char *arena) {\n"
-     << body << "}\n\n"
+     << trainBody << "}\n\n";
+  if (eval)
+    os << "/// Evaluation of one batch: dropout off, BatchNorm on its running\n"
+       << "/// statistics; the loss and the number of correct predictions.\n"
+       << "void evalStep(Context &ctx, unsigned char *arena) {\n"
+       << evalBody << "}\n\n";
+  os
      << "const TensorDesc kTensors[] = {\n"
      << table << "};\n\n"
      << "} // namespace\n\n"
@@ -903,6 +959,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
      << "  desc.initSize = static_cast<uint64_t>(mtc_init_data_end - "
         "mtc_init_data);\n"
      << "  desc.step = step;\n"
+     << (eval ? "  desc.evalStep = evalStep;\n" : "")
      << "  return trainerMain(argc, argv, desc);\n"
      << "}\n";
   return llvm::Error::success();

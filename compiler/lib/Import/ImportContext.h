@@ -37,12 +37,14 @@ struct KnownTensor {
 
 class ImportContext {
 public:
-  ImportContext(mlir::OpBuilder &builder, int64_t opset)
-      : builder(builder), opset(opset) {}
+  ImportContext(mlir::OpBuilder &builder, int64_t opset, bool evalMode)
+      : builder(builder), opset(opset), evalMode(evalMode) {}
 
   mlir::OpBuilder &builder;
   /// Version of the default ONNX domain the model imports.
   int64_t opset;
+  /// Importing for evaluation (see ImportOptions::evalMode).
+  bool evalMode;
 
   /// The node being imported, for locations and error messages.
   const onnx::NodeProto *node = nullptr;

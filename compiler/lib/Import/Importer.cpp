@@ -502,7 +502,7 @@ mtc::importOnnxFile(MLIRContext &context, StringRef path,
     func.setArgAttrs(i, argAttrs[i]);
   b.setInsertionPointToStart(body);
 
-  ImportContext ctx(b, opset);
+  ImportContext ctx(b, opset, options.evalMode);
   for (unsigned i = 0; i < argNames.size(); ++i)
     ctx.bindName(argNames[i], body->getArgument(i));
   for (auto &entry : knownInits)

@@ -49,6 +49,47 @@ __device__ inline int64_t threadCount() {
 /// Records a failed cuBLAS call; returns whether it succeeded.
 bool checkBlas(Context &ctx, cublasStatus_t status, const char *what);
 
+/// What a kernel found wrong with the data of a step.
+enum class DeviceErrorKind : int {
+  None = 0,
+  Label = 1,       ///< a cross-entropy label outside [0, classes)
+  GatherIndex = 2, ///< a gather index outside [-dim, dim)
+};
+
+/// The first data error kernels found, kept in device memory until
+/// collectDeviceErrors() turns it into the context's error.
+struct DeviceErrorRecord {
+  int failed;
+  int kind;           ///< DeviceErrorKind
+  long long value;    ///< the bad label or index
+  long long position; ///< where it is in its (flattened) tensor
+  long long bound;    ///< number of classes, or the gathered axis size
+  long long inner;    ///< labels: positions per batch row
+};
+
+/// The device address of the record kernels write to, which they take as an
+/// argument: a __device__ variable is visible only to the translation unit
+/// defining it unless the library were built with relocatable device code.
+/// Null (after reporting the failure to ctx) if it cannot be found.
+DeviceErrorRecord *deviceErrorRecord(Context &ctx);
+
+#ifdef __CUDACC__
+/// Keeps the first error that wins the race; any one is a correct report,
+/// and the run stops on it.
+__device__ inline void recordDeviceError(DeviceErrorRecord *record,
+                                         DeviceErrorKind kind, long long value,
+                                         long long position, long long bound,
+                                         long long inner) {
+  if (!record || atomicCAS(&record->failed, 0, 1) != 0)
+    return;
+  record->kind = static_cast<int>(kind);
+  record->value = value;
+  record->position = position;
+  record->bound = bound;
+  record->inner = inner;
+}
+#endif
+
 /// Folds data errors that kernels recorded on the device (e.g. labels out
 /// of range) into ctx and clears them. The stream must be synchronized.
 Status collectDeviceErrors(Context &ctx);

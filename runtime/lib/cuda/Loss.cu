@@ -8,11 +8,11 @@
 // from the saved log-probabilities. Mean of all-ignored labels is NaN, as in
 // PyTorch and the ONNX reference.
 //
-// Kernels cannot call reportError, so a bad label is written to a small
-// record in device memory, which device::synchronize() reads after the
-// step (the trainer synchronizes there anyway to read the loss). The record
-// and the count of valid labels are module globals of a few bytes, not
-// arena memory: the kernels still allocate nothing.
+// Kernels cannot call reportError, so a bad label goes to the device error
+// record (DeviceErrors.cu), which device::synchronize() reads after the
+// step (the trainer synchronizes there anyway to read the loss). The count
+// of valid labels is a module global of a few bytes, not arena memory: the
+// kernels still allocate nothing.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,21 +20,10 @@
 
 #include "mtc/runtime/Kernels.h"
 
-#include <string>
-
 namespace mtc::rt {
 
 namespace {
 
-struct DeviceErrorRecord {
-  int failed;
-  long long label;
-  long long position;
-  long long classes;
-  long long inner;
-};
-
-__device__ DeviceErrorRecord gDeviceError;
 /// Number of valid labels, from ceCountKernel to ceBackwardKernel.
 __device__ long long gValidLabels;
 
@@ -45,29 +34,25 @@ __device__ inline bool isValidLabel(long long label, int64_t c,
   return label != ignoreIndex && label >= 0 && label < c;
 }
 
-/// Keeps the first bad label that wins the race; any one is a correct
-/// report, and the run stops on it.
-__device__ void recordBadLabel(long long label, int64_t position, int64_t c,
-                               int64_t d) {
-  if (atomicCAS(&gDeviceError.failed, 0, 1) == 0) {
-    gDeviceError.label = label;
-    gDeviceError.position = position;
-    gDeviceError.classes = c;
-    gDeviceError.inner = d;
-  }
+__device__ inline void recordBadLabel(cuda::DeviceErrorRecord *errors,
+                                      long long label, int64_t position,
+                                      int64_t c, int64_t d) {
+  cuda::recordDeviceError(errors, cuda::DeviceErrorKind::Label, label, position,
+                          c, d);
 }
 
 /// Reduction::None: loss[pos] per position.
 __global__ void ceLossPerPositionKernel(int64_t n, int64_t c, int64_t d,
                                         const float *logProb,
                                         const int64_t *labels,
-                                        int64_t ignoreIndex, float *loss) {
+                                        int64_t ignoreIndex, float *loss,
+                                        cuda::DeviceErrorRecord *errors) {
   for (int64_t pos = cuda::threadIndex(); pos < n * d;
        pos += cuda::threadCount()) {
     long long label = labels[pos];
     bool valid = isValidLabel(label, c, ignoreIndex);
     if (!valid && label != ignoreIndex)
-      recordBadLabel(label, pos, c, d);
+      recordBadLabel(errors, label, pos, c, d);
     loss[pos] = valid ? -logProb[((pos / d) * c + label) * d + pos % d] : 0.0f;
   }
 }
@@ -76,8 +61,8 @@ __global__ void ceLossPerPositionKernel(int64_t n, int64_t c, int64_t d,
 /// double with a fixed tree so that the result is reproducible.
 __global__ void ceLossReduceKernel(int64_t n, int64_t c, int64_t d,
                                    const float *logProb, const int64_t *labels,
-                                   int64_t ignoreIndex, bool mean,
-                                   float *loss) {
+                                   int64_t ignoreIndex, bool mean, float *loss,
+                                   cuda::DeviceErrorRecord *errors) {
   __shared__ double sums[kReduceThreads];
   __shared__ long long counts[kReduceThreads];
   double sum = 0.0;
@@ -86,7 +71,7 @@ __global__ void ceLossReduceKernel(int64_t n, int64_t c, int64_t d,
     long long label = labels[pos];
     if (!isValidLabel(label, c, ignoreIndex)) {
       if (label != ignoreIndex)
-        recordBadLabel(label, pos, c, d);
+        recordBadLabel(errors, label, pos, c, d);
       continue;
     }
     sum += -logProb[((pos / d) * c + label) * d + pos % d];
@@ -157,59 +142,24 @@ __global__ void ceBackwardKernel(int64_t n, int64_t c, int64_t d,
 
 } // namespace
 
-namespace cuda {
-
-Status collectDeviceErrors(Context &ctx) {
-  DeviceErrorRecord record;
-  cudaError_t error =
-      cudaMemcpyFromSymbolAsync(&record, gDeviceError, sizeof(record), 0,
-                                cudaMemcpyDeviceToHost, ctx.stream);
-  if (error == cudaSuccess)
-    error = cudaStreamSynchronize(ctx.stream);
-  if (error != cudaSuccess)
-    return Status::error(std::string("cannot read the device error record: ") +
-                         cudaGetErrorString(error));
-  if (!record.failed)
-    return Status::success();
-  int64_t d = record.inner > 0 ? record.inner : 1;
-  reportError(ctx,
-              "label " + std::to_string(record.label) + " at batch position " +
-                  std::to_string(record.position / d) +
-                  (d > 1 ? ", element " + std::to_string(record.position % d)
-                         : std::string()) +
-                  " is outside the " + std::to_string(record.classes) +
-                  " classes [0, " + std::to_string(record.classes) + ")",
-              record.position / d);
-  DeviceErrorRecord clean = {};
-  error = cudaMemcpyToSymbolAsync(gDeviceError, &clean, sizeof(clean), 0,
-                                  cudaMemcpyHostToDevice, ctx.stream);
-  if (error == cudaSuccess)
-    error = cudaStreamSynchronize(ctx.stream);
-  if (error != cudaSuccess)
-    return Status::error(std::string("cannot reset the device error record: ") +
-                         cudaGetErrorString(error));
-  return Status::success();
-}
-
-} // namespace cuda
-
 void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c, int64_t d,
                                 const float *logits, const int64_t *labels,
                                 Reduction reduction, int64_t ignoreIndex,
                                 float *loss, float *logProb) {
   softmaxForward(ctx, n, c, d, logits, logProb, /*log=*/true);
+  cuda::DeviceErrorRecord *errors = cuda::deviceErrorRecord(ctx);
   if (reduction == Reduction::None) {
     if (n * d == 0)
       return;
     ceLossPerPositionKernel<<<cuda::gridFor(n * d), cuda::kBlock, 0,
                               ctx.stream>>>(n, c, d, logProb, labels,
-                                            ignoreIndex, loss);
+                                            ignoreIndex, loss, errors);
     checkLaunch(ctx, "ceLossPerPositionKernel");
     return;
   }
   ceLossReduceKernel<<<1, kReduceThreads, 0, ctx.stream>>>(
-      n, c, d, logProb, labels, ignoreIndex, reduction == Reduction::Mean,
-      loss);
+      n, c, d, logProb, labels, ignoreIndex, reduction == Reduction::Mean, loss,
+      errors);
   checkLaunch(ctx, "ceLossReduceKernel");
 }
 

@@ -27,14 +27,13 @@ namespace {
 
 TEST_F(Kernels, GatherRepeatedAndNegativeIndices) {
   // data [outer=2, dim=3, inner=2]; indices 2 and -1 both name row 2.
-  float *data = upload<float>({0, 1, 10, 11, 20, 21, 100, 101, 110, 111, 120,
-                               121});
+  float *data =
+      upload<float>({0, 1, 10, 11, 20, 21, 100, 101, 110, 111, 120, 121});
   int64_t *indices = upload<int64_t>({2, -1, 0, -3});
   float *y = upload<float>(std::vector<float>(16, 9.0f), 2);
   gatherForward(ctx, 2, 3, 2, data, indices, 4, y);
-  expectNear(download(y, 18),
-             {20, 21, 20, 21, 0, 1, 0, 1, 120, 121, 120, 121, 100, 101, 100,
-              101, kSentinel, kSentinel});
+  expectNear(download(y, 18), {20, 21, 20, 21, 0, 1, 0, 1, 120, 121, 120, 121,
+                               100, 101, 100, 101, kSentinel, kSentinel});
 
   // Row 2 receives dy rows 0 and 1, row 0 rows 2 and 3, row 1 nothing.
   float *dy = upload<float>(
@@ -56,10 +55,9 @@ TEST_F(Kernels, GatherBadIndexIsADataError) {
   ASSERT_TRUE(hasError(ctx));
   std::string message = takeError(ctx).message;
   // The CPU names the first bad index; CUDA any one of them.
-  EXPECT_TRUE(message.find("gather index 3 at position 1") !=
-                  std::string::npos ||
-              message.find("gather index -4 at position 2") !=
-                  std::string::npos)
+  EXPECT_TRUE(
+      message.find("gather index 3 at position 1") != std::string::npos ||
+      message.find("gather index -4 at position 2") != std::string::npos)
       << message;
 
   // The backward skips them.
@@ -79,9 +77,9 @@ TEST_F(Kernels, GatherMatchesIndexOrderSum) {
   for (const auto &shape : shapes) {
     const int64_t outer = shape[0], dim = shape[1], inner = shape[2],
                   count = shape[3];
-    SCOPED_TRACE("outer=" + std::to_string(outer) + " dim=" +
-                 std::to_string(dim) + " inner=" + std::to_string(inner) +
-                 " count=" + std::to_string(count));
+    SCOPED_TRACE(
+        "outer=" + std::to_string(outer) + " dim=" + std::to_string(dim) +
+        " inner=" + std::to_string(inner) + " count=" + std::to_string(count));
     std::mt19937 gen(seed++);
     std::uniform_int_distribution<int64_t> pick(-dim, dim - 1);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);

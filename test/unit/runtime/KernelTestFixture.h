@@ -70,8 +70,7 @@ protected:
 };
 
 inline void expectNear(const std::vector<float> &actual,
-                       const std::vector<float> &expected,
-                       float tol = 1e-6f) {
+                       const std::vector<float> &expected, float tol = 1e-6f) {
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < actual.size(); ++i)
     EXPECT_NEAR(actual[i], expected[i], tol) << "at index " << i;

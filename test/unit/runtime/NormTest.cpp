@@ -71,8 +71,8 @@ TEST_F(Kernels, BatchNormTrainHandChecked) {
   float *dx = upload<float>(std::vector<float>(4, 9.0f), 2);
   float *dscale = upload<float>({9});
   float *dbias = upload<float>({9});
-  batchNormTrainBackward(ctx, 2, 1, 2, dy, x, scale, savedMean, savedInvstd,
-                         dx, dscale, dbias);
+  batchNormTrainBackward(ctx, 2, 1, 2, dy, x, scale, savedMean, savedInvstd, dx,
+                         dscale, dbias);
   expectNear(download(dx, 6), {1, 0, -1, 0, kSentinel, kSentinel});
   expectNear(download(dscale, 1), {-1});
   expectNear(download(dbias, 1), {1});
@@ -107,8 +107,7 @@ TEST_F(Kernels, BatchNormChannelsAndInference) {
   expectNear(download(y2, 4), {-1, -1, 1, 1});
   // eps enters under the square root: channel 0 with variance 2 and eps 2
   // has invstd 1/2.
-  batchNormInferenceForward(ctx, 2, 2, 1, x, scale, bias, mean, mean, 2.0f,
-                            y2);
+  batchNormInferenceForward(ctx, 2, 2, 1, x, scale, bias, mean, mean, 2.0f, y2);
   expectNear(download(y2, 4), {-0.5f, -10.0f / std::sqrt(22.0f), 0.5f,
                                10.0f / std::sqrt(22.0f)});
 }
@@ -146,8 +145,7 @@ TEST_F(Kernels, LayerNormHandChecked) {
   layerNormForward(ctx, 2, 4, x, scale, nullptr, 0.0f, y, mean, invstd);
   expectNear(download(y, 4), {-2, 3, -4, 5});
   fill(ctx, dscale, 4, 9.0f);
-  layerNormBackward(ctx, 2, 4, dy, x, scale, mean, invstd, dx, dscale,
-                    nullptr);
+  layerNormBackward(ctx, 2, 4, dy, x, scale, mean, invstd, dx, dscale, nullptr);
   expectNear(download(dscale, 4), {-2, 0, 0, 0});
 }
 
@@ -158,14 +156,11 @@ struct BatchNormReference {
   std::vector<double> dx, dscale, dbias;
 };
 
-BatchNormReference batchNormReference(int64_t n, int64_t c, int64_t inner,
-                                      const std::vector<float> &x,
-                                      const std::vector<float> &scale,
-                                      const std::vector<float> &bias,
-                                      const std::vector<float> &runningMean,
-                                      const std::vector<float> &runningVar,
-                                      const std::vector<float> &dy, double eps,
-                                      double momentum) {
+BatchNormReference batchNormReference(
+    int64_t n, int64_t c, int64_t inner, const std::vector<float> &x,
+    const std::vector<float> &scale, const std::vector<float> &bias,
+    const std::vector<float> &runningMean, const std::vector<float> &runningVar,
+    const std::vector<float> &dy, double eps, double momentum) {
   BatchNormReference r;
   r.y.resize(x.size());
   r.dx.resize(x.size());
@@ -185,8 +180,7 @@ BatchNormReference batchNormReference(int64_t n, int64_t c, int64_t inner,
     double invstd = 1.0 / std::sqrt(sq / m + eps);
     r.mean.push_back(mean);
     r.invstd.push_back(invstd);
-    r.runningMean.push_back(momentum * runningMean[ch] +
-                            (1 - momentum) * mean);
+    r.runningMean.push_back(momentum * runningMean[ch] + (1 - momentum) * mean);
     r.runningVar.push_back(momentum * runningVar[ch] +
                            (1 - momentum) * sq / (m - 1));
     double dbias = 0, dscale = 0;
@@ -204,8 +198,7 @@ BatchNormReference batchNormReference(int64_t n, int64_t c, int64_t inner,
       for (int64_t j = 0; j < inner; ++j) {
         int64_t i = at(img, ch, j);
         double xhat = (x[i] - mean) * invstd;
-        r.dx[i] =
-            scale[ch] * invstd / m * (m * dy[i] - dbias - xhat * dscale);
+        r.dx[i] = scale[ch] * invstd / m * (m * dy[i] - dbias - xhat * dscale);
       }
   }
   return r;
@@ -228,8 +221,8 @@ TEST_F(Kernels, BatchNormMatchesReference) {
     std::vector<float> rmv = randomVector(c, -1.0f, 1.0f, seed++);
     std::vector<float> rvv = randomVector(c, 0.5f, 1.5f, seed++);
     const float eps = 1e-5f, momentum = 0.9f;
-    BatchNormReference ref = batchNormReference(
-        n, c, inner, xv, scalev, biasv, rmv, rvv, dyv, eps, momentum);
+    BatchNormReference ref = batchNormReference(n, c, inner, xv, scalev, biasv,
+                                                rmv, rvv, dyv, eps, momentum);
 
     float *x = upload(xv), *dy = upload(dyv);
     float *scale = upload(scalev), *bias = upload(biasv);
@@ -238,8 +231,7 @@ TEST_F(Kernels, BatchNormMatchesReference) {
     float *savedMean = upload(std::vector<float>(c));
     float *savedInvstd = upload(std::vector<float>(c));
     batchNormTrainForward(ctx, n, c, inner, x, scale, bias, runningMean,
-                          runningVar, eps, momentum, y, savedMean,
-                          savedInvstd);
+                          runningVar, eps, momentum, y, savedMean, savedInvstd);
     expectRelNear(download(y, size), ref.y, 1e-5, 2e-6);
     expectRelNear(download(savedMean, c), ref.mean, 1e-5, 1e-6);
     expectRelNear(download(savedInvstd, c), ref.invstd, 1e-5, 0);
@@ -259,8 +251,8 @@ TEST_F(Kernels, BatchNormMatchesReference) {
     std::vector<float> meanv(c), varv(c);
     for (int64_t ch = 0; ch < c; ++ch) {
       meanv[ch] = static_cast<float>(ref.mean[ch]);
-      varv[ch] = static_cast<float>(
-          1.0 / (ref.invstd[ch] * ref.invstd[ch]) - eps);
+      varv[ch] =
+          static_cast<float>(1.0 / (ref.invstd[ch] * ref.invstd[ch]) - eps);
     }
     float *y2 = upload(std::vector<float>(size));
     batchNormInferenceForward(ctx, n, c, inner, x, scale, bias, upload(meanv),

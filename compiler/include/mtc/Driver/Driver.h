@@ -55,6 +55,11 @@ llvm::Expected<MemoryReport> computeMemoryReport(mlir::ModuleOp module);
 void writeReportJson(const MemoryReport &report, llvm::raw_ostream &os);
 void printReportTable(const MemoryReport &report, llvm::raw_ostream &os);
 
+/// Adds `@eval_step` to `module`, made from `evalModule` (the same model
+/// imported in evaluation mode): the loss and, for a cross-entropy loss, the
+/// number of correct predictions of a batch.
+llvm::Error addEvalFunction(mlir::ModuleOp module, mlir::ModuleOp evalModule);
+
 /// How `mtc compile` builds the generated source into an executable.
 struct BuildOptions {
   Target target = Target::Cpu;

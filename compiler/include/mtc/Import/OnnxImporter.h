@@ -25,6 +25,9 @@ struct ImportOptions {
   std::string appendLoss;
   /// Name of the graph input added for the labels of `appendLoss`.
   std::string labelsName = "labels";
+  /// Import for evaluation: Dropout is the identity and BatchNormalization
+  /// uses the running statistics (and does not update them).
+  bool evalMode = false;
 };
 
 /// What `mtc inspect` prints about a model.

@@ -48,6 +48,8 @@ LogicalResult importBatchNormalization(ImportContext &ctx) {
   // Before opset 14 training was implied by the extra outputs.
   bool training = ctx.opset >= 14 ? ctx.intAttr("training_mode", 0) != 0
                                   : ctx.node->output_size() > 1;
+  if (ctx.evalMode)
+    training = false;
   if (training) {
     auto op = b.create<BatchNormTrainOp>(
         loc,
@@ -75,8 +77,11 @@ LogicalResult importBatchNormalization(ImportContext &ctx) {
   Value scaled =
       b.create<MulOp>(loc, centered, perChannel(ctx, factor, rank));
   ctx.bind(0, b.create<AddOp>(loc, scaled, perChannel(ctx, in[2], rank)));
-  if (ctx.hasOutput(1) || ctx.hasOutput(2))
+  if (!ctx.evalMode && (ctx.hasOutput(1) || ctx.hasOutput(2)))
     return ctx.fail("running statistics outputs need training_mode = 1");
+  // Evaluation leaves the statistics as they are.
+  ctx.bind(1, in[3]);
+  ctx.bind(2, in[4]);
   return success();
 }
 
@@ -154,7 +159,7 @@ LogicalResult importDropout(ImportContext &ctx) {
     return ctx.fail("the mask output is not supported");
   if (ratio < 0.0f || ratio >= 1.0f)
     return ctx.fail("ratio must lie in [0, 1), got " + std::to_string(ratio));
-  if (!training || ratio == 0.0f) {
+  if (!training || ratio == 0.0f || ctx.evalMode) {
     ctx.bind(0, *x);
     return success();
   }

@@ -163,13 +163,20 @@ void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c,
 /// the backward. runningMean/runningVar ([c]) are updated in place, as
 /// PyTorch does: running = momentum * running + (1 - momentum) * batch, where
 /// the batch variance is the unbiased one (times m / (m - 1), m = n*inner).
-/// `momentum` is ONNX's (PyTorch's 1 - momentum).
+/// `momentum` is ONNX's (PyTorch's 1 - momentum). Either running pointer may
+/// be null to skip its update. With m == 1 the unbiased variance is 0/0; the
+/// running variance then takes the biased one (0) instead of NaN. With m == 0
+/// the running statistics are left alone. y may share storage with x.
 void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                            const float *x, const float *scale,
                            const float *bias, float *runningMean,
                            float *runningVar, float eps, float momentum,
                            float *y, float *savedMean, float *savedInvstd);
 /// Gradients of batchNormTrainForward: dx, dscale, dbias (all overwritten).
+/// With xhat = (x - mean) * invstd and sums over n and inner:
+/// dbias = sum(dy), dscale = sum(dy * xhat),
+/// dx = scale * invstd / m * (m * dy - dbias - xhat * dscale).
+/// dx may share storage with dy.
 void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                             const float *dy, const float *x,
                             const float *scale, const float *savedMean,
@@ -183,14 +190,18 @@ void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
                                const float *mean, const float *var, float eps,
                                float *y);
 
-/// LayerNormalization of x viewed as [outer, dim], normalizing each row;
-/// scale and bias have dim elements (bias may be null). mean/invstd ([outer])
-/// are saved for the backward.
+/// LayerNormalization of x viewed as [outer, dim], normalizing each row with
+/// its mean and biased variance (invstd = 1 / sqrt(var + eps)); scale and
+/// bias have dim elements (bias may be null). mean/invstd ([outer]) are saved
+/// for the backward; they may be null when no backward needs them.
 void layerNormForward(Context &ctx, int64_t outer, int64_t dim, const float *x,
                       const float *scale, const float *bias, float eps,
                       float *y, float *mean, float *invstd);
 /// dx ([outer, dim]), dscale and dbias ([dim]; dbias may be null); all
-/// overwritten.
+/// overwritten. Per row, with g = dy * scale:
+/// dx = invstd / dim * (dim * g - sum(g) - xhat * sum(g * xhat));
+/// dscale = sum over rows of dy * xhat, dbias = sum over rows of dy.
+/// dx may share storage with dy.
 void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
                        const float *dy, const float *x, const float *scale,
                        const float *mean, const float *invstd, float *dx,
@@ -200,11 +211,17 @@ void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
 // Dropout
 //===----------------------------------------------------------------------===//
 
-/// Inverted dropout: y = keep ? x / (1 - ratio) : 0. Whether element i is
+/// Inverted dropout: y = keep ? x * s : 0 with s = 1.0f / (1.0f - ratio)
+/// formed in float (the value PyTorch's mask holds). Whether element i is
 /// kept is a pure function of (trainingSeed(ctx), stepCounter(ctx), stream,
 /// i) through a counter-based generator, identical on CPU and CUDA, so the
 /// backward (and any recomputation) regenerates the same mask without
 /// storing it. `stream` tells apart the dropout ops of one model.
+/// The generator is Philox-4x32-10 keyed by a hash of (seed, stream), with
+/// counter (i / 4, step); element i is kept iff the top 24 bits of word
+/// i % 4, as a float in [0, 1), are >= ratio. ratio 0 copies x; ratio 1
+/// gives zeros; a ratio outside [0, 1] is reported as an error through the
+/// context (and y zeroed). y may share storage with x.
 void dropoutForward(Context &ctx, int64_t n, const float *x, float *y,
                     float ratio, uint64_t stream);
 /// dx = keep ? dy / (1 - ratio) : 0 with the forward's mask.
@@ -225,10 +242,18 @@ void gatherForward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
                    float *y);
 /// The transpose: ddata (overwritten) = scatter-add of dy rows to their
 /// indices. Deterministic: each output row sums its contributions in index
-/// order.
+/// order, in float (so CPU and CUDA agree bit for bit). Bad indices are
+/// reported as in the forward and contribute nothing.
 void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
                     const float *dy, const int64_t *indices, int64_t count,
                     float *ddata);
+
+/// Stores in count[0] the number of positions whose first maximum over the
+/// c classes equals the label (labels equal to ignoreIndex do not count);
+/// logits [n, c, d], labels [n, d]. Used by evaluation for accuracy.
+void countCorrect(Context &ctx, int64_t n, int64_t c, int64_t d,
+                  const float *logits, const int64_t *labels,
+                  int64_t ignoreIndex, float *count);
 
 //===----------------------------------------------------------------------===//
 // Data movement

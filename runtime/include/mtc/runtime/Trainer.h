@@ -35,6 +35,10 @@ enum class Role : int {
   /// compile-time constant; initial value in the init data under its name,
   /// never saved or loaded from a checkpoint
   Constant = 6,
+  /// the evaluation loss of a batch (f32 scalar), valid after evalStep
+  EvalLoss = 7,
+  /// correct predictions in the batch (f32 scalar), valid after evalStep
+  EvalCorrect = 8,
 };
 
 struct TensorDesc {
@@ -61,6 +65,10 @@ struct ModelDesc {
   uint64_t initSize;
   /// Runs one training step on the arena (a device pointer).
   void (*step)(Context &ctx, unsigned char *arena);
+  /// Evaluates one batch (forward only, dropout off, BatchNorm on running
+  /// statistics), writing the EvalLoss and EvalCorrect tensors; null when
+  /// the trainer has no evaluation.
+  void (*evalStep)(Context &ctx, unsigned char *arena) = nullptr;
 };
 
 /// Parses the trainer command line and runs it; returns the process exit

@@ -40,6 +40,8 @@ constexpr llvm::StringLiteral kOffsets = "mtc.offsets";
 constexpr llvm::StringLiteral kWorkspace = "mtc.workspace";
 constexpr llvm::StringLiteral kArenaSize = "mtc.arena_size";
 constexpr llvm::StringLiteral kLowerBound = "mtc.lower_bound";
+/// Name of the evaluation function the driver adds beside @forward.
+constexpr llvm::StringLiteral kEvalFunction = "eval_step";
 /// Function: summary of the optimizer, for the trainer's banner.
 constexpr llvm::StringLiteral kOptimizerSummary = "mtc.optimizer_summary";
 
@@ -51,6 +53,10 @@ constexpr llvm::StringLiteral kInput = "input";
 constexpr llvm::StringLiteral kLoss = "loss";
 constexpr llvm::StringLiteral kGrad = "grad";
 constexpr llvm::StringLiteral kUpdate = "update";
+/// Results of the evaluation function: the loss and the number of correct
+/// predictions of the batch.
+constexpr llvm::StringLiteral kEvalLoss = "eval_loss";
+constexpr llvm::StringLiteral kEvalCorrect = "eval_correct";
 } // namespace role
 
 } // namespace mtc::attr

@@ -895,6 +895,27 @@ def Mtc_SoftmaxCrossEntropyGradOp : Mtc_ComputeOp<
                        "functional-type(operands, results)";
 }
 
+def Mtc_CountCorrectOp : Mtc_ComputeOp<"count_correct"> {
+  let summary = "Number of positions whose argmax over classes is the label";
+  let description = [{
+    For logits `[N, C, D...]` and labels `[N, D...]`, counts the positions
+    where the first maximum over C equals the label (labels equal to
+    `ignore_index` do not count). Evaluation uses it for accuracy.
+
+    Example:
+
+    ```mlir
+    %n = mtc.count_correct %logits, %labels : (tensor<16x10xf32>,
+           tensor<16xi64>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$logits, Mtc_IntTensor:$labels,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs StaticShapeTensorOf<[F32]>:$output);
+  let assemblyFormat =
+      "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
+}
+
 //===----------------------------------------------------------------------===//
 // Optimizer updates
 //===----------------------------------------------------------------------===//

@@ -1,0 +1,32 @@
+//===- Accuracy.cpp - Counting correct predictions ------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+
+#include "mtc/runtime/Kernels.h"
+
+namespace mtc::rt {
+
+void countCorrect(Context &, int64_t n, int64_t c, int64_t d,
+                  const float *logits, const int64_t *labels,
+                  int64_t ignoreIndex, float *count) {
+  int64_t correct = 0;
+  for (int64_t pos = 0; pos < n * d; ++pos) {
+    int64_t label = labels[pos];
+    if (label == ignoreIndex)
+      continue;
+    const float *row = logits + (pos / d) * c * d + pos % d;
+    // The first maximum, as argmax does.
+    int64_t best = 0;
+    for (int64_t k = 1; k < c; ++k)
+      if (row[k * d] > row[best * d])
+        best = k;
+    correct += best == label ? 1 : 0;
+  }
+  count[0] = static_cast<float>(correct);
+}
+
+} // namespace mtc::rt

@@ -1,0 +1,89 @@
+//===- Gather.cpp - Gather and its transpose (scatter-add) ----------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The backward is a scatter-add where several indices may hit the same row
+// (repeated tokens of an embedding). Threads split (outer, column block)
+// pairs, and each walks all indices in order, so every element of ddata is
+// summed by one thread in index order: the result does not depend on the
+// thread count and equals the CUDA kernel's, which sums in the same order.
+//
+// Bad indices are looked for serially first so that the error names the
+// first one, whatever the thread count.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+#include "KernelCommon.h"
+#include "Parallel.h"
+
+#include "mtc/runtime/Kernels.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace mtc::rt {
+
+namespace {
+
+void reportFirstBadIndex(Context &ctx, int64_t dim, const int64_t *indices,
+                         int64_t count) {
+  for (int64_t k = 0; k < count; ++k) {
+    if (gatherRow(indices[k], dim) >= 0)
+      continue;
+    reportError(ctx, badGatherIndexMessage(indices[k], k, dim));
+    return;
+  }
+}
+
+} // namespace
+
+void gatherForward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
+                   const float *data, const int64_t *indices, int64_t count,
+                   float *y) {
+  reportFirstBadIndex(ctx, dim, indices, count);
+  const int64_t rows = outer * count;
+  const bool parallel = rows * inner >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t o = row / count;
+    int64_t source = gatherRow(indices[row % count], dim);
+    float *dst = y + row * inner;
+    if (source < 0) {
+      std::fill(dst, dst + inner, 0.0f);
+      continue;
+    }
+    std::memcpy(dst, data + (o * dim + source) * inner, sizeof(float) * inner);
+  }
+}
+
+void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
+                    const float *dy, const int64_t *indices, int64_t count,
+                    float *ddata) {
+  reportFirstBadIndex(ctx, dim, indices, count);
+  fill(ctx, ddata, outer * dim * inner, 0.0f);
+  // Column blocks give the threads work when outer is 1 (an embedding
+  // table) while each thread still reads whole cache lines of dy.
+  constexpr int64_t block = 64;
+  const int64_t blocks = (inner + block - 1) / block;
+  const bool parallel = outer * count * inner >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t task = 0; task < outer * blocks; ++task) {
+    int64_t o = task / blocks;
+    int64_t first = (task % blocks) * block;
+    int64_t width = std::min(block, inner - first);
+    for (int64_t k = 0; k < count; ++k) {
+      int64_t target = gatherRow(indices[k], dim);
+      if (target < 0)
+        continue;
+      const float *src = dy + (o * count + k) * inner + first;
+      float *dst = ddata + (o * dim + target) * inner + first;
+      for (int64_t j = 0; j < width; ++j)
+        dst[j] += src[j];
+    }
+  }
+}
+
+} // namespace mtc::rt

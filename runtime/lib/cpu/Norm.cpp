@@ -1,0 +1,242 @@
+//===- Norm.cpp - Batch and layer normalization ---------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Statistics are two-pass (mean, then the sum of squared deviations from
+// it) and accumulate in double: one pass of sum(x^2) - mean^2 cancels
+// catastrophically when |mean| >> std, and a float running sum over a
+// channel of a large batch drifts by more than the 1e-4 that gradients and
+// running statistics must match PyTorch to. Threads split channels (batch
+// norm), rows (layer norm forward and dx) or column blocks (layer norm
+// dscale/dbias), never one reduction, so results do not depend on the
+// thread count.
+//
+// The backward passes reduce before they write dx, so dx may share storage
+// with dy.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Context.h"
+#include "KernelCommon.h"
+#include "Parallel.h"
+
+#include "mtc/runtime/Kernels.h"
+
+#include <algorithm>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace mtc::rt {
+
+namespace {
+
+/// Sum of term(j) for j in [0, count), in double. Four interleaved
+/// accumulators, combined in a fixed order: one chain of dependent additions
+/// would wait out the adder's latency at every element.
+template <typename Term> double sumTerms(int64_t count, Term term) {
+  double acc0 = 0.0, acc1 = 0.0, acc2 = 0.0, acc3 = 0.0;
+  int64_t j = 0;
+  for (; j + 4 <= count; j += 4) {
+    acc0 += term(j);
+    acc1 += term(j + 1);
+    acc2 += term(j + 2);
+    acc3 += term(j + 3);
+  }
+  for (; j < count; ++j)
+    acc0 += term(j);
+  return (acc0 + acc1) + (acc2 + acc3);
+}
+
+/// Columns per task of the LayerNorm dscale/dbias sums. Which task sums a
+/// column does not change the order it is summed in, so the width may
+/// depend on the thread count: wide enough to stream rows, narrow enough to
+/// give every thread work.
+constexpr int64_t kMaxColumnBlock = 1024;
+int64_t columnBlock(int64_t dim) {
+#ifdef _OPENMP
+  int64_t threads = std::max(1, omp_get_max_threads());
+#else
+  int64_t threads = 1;
+#endif
+  int64_t perThread = (dim + threads - 1) / threads;
+  return std::clamp<int64_t>((perThread + 15) / 16 * 16, 256, kMaxColumnBlock);
+}
+
+} // namespace
+
+void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
+                           const float *x, const float *scale,
+                           const float *bias, float *runningMean,
+                           float *runningVar, float eps, float momentum,
+                           float *y, float *savedMean, float *savedInvstd) {
+  const int64_t m = n * inner;
+  const bool parallel = m * c >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sum = 0.0;
+    for (int64_t img = 0; img < n; ++img) {
+      const float *src = x + (img * c + ch) * inner;
+      sum += sumTerms(inner, [&](int64_t j) { return src[j]; });
+    }
+    // An empty batch has no statistics; keep the running ones and let
+    // invstd be that of a zero variance.
+    double mean = m > 0 ? sum / static_cast<double>(m) : 0.0;
+    double squaredDevSum = 0.0;
+    for (int64_t img = 0; img < n; ++img) {
+      const float *src = x + (img * c + ch) * inner;
+      squaredDevSum += sumTerms(inner, [&](int64_t j) {
+        double dev = src[j] - mean;
+        return dev * dev;
+      });
+    }
+    float meanF = static_cast<float>(mean);
+    float invstd =
+        inverseStd(m > 0 ? squaredDevSum / static_cast<double>(m) : 0.0, eps);
+    savedMean[ch] = meanF;
+    savedInvstd[ch] = invstd;
+    if (m > 0 && runningMean && runningVar)
+      updateBatchNormRunningStats(runningMean[ch], runningVar[ch], mean,
+                                  squaredDevSum, m, momentum);
+    for (int64_t img = 0; img < n; ++img) {
+      const float *src = x + (img * c + ch) * inner;
+      float *dst = y + (img * c + ch) * inner;
+      for (int64_t j = 0; j < inner; ++j)
+        dst[j] = normalizeElement(src[j], meanF, invstd, scale[ch], bias[ch]);
+    }
+  }
+}
+
+void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
+                            const float *dy, const float *x, const float *scale,
+                            const float *savedMean, const float *savedInvstd,
+                            float *dx, float *dscale, float *dbias) {
+  const int64_t m = n * inner;
+  const bool parallel = m * c >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const float mean = savedMean[ch], invstd = savedInvstd[ch];
+    double sumDy = 0.0, sumDyXhat = 0.0;
+    for (int64_t img = 0; img < n; ++img) {
+      const float *grad = dy + (img * c + ch) * inner;
+      const float *src = x + (img * c + ch) * inner;
+      sumDy += sumTerms(inner, [&](int64_t j) { return grad[j]; });
+      sumDyXhat += sumTerms(inner, [&](int64_t j) {
+        return static_cast<double>(grad[j]) * ((src[j] - mean) * invstd);
+      });
+    }
+    dbias[ch] = static_cast<float>(sumDy);
+    dscale[ch] = static_cast<float>(sumDyXhat);
+    // From the rounded sums, as the CUDA kernel (which reads them back from
+    // dscale/dbias) does.
+    NormBackwardFactors f = normBackwardFactors(
+        dbias[ch], dscale[ch], m, static_cast<double>(invstd) * scale[ch]);
+    for (int64_t img = 0; img < n; ++img) {
+      const float *grad = dy + (img * c + ch) * inner;
+      const float *src = x + (img * c + ch) * inner;
+      float *dst = dx + (img * c + ch) * inner;
+      for (int64_t j = 0; j < inner; ++j)
+        dst[j] = normBackwardElement(grad[j], (src[j] - mean) * invstd, f);
+    }
+  }
+}
+
+void batchNormInferenceForward(Context &, int64_t n, int64_t c, int64_t inner,
+                               const float *x, const float *scale,
+                               const float *bias, const float *mean,
+                               const float *var, float eps, float *y) {
+  const bool parallel = n * c * inner >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t plane = 0; plane < n * c; ++plane) {
+    int64_t ch = plane % c;
+    float invstd = inverseStd(var[ch], eps);
+    const float *src = x + plane * inner;
+    float *dst = y + plane * inner;
+    for (int64_t j = 0; j < inner; ++j)
+      dst[j] = normalizeElement(src[j], mean[ch], invstd, scale[ch], bias[ch]);
+  }
+}
+
+void layerNormForward(Context &, int64_t outer, int64_t dim, const float *x,
+                      const float *scale, const float *bias, float eps,
+                      float *y, float *mean, float *invstd) {
+  const bool parallel = outer * dim >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t row = 0; row < outer; ++row) {
+    const float *src = x + row * dim;
+    float *dst = y + row * dim;
+    double sum = sumTerms(dim, [&](int64_t j) { return src[j]; });
+    double rowMean = dim > 0 ? sum / static_cast<double>(dim) : 0.0;
+    double squaredDevSum = sumTerms(dim, [&](int64_t j) {
+      double dev = src[j] - rowMean;
+      return dev * dev;
+    });
+    float meanF = static_cast<float>(rowMean);
+    float inv = inverseStd(
+        dim > 0 ? squaredDevSum / static_cast<double>(dim) : 0.0, eps);
+    if (mean)
+      mean[row] = meanF;
+    if (invstd)
+      invstd[row] = inv;
+    for (int64_t j = 0; j < dim; ++j)
+      dst[j] =
+          normalizeElement(src[j], meanF, inv, scale[j], bias ? bias[j] : 0.0f);
+  }
+}
+
+void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
+                       const float *x, const float *scale, const float *mean,
+                       const float *invstd, float *dx, float *dscale,
+                       float *dbias) {
+  const bool parallel = outer * dim >= cpu::kParallelGrain;
+
+  // dscale and dbias sum over rows: blocks of columns accumulate whole rows
+  // at a time so that memory is read contiguously.
+  const int64_t block = columnBlock(dim);
+  const int64_t blocks = (dim + block - 1) / block;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t b = 0; b < blocks; ++b) {
+    int64_t first = b * block;
+    int64_t width = std::min(block, dim - first);
+    double accScale[kMaxColumnBlock], accBias[kMaxColumnBlock];
+    for (int64_t j = 0; j < width; ++j)
+      accScale[j] = accBias[j] = 0.0;
+    for (int64_t row = 0; row < outer; ++row) {
+      const float *grad = dy + row * dim + first;
+      const float *src = x + row * dim + first;
+      const float rowMean = mean[row], inv = invstd[row];
+      for (int64_t j = 0; j < width; ++j) {
+        float xhat = (src[j] - rowMean) * inv;
+        accScale[j] += static_cast<double>(grad[j]) * xhat;
+        accBias[j] += grad[j];
+      }
+    }
+    for (int64_t j = 0; j < width; ++j) {
+      dscale[first + j] = static_cast<float>(accScale[j]);
+      if (dbias)
+        dbias[first + j] = static_cast<float>(accBias[j]);
+    }
+  }
+
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t row = 0; row < outer; ++row) {
+    const float *grad = dy + row * dim;
+    const float *src = x + row * dim;
+    float *dst = dx + row * dim;
+    const float rowMean = mean[row], inv = invstd[row];
+    double sumG = sumTerms(dim, [&](int64_t j) { return grad[j] * scale[j]; });
+    double sumGXhat = sumTerms(dim, [&](int64_t j) {
+      return static_cast<double>(grad[j] * scale[j]) *
+             ((src[j] - rowMean) * inv);
+    });
+    NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
+    for (int64_t j = 0; j < dim; ++j)
+      dst[j] =
+          normBackwardElement(grad[j] * scale[j], (src[j] - rowMean) * inv, f);
+  }
+}
+
+} // namespace mtc::rt

@@ -1,0 +1,369 @@
+//===- Norm.cu - Batch and layer normalization ----------------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Mirrors cpu/Norm.cpp: two-pass statistics accumulated in double, the same
+// per-element formulas (KernelCommon.h). Every reduction is a fixed tree
+// over a fixed number of threads, so results are reproducible run to run;
+// they match the CPU to rounding, not bit for bit.
+//
+//  - BatchNorm: one block per channel reduces (the statistics, or the
+//    gradient sums), then a grid over (part of a channel, channel) applies
+//    the per-element formula, so that the elementwise part fills the GPU
+//    even with few channels.
+//  - LayerNorm: one block per row does the whole row; dscale/dbias are
+//    column sums over the rows, one thread per column and row slice.
+//
+// The backward kernels finish every read of dy before dx is written, so dx
+// may share storage with dy.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelCommon.h"
+#include "Launch.h"
+
+#include "mtc/runtime/Kernels.h"
+
+#include <algorithm>
+
+namespace mtc::rt {
+
+namespace {
+
+/// Threads of the reduction blocks; a power of two.
+constexpr int kReduceThreads = 512;
+/// LayerNorm column sums: a warp of columns times kRowSlices rows.
+constexpr int kColumns = 32;
+constexpr int kRowSlices = 16;
+/// Grid dimensions y and z are limited to 65535.
+constexpr int64_t kMaxGridY = 65535;
+
+/// Sum of one value per thread over the block, by a fixed tree; every thread
+/// gets the total. `scratch` holds blockDim.x doubles; blockDim.x must be a
+/// power of two.
+__device__ double blockSum(double value, double *scratch) {
+  scratch[threadIdx.x] = value;
+  __syncthreads();
+  for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width)
+      scratch[threadIdx.x] += scratch[threadIdx.x + width];
+    __syncthreads();
+  }
+  double total = scratch[0];
+  // Everyone must read the total before the next call overwrites it.
+  __syncthreads();
+  return total;
+}
+
+/// Calls f(offset) for the elements of channel ch of [n, c, inner] that this
+/// thread handles when the channel is split into `parts` parts of blockDim.x
+/// threads, this block being part `part`. Whole images go to parts when a
+/// plane is at least a block wide (no division per element); otherwise the
+/// channel's elements are numbered flat.
+template <typename F>
+__device__ void forEachInChannel(int64_t n, int64_t c, int64_t inner,
+                                 int64_t ch, int64_t part, int64_t parts,
+                                 F &&f) {
+  if (inner >= blockDim.x) {
+    for (int64_t img = part; img < n; img += parts) {
+      const int64_t base = (img * c + ch) * inner;
+      for (int64_t j = threadIdx.x; j < inner; j += blockDim.x)
+        f(base + j);
+    }
+    return;
+  }
+  const int64_t m = n * inner;
+  for (int64_t r = part * blockDim.x + threadIdx.x; r < m;
+       r += parts * blockDim.x) {
+    int64_t img = r / inner;
+    f((img * c + ch) * inner + (r - img * inner));
+  }
+}
+
+/// The x-dimension of a grid that splits each of c channels into parts.
+unsigned channelParts(int64_t n, int64_t c, int64_t inner) {
+  int64_t perChannel =
+      inner >= cuda::kBlock ? n : (n * inner + cuda::kBlock - 1) / cuda::kBlock;
+  // About 8k blocks in all are plenty to fill a GPU.
+  int64_t wanted = std::max<int64_t>(1, 8192 / std::min(c, kMaxGridY));
+  return static_cast<unsigned>(
+      std::max<int64_t>(1, std::min(perChannel, wanted)));
+}
+
+__global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
+                                   const float *x, float *runningMean,
+                                   float *runningVar, float eps, float momentum,
+                                   float *savedMean, float *savedInvstd) {
+  __shared__ double scratch[kReduceThreads];
+  const int64_t m = n * inner;
+  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    double sum = 0.0;
+    forEachInChannel(n, c, inner, ch, 0, 1, [&](int64_t at) { sum += x[at]; });
+    double mean = m > 0 ? blockSum(sum, scratch) / static_cast<double>(m) : 0.0;
+    double squaredDevSum = 0.0;
+    forEachInChannel(n, c, inner, ch, 0, 1, [&](int64_t at) {
+      double dev = x[at] - mean;
+      squaredDevSum += dev * dev;
+    });
+    squaredDevSum = blockSum(squaredDevSum, scratch);
+    if (threadIdx.x != 0)
+      continue;
+    savedMean[ch] = static_cast<float>(mean);
+    savedInvstd[ch] =
+        inverseStd(m > 0 ? squaredDevSum / static_cast<double>(m) : 0.0, eps);
+    if (m > 0 && runningMean && runningVar)
+      updateBatchNormRunningStats(runningMean[ch], runningVar[ch], mean,
+                                  squaredDevSum, m, momentum);
+  }
+}
+
+/// y from the statistics; with var non-null they are running statistics
+/// (inference) and invstd is formed here, else savedInvstd holds it.
+__global__ void bnApplyKernel(int64_t n, int64_t c, int64_t inner,
+                              const float *x, const float *scale,
+                              const float *bias, const float *mean,
+                              const float *savedInvstd, const float *var,
+                              float eps, float *y) {
+  for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
+    const float mu = mean[ch];
+    const float invstd = var ? inverseStd(var[ch], eps) : savedInvstd[ch];
+    const float gamma = scale[ch], beta = bias[ch];
+    forEachInChannel(n, c, inner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
+      y[at] = normalizeElement(x[at], mu, invstd, gamma, beta);
+    });
+  }
+}
+
+__global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
+                                       const float *dy, const float *x,
+                                       const float *savedMean,
+                                       const float *savedInvstd, float *dscale,
+                                       float *dbias) {
+  __shared__ double scratch[kReduceThreads];
+  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    const float mean = savedMean[ch], invstd = savedInvstd[ch];
+    double sumDy = 0.0, sumDyXhat = 0.0;
+    forEachInChannel(n, c, inner, ch, 0, 1, [&](int64_t at) {
+      float xhat = (x[at] - mean) * invstd;
+      sumDy += dy[at];
+      sumDyXhat += static_cast<double>(dy[at]) * xhat;
+    });
+    sumDy = blockSum(sumDy, scratch);
+    sumDyXhat = blockSum(sumDyXhat, scratch);
+    if (threadIdx.x == 0) {
+      dbias[ch] = static_cast<float>(sumDy);
+      dscale[ch] = static_cast<float>(sumDyXhat);
+    }
+  }
+}
+
+__global__ void
+bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, const float *dy,
+                      const float *x, const float *scale,
+                      const float *savedMean, const float *savedInvstd,
+                      const float *dscale, const float *dbias, float *dx) {
+  for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
+    const float mean = savedMean[ch], invstd = savedInvstd[ch];
+    const NormBackwardFactors f =
+        normBackwardFactors(dbias[ch], dscale[ch], n * inner,
+                            static_cast<double>(invstd) * scale[ch]);
+    forEachInChannel(n, c, inner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
+      dx[at] = normBackwardElement(dy[at], (x[at] - mean) * invstd, f);
+    });
+  }
+}
+
+__global__ void lnForwardKernel(int64_t outer, int64_t dim, const float *x,
+                                const float *scale, const float *bias,
+                                float eps, float *y, float *mean,
+                                float *invstd) {
+  __shared__ double scratch[kReduceThreads];
+  for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
+    const float *src = x + row * dim;
+    float *dst = y + row * dim;
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+      sum += src[j];
+    double rowMean =
+        dim > 0 ? blockSum(sum, scratch) / static_cast<double>(dim) : 0.0;
+    double squaredDevSum = 0.0;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+      double dev = src[j] - rowMean;
+      squaredDevSum += dev * dev;
+    }
+    squaredDevSum = blockSum(squaredDevSum, scratch);
+    const float meanF = static_cast<float>(rowMean);
+    const float inv = inverseStd(
+        dim > 0 ? squaredDevSum / static_cast<double>(dim) : 0.0, eps);
+    if (threadIdx.x == 0) {
+      if (mean)
+        mean[row] = meanF;
+      if (invstd)
+        invstd[row] = inv;
+    }
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+      dst[j] =
+          normalizeElement(src[j], meanF, inv, scale[j], bias ? bias[j] : 0.0f);
+  }
+}
+
+/// dscale and dbias: a block of kColumns x kRowSlices threads per kColumns
+/// columns; thread (col, slice) sums rows slice, slice + kRowSlices, ...,
+/// then the slices are added in order.
+__global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
+                                       const float *dy, const float *x,
+                                       const float *mean, const float *invstd,
+                                       float *dscale, float *dbias) {
+  __shared__ double partScale[kRowSlices][kColumns];
+  __shared__ double partBias[kRowSlices][kColumns];
+  const int64_t blocks = (dim + kColumns - 1) / kColumns;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t j = b * kColumns + threadIdx.x;
+    double accScale = 0.0, accBias = 0.0;
+    if (j < dim) {
+      for (int64_t row = threadIdx.y; row < outer; row += kRowSlices) {
+        float g = dy[row * dim + j];
+        float xhat = (x[row * dim + j] - mean[row]) * invstd[row];
+        accScale += static_cast<double>(g) * xhat;
+        accBias += g;
+      }
+    }
+    partScale[threadIdx.y][threadIdx.x] = accScale;
+    partBias[threadIdx.y][threadIdx.x] = accBias;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < dim) {
+      double sumScale = 0.0, sumBias = 0.0;
+      for (int s = 0; s < kRowSlices; ++s) {
+        sumScale += partScale[s][threadIdx.x];
+        sumBias += partBias[s][threadIdx.x];
+      }
+      dscale[j] = static_cast<float>(sumScale);
+      if (dbias)
+        dbias[j] = static_cast<float>(sumBias);
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const float *dy,
+                                   const float *x, const float *scale,
+                                   const float *mean, const float *invstd,
+                                   float *dx) {
+  __shared__ double scratch[kReduceThreads];
+  for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
+    const float *grad = dy + row * dim;
+    const float *src = x + row * dim;
+    float *dst = dx + row * dim;
+    const float rowMean = mean[row], inv = invstd[row];
+    double sumG = 0.0, sumGXhat = 0.0;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+      float g = grad[j] * scale[j];
+      float xhat = (src[j] - rowMean) * inv;
+      sumG += g;
+      sumGXhat += static_cast<double>(g) * xhat;
+    }
+    sumG = blockSum(sumG, scratch);
+    sumGXhat = blockSum(sumGXhat, scratch);
+    const NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+      dst[j] =
+          normBackwardElement(grad[j] * scale[j], (src[j] - rowMean) * inv, f);
+  }
+}
+
+/// Threads per LayerNorm row: a power of two (blockSum needs one) giving
+/// each thread about four elements, between a warp and kReduceThreads.
+unsigned rowThreads(int64_t dim) {
+  unsigned threads = 32;
+  while (threads < kReduceThreads && threads * 4 < dim)
+    threads *= 2;
+  return threads;
+}
+
+dim3 channelGrid(int64_t n, int64_t c, int64_t inner) {
+  return dim3(channelParts(n, c, inner),
+              static_cast<unsigned>(std::min(c, kMaxGridY)));
+}
+
+} // namespace
+
+void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                           const float *x, const float *scale,
+                           const float *bias, float *runningMean,
+                           float *runningVar, float eps, float momentum,
+                           float *y, float *savedMean, float *savedInvstd) {
+  if (c <= 0)
+    return;
+  bnTrainStatsKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0, ctx.stream>>>(
+      n, c, inner, x, runningMean, runningVar, eps, momentum, savedMean,
+      savedInvstd);
+  checkLaunch(ctx, "bnTrainStatsKernel");
+  if (n * inner == 0)
+    return;
+  bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
+      n, c, inner, x, scale, bias, savedMean, savedInvstd, nullptr, eps, y);
+  checkLaunch(ctx, "bnApplyKernel");
+}
+
+void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                            const float *dy, const float *x, const float *scale,
+                            const float *savedMean, const float *savedInvstd,
+                            float *dx, float *dscale, float *dbias) {
+  if (c <= 0)
+    return;
+  bnBackwardReduceKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0,
+                           ctx.stream>>>(n, c, inner, dy, x, savedMean,
+                                         savedInvstd, dscale, dbias);
+  checkLaunch(ctx, "bnBackwardReduceKernel");
+  if (n * inner == 0)
+    return;
+  bnBackwardApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0,
+                          ctx.stream>>>(n, c, inner, dy, x, scale, savedMean,
+                                        savedInvstd, dscale, dbias, dx);
+  checkLaunch(ctx, "bnBackwardApplyKernel");
+}
+
+void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
+                               int64_t inner, const float *x,
+                               const float *scale, const float *bias,
+                               const float *mean, const float *var, float eps,
+                               float *y) {
+  if (c <= 0 || n * inner == 0)
+    return;
+  bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
+      n, c, inner, x, scale, bias, mean, nullptr, var, eps, y);
+  checkLaunch(ctx, "bnApplyKernel");
+}
+
+void layerNormForward(Context &ctx, int64_t outer, int64_t dim, const float *x,
+                      const float *scale, const float *bias, float eps,
+                      float *y, float *mean, float *invstd) {
+  if (outer <= 0)
+    return;
+  lnForwardKernel<<<cuda::gridFor(outer, 1), rowThreads(dim), 0, ctx.stream>>>(
+      outer, dim, x, scale, bias, eps, y, mean, invstd);
+  checkLaunch(ctx, "lnForwardKernel");
+}
+
+void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
+                       const float *dy, const float *x, const float *scale,
+                       const float *mean, const float *invstd, float *dx,
+                       float *dscale, float *dbias) {
+  if (dim <= 0)
+    return;
+  // The column sums read dy, so they run before dx overwrites it.
+  lnBackwardParamsKernel<<<cuda::gridFor(dim, kColumns),
+                           dim3(kColumns, kRowSlices), 0, ctx.stream>>>(
+      outer, dim, dy, x, mean, invstd, dscale, dbias);
+  checkLaunch(ctx, "lnBackwardParamsKernel");
+  if (outer <= 0)
+    return;
+  lnBackwardDxKernel<<<cuda::gridFor(outer, 1), rowThreads(dim), 0,
+                       ctx.stream>>>(outer, dim, dy, x, scale, mean, invstd,
+                                     dx);
+  checkLaunch(ctx, "lnBackwardDxKernel");
+}
+
+} // namespace mtc::rt
