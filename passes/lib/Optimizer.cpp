@@ -41,7 +41,8 @@ private:
   LogicalResult verifyOptions(func::FuncOp func);
   LogicalResult addUpdates(func::FuncOp func);
   /// Appends a zero-initialized state argument `<param>.<slot>`.
-  BlockArgument addState(func::FuncOp func, unsigned param, StringRef slot);
+  BlockArgument addState(func::FuncOp func, unsigned param, StringRef slot,
+                         StringRef role = attr::role::kState);
 };
 
 LogicalResult OptimizerPass::verifyOptions(func::FuncOp func) {
@@ -55,16 +56,18 @@ LogicalResult OptimizerPass::verifyOptions(func::FuncOp func) {
   if (optimizer == "adamw" &&
       (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1))
     return func.emitError("AdamW betas must lie in [0, 1)");
+  if (accumulate < 1)
+    return func.emitError("accumulate must be at least 1");
   return success();
 }
 
 BlockArgument OptimizerPass::addState(func::FuncOp func, unsigned param,
-                                      StringRef slot) {
+                                      StringRef slot, StringRef role) {
   OpBuilder b(func);
   unsigned index = func.getNumArguments();
   auto name = func.getArgAttrOfType<StringAttr>(param, attr::kName);
   NamedAttribute attrs[] = {
-      b.getNamedAttr(attr::kRole, b.getStringAttr(attr::role::kState)),
+      b.getNamedAttr(attr::kRole, b.getStringAttr(role)),
       b.getNamedAttr(attr::kOwner, b.getI64IntegerAttr(param)),
       b.getNamedAttr(attr::kName,
                      b.getStringAttr((name ? name.getValue() : StringRef()) +
@@ -104,6 +107,17 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
     Value param = func.getArgument(p);
     Value grad = ret.getOperand(i);
     Location loc = param.getLoc();
+    if (accumulate > 1) {
+      BlockArgument acc =
+          addState(func, p, "grad_accum", attr::role::kAccumulator);
+      auto accumulated = b.create<AccumulateGradOp>(
+          loc, grad.getType(), acc, grad, b.getI64IntegerAttr(accumulate));
+      accumulated->setAttr(attr::kOptimizer, b.getUnitAttr());
+      grad = accumulated;
+      // The reported gradient is the accumulated mean.
+      results[i] = grad;
+      tied(grad, acc.getArgNumber());
+    }
     Operation *update;
     if (optimizer == "adamw") {
       BlockArgument m = addState(func, p, "exp_avg");
@@ -129,7 +143,11 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
       tied(update->getResult(0), p);
     }
     update->setAttr(attr::kOptimizer, b.getUnitAttr());
+    if (accumulate > 1)
+      update->setAttr(attr::kLastMicroBatch, b.getUnitAttr());
   }
+  if (accumulate > 1)
+    func->setAttr(attr::kAccumulate, b.getI64IntegerAttr(accumulate));
   b.create<func::ReturnOp>(ret.getLoc(), results);
   ret.erase();
   func.setType(b.getFunctionType(func.getArgumentTypes(),

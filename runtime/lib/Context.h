@@ -29,6 +29,8 @@ namespace mtc::rt {
 struct Context {
   /// Optimizer step, 1 on the first step (0 before training starts).
   int64_t step = 0;
+  /// Micro-batch within the optimizer step (gradient accumulation).
+  int64_t microBatch = 0;
   uint64_t seed = 0;
 
   /// Data errors found during a step. Kernels keep going (treating the bad

@@ -384,6 +384,11 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
     case Role::Grad:
     case Role::Constant:
       break;
+    case Role::Accumulator:
+      if (t.owner < 0 || t.owner >= desc.numTensors ||
+          desc.tensors[t.owner].role != Role::Param)
+        return bug(what + "an accumulator must belong to a parameter");
+      break;
     case Role::EvalLoss:
     case Role::EvalCorrect:
       if (t.dtype != DType::F32 || t.bytes != 4)
@@ -695,6 +700,10 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
                   opts.dataDir.c_str(), numSamples, desc.batchSize,
                   (numSamples + desc.batchSize - 1) /
                       (desc.batchSize > 0 ? desc.batchSize : 1));
+    if (desc.accumulateSteps > 1)
+      std::printf("mtc trainer: %" PRId64 " micro-batches of %" PRId64
+                  " per optimizer step (gradient accumulation)\n",
+                  desc.accumulateSteps, desc.batchSize);
   }
 
   DeviceSession session(ctx);
@@ -846,51 +855,62 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
 
   float loss = std::numeric_limits<float>::quiet_NaN();
   Clock::time_point loopStart = Clock::now();
+  const int64_t micro = desc.accumulateSteps > 0 ? desc.accumulateSteps : 1;
   for (int64_t i = 0; i < opts.steps; ++i) {
     Clock::time_point stepStart = Clock::now();
     ctx.step = startStep + i + 1;
-    // Batches follow the global step so that a resumed run sees the same
-    // samples as one that was never interrupted.
-    int64_t stepIndex = ctx.step - 1;
-    for (InputFeed &feed : feeds) {
-      for (int64_t row = 0; row < desc.batchSize; ++row) {
-        int64_t sample =
-            sampleIndex(stepIndex, desc.batchSize, row, numSamples);
-        std::memcpy(feed.staging.data() + row * feed.sampleBytes,
-                    feed.array.data() + sample * feed.sampleBytes,
-                    feed.sampleBytes);
+    // With gradient accumulation one optimizer step consumes `micro`
+    // consecutive batches; the loss reported is their mean, the loss of
+    // the whole step.
+    double stepLoss = 0.0;
+    for (int64_t m = 0; m < micro; ++m) {
+      ctx.microBatch = m;
+      // Batches follow the global step so that a resumed run sees the same
+      // samples as one that was never interrupted.
+      int64_t stepIndex = (ctx.step - 1) * micro + m;
+      for (InputFeed &feed : feeds) {
+        for (int64_t row = 0; row < desc.batchSize; ++row) {
+          int64_t sample =
+              sampleIndex(stepIndex, desc.batchSize, row, numSamples);
+          std::memcpy(feed.staging.data() + row * feed.sampleBytes,
+                      feed.array.data() + sample * feed.sampleBytes,
+                      feed.sampleBytes);
+        }
+        if (Status s =
+                device::copyToDevice(ctx, arena + feed.tensor->offset,
+                                     feed.staging.data(), feed.tensor->bytes);
+            !s.ok()) {
+          printError(s.message());
+          return kExitFailure;
+        }
       }
-      if (Status s =
-              device::copyToDevice(ctx, arena + feed.tensor->offset,
-                                   feed.staging.data(), feed.tensor->bytes);
-          !s.ok()) {
-        printError(s.message());
+
+      desc.step(ctx, arena);
+
+      Status s = device::copyToHost(ctx, &loss, arena + lossTensor.offset,
+                                    sizeof(float));
+      if (s.ok())
+        s = device::synchronize(ctx);
+      if (!s.ok()) {
+        printError("step " + std::to_string(ctx.step) + ": " + s.message());
         return kExitFailure;
       }
+      if (hasError(ctx)) {
+        ContextError err = takeError(ctx);
+        std::string where;
+        if (err.batchRow >= 0 && err.batchRow < desc.batchSize && labelFeed)
+          where = " (sample " +
+                  std::to_string(sampleIndex(stepIndex, desc.batchSize,
+                                             err.batchRow, numSamples)) +
+                  " of '" + labelFeed->path + "')";
+        printError("step " + std::to_string(ctx.step) + ": " + err.message +
+                   where);
+        return kExitFailure;
+      }
+      stepLoss += loss;
     }
-
-    desc.step(ctx, arena);
-
-    Status s = device::copyToHost(ctx, &loss, arena + lossTensor.offset,
-                                  sizeof(float));
-    if (s.ok())
-      s = device::synchronize(ctx);
-    if (!s.ok()) {
-      printError("step " + std::to_string(ctx.step) + ": " + s.message());
-      return kExitFailure;
-    }
-    if (hasError(ctx)) {
-      ContextError err = takeError(ctx);
-      std::string where;
-      if (err.batchRow >= 0 && err.batchRow < desc.batchSize && labelFeed)
-        where = " (sample " +
-                std::to_string(sampleIndex(stepIndex, desc.batchSize,
-                                           err.batchRow, numSamples)) +
-                " of '" + labelFeed->path + "')";
-      printError("step " + std::to_string(ctx.step) + ": " + err.message +
-                 where);
-      return kExitFailure;
-    }
+    if (micro > 1)
+      loss = static_cast<float>(stepLoss / static_cast<double>(micro));
     double stepMs = secondsSince(stepStart) * 1000.0;
     if (Status ms = metrics.write(ctx.step, loss, stepMs); !ms.ok()) {
       printError(ms.message());

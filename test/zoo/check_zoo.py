@@ -56,13 +56,18 @@ LOSS_TOL = 1e-4
 PARAM_TOL = 1e-4
 STATE_TOL = 1e-4
 BUFFER_TOL = 1e-4
-# A tensor also passes when its error is within NOISE_FACTOR times PyTorch's
-# own float32 error (float32 vs float64 reference) for that tensor: gradients
-# that are zero in exact arithmetic (a bias followed by BatchNorm, the key
-# bias of attention), running means of such channels, and AdamW's moves of
-# parameters whose gradient is only rounding noise are noise in any float32
-# implementation, and a relative error means nothing there.
-NOISE_FACTOR = 10.0
+# A tensor also passes when its error is within a few times PyTorch's own
+# float32 rounding error for that tensor: gradients that are zero in exact
+# arithmetic (a bias followed by BatchNorm, attention's key bias), running
+# means of such channels, and AdamW's moves of parameters whose gradient is
+# only rounding noise are noise in any float32 implementation, and a relative
+# error means nothing there. PyTorch's own error is measured against float64
+# for the gradients and the 5-step buffers (NOISE_FP64 times it is allowed),
+# and for the 20-step results, where float64 would be too slow for ResNet, as
+# the difference to a float32 run fed each batch's samples in reverse order:
+# the same mathematics, other rounding (NOISE_REORDERED times it).
+NOISE_FP64 = 10.0
+NOISE_REORDERED = 30.0
 
 
 def num_samples(spec):
@@ -128,7 +133,7 @@ def _numpy(t):
 
 
 def torch_gradients(exp, data, dtype=None):
-    """(loss, {param name: grad}) of the first training step."""
+    """(loss, {param name: gradient}) of the first training step."""
     wrapper = zl.reference_wrapper(exp, dtype=dtype)
     x, y = _batch(data, batch_indices(0, exp.spec.batch,
                                       len(data["target"])), dtype)
@@ -141,29 +146,32 @@ def torch_gradients(exp, data, dtype=None):
     return float(loss), grads
 
 
-def torch_trajectory(exp, data, make_opt, slots, dtype=None):
-    """Losses of STEPS steps; params, state and buffers at the end; buffers
-    after BN_STEPS steps."""
+def torch_trajectory(exp, data, make_opt, slots, dtype=None, reverse=False,
+                     steps=STEPS):
+    """Losses of `steps` steps; params, state and buffers at the end; buffers
+    after BN_STEPS steps. `reverse` feeds each batch's samples in reverse
+    order: the same mathematics, other float32 rounding."""
     wrapper = zl.reference_wrapper(exp, dtype=dtype)
     params = zl.parameters_by_name(wrapper, exp.params)
     opt = make_opt([p for _, p in params])
-    state = wrapper.state_dict()
     losses, buffers_early = [], None
-    for step in range(STEPS):
-        x, y = _batch(data, batch_indices(step, exp.spec.batch,
-                                          len(data["target"])), dtype)
+    for step in range(steps):
+        idx = batch_indices(step, exp.spec.batch, len(data["target"]))
+        x, y = _batch(data, idx[::-1] if reverse else idx, dtype)
         opt.zero_grad()
         loss = wrapper(x, y)[0]
         loss.backward()
         losses.append(float(loss))
         opt.step()
         if step + 1 == BN_STEPS:
+            state = wrapper.state_dict()
             buffers_early = {n: _numpy(state[n]) for n in exp.buffers}
     final = {n: _numpy(p) for n, p in params}
     opt_state = {}
     for n, p in params:
         for key, slot in slots.items():
             opt_state["%s.%s" % (n, slot)] = _numpy(opt.state[p][key])
+    state = wrapper.state_dict()
     buffers = {n: _numpy(state[n]) for n in exp.buffers}
     return {"losses": np.array(losses), "params": final, "state": opt_state,
             "buffers": buffers, "buffers_early": buffers_early}
@@ -194,47 +202,77 @@ class Report:
                                          if text else ""))
 
 
-def compare_group(report, label, got, want, tol, key=None):
-    """Compares every tensor of `want` with `got`; one line unless failing."""
-    bad, worst = [], (0.0, None)
+def _norm(a):
+    return float(np.linalg.norm(np.asarray(a, np.float64).ravel()))
+
+
+def compare_group(report, label, got, want, noise_ref, factor, tol,
+                  key=None):
+    """Checks every tensor of `want` (PyTorch fp32) against `got` (mtc).
+
+    A tensor passes when ||got - want|| <= tol * ||want||, or when the error
+    is at most `factor` times PyTorch's own rounding error ||want - noise_ref||
+    (`noise_ref`: the same result in float64 or from reordered batches).
+    One line per group, listing the failing tensors.
+    """
+    bad, worst, on_noise = [], (0.0, None), 0
     for name in sorted(want):
         w = want[name]
-        if name not in got:
+        g = got.get(name)
+        if g is None:
             bad.append("%s missing" % name)
             worst = (float("inf"), name)
             continue
-        g = got[name]
         if g.shape != w.shape:
-            bad.append("%s shape %s, expected %s" % (name, list(g.shape),
-                                                     list(w.shape)))
+            bad.append("%s has shape %s, expected %s" % (
+                name, list(g.shape), list(w.shape)))
             worst = (float("inf"), name)
             continue
-        err = tl.rel_err(g, w)
+        err = _norm(g.astype(np.float64) - w)
+        ref = _norm(w)
+        rel = err / max(ref, 1e-30)
+        noise = _norm(w.astype(np.float64) - noise_ref[name])
+        allowed = max(tol * ref, factor * noise)
         if not np.isfinite(g).all():
-            err = float("inf")
-        if err > tol:
-            bad.append("%s rel err %.3e" % (name, err))
-        if err >= worst[0] or worst[1] is None:
-            worst = (err, name)
+            err = rel = float("inf")
+        if err > allowed:
+            bad.append("%s rel err %.3e (torch's own %.1e)" % (
+                name, rel, noise / max(ref, 1e-30)))
+        elif err > tol * ref:
+            on_noise += 1
+        if rel >= worst[0] or worst[1] is None:
+            worst = (rel, name)
     if key:
         report.worst[key] = worst
     detail = "%d tensors, worst rel err %.3e (%s), tol %.0e" % (
         len(want), worst[0], worst[1], tol)
+    if on_noise:
+        detail += "; %d over tol but within %gx PyTorch's own rounding " \
+            "error" % (on_noise, factor)
     if bad:
-        detail += "; %d over: %s" % (len(bad), "; ".join(bad[:8]) +
-                                     (" ..." if len(bad) > 8 else ""))
+        detail += "; %d over: %s" % (len(bad), "; ".join(bad[:6]) +
+                                     (" ..." if len(bad) > 6 else ""))
     return report.check(not bad, label, detail)
 
 
-def compare_losses(report, label, losses, ref, key=None):
-    rel = np.abs(losses - ref) / np.maximum(np.abs(ref), 1e-12)
+def loss_drift(losses, ref):
+    rel = np.abs(np.asarray(losses) - ref) / np.maximum(np.abs(ref), 1e-12)
     rel[~np.isfinite(losses)] = np.inf
+    return rel
+
+
+def compare_losses(report, label, losses, ref32, ref_noise, key=None):
+    """Every step within LOSS_TOL of PyTorch fp32 (PyTorch's own drift under
+    reordered batches is printed alongside to show how much room is left)."""
+    rel = loss_drift(losses, ref32)
+    own = loss_drift(ref_noise, ref32).max()
     step = int(np.argmax(rel))
     if key:
         report.worst[key] = (float(rel[step]), "step %d" % step)
-    return report.check(bool(np.all(rel <= LOSS_TOL)), label,
-                        "max rel err %.3e at step %d (mtc %.9g, torch %.9g)" %
-                        (rel[step], step, losses[step], ref[step]))
+    return report.check(
+        bool(np.all(rel <= LOSS_TOL)), label,
+        "max rel err %.3e at step %d (mtc %.9g, torch %.9g); torch's own "
+        "drift %.1e" % (rel[step], step, losses[step], ref32[step], own))
 
 
 def mtc_error_summary(err):
@@ -248,7 +286,7 @@ def mtc_error_summary(err):
     listed = ", ".join("%s x%d" % kv for kv in sorted(
         ops.items(), key=lambda kv: -kv[1]))
     return "mtc cannot import it yet: unsupported ONNX ops: %s" % (
-        listed or "(see the message above)")
+        listed or "(see mtc's message)")
 
 
 # ----------------------------------------------------------------------------
@@ -268,12 +306,15 @@ def check_exports(report, spec, exp0, exp1):
                          os.path.basename(exp.path), str(e).splitlines()[0])
     odd = [n for n in exp0.missing if n not in exp0.aliases and
            not n.endswith(".num_batches_tracked")]
+    nbt = [n for n in exp0.missing if n.endswith(".num_batches_tracked")]
     report.check(not odd, "initializers are `model.` + torch state_dict names",
-                 "%d params, %d buffers%s%s" % (
+                 "%d params, %d buffers%s%s%s" % (
                      len(exp0.params), len(exp0.buffers),
-                     "; tied: " + ", ".join("%s=%s" % kv for kv in
-                                            exp0.aliases.items())
+                     "; tied: " + ", ".join("%s is %s" % kv for kv in
+                                            sorted(exp0.aliases.items()))
                      if exp0.aliases else "",
+                     "; %d num_batches_tracked not exported" % len(nbt)
+                     if nbt else "",
                      "; not in the graph: " + ", ".join(odd) if odd else ""))
     for exp, ratio in ((exp0, 0.0), (exp1, spec.dropout_p)):
         if exp is None:
@@ -285,25 +326,25 @@ def check_exports(report, spec, exp0, exp1):
         ok = n > 0 and ratios == {round(ratio, 7)} and modes == {True}
         report.check(ok, "%s: Dropout nodes in training mode, ratio %g" % (
             os.path.basename(exp.path), ratio),
-            "%d nodes, ratios %s, training_mode %s" % (n, sorted(ratios),
-                                                       sorted(modes)))
+            "%d nodes, ratios %s, training_mode %s, masks %s" % (
+                n, sorted(ratios), sorted(modes),
+                "unused" if unused else "USED"))
 
 
-def run_mtc(report, args, exp0, exp1, data_dir, refs, grads_ref, configs,
-            wanted):
+def run_mtc(report, args, exp0, exp1, data_dir, refs, grads_ref, buffers64,
+            configs, wanted):
     """All mtc-side checks; returns the time spent in mtc compile."""
     compile_time = 0.0
     for name in wanted:
         flags, _, slots = configs[name]
-        ref = refs[name]
+        r32, rrev = refs[name]
         out_dir = os.path.join(args.work, name)
         print("config %s: mtc compile %s" % (name, " ".join(flags)),
               flush=True)
+        t0 = time.time()
         try:
-            t0 = time.time()
             trainer = tl.mtc_compile(args.mtc, exp0.path, out_dir, flags,
                                      target=args.target)
-            compile_time += time.time() - t0
         except tl.HarnessError as e:
             compile_time += time.time() - t0
             summary = mtc_error_summary(e)
@@ -313,37 +354,42 @@ def run_mtc(report, args, exp0, exp1, data_dir, refs, grads_ref, configs,
                 return compile_time  # the other configs would say the same
             report.error("%s: mtc compile" % name, e)
             continue
+        compile_time += time.time() - t0
         try:
             if name == wanted[0]:
                 check_first_steps(report, trainer, data_dir, out_dir, exp0,
-                                  grads_ref, ref)
+                                  grads_ref, r32, buffers64)
             metrics = os.path.join(out_dir, "metrics.jsonl")
             final = os.path.join(out_dir, "final.safetensors")
             tl.run_trainer(trainer, STEPS, data=data_dir, metrics=metrics,
                            save=final)
             losses = tl.read_losses(metrics, STEPS)
             compare_losses(report, "%s loss trajectory (%d steps)" % (
-                name, STEPS), losses, ref["losses"], key="loss " + name)
+                name, STEPS), losses, r32["losses"], rrev["losses"],
+                key="loss " + name)
             saved, meta = tl.read_safetensors(final)
             report.check(str(meta.get("step")) == str(STEPS),
                          "%s checkpoint metadata step" % name,
                          "got %r" % meta.get("step"))
             compare_group(report, "%s params after %d steps" % (name, STEPS),
-                          saved, ref["params"], PARAM_TOL,
+                          saved, r32["params"], rrev["params"],
+                          NOISE_REORDERED, PARAM_TOL,
                           key="params " + name)
             if slots:
                 compare_group(report, "%s optimizer state (%s)" % (
-                    name, ", ".join(slots.values())), saved, ref["state"],
-                    STATE_TOL, key="state " + name)
+                    name, ", ".join(slots.values())), saved, r32["state"],
+                    rrev["state"], NOISE_REORDERED, STATE_TOL,
+                    key="state " + name)
             if exp0.buffers:
                 compare_group(report, "%s buffers after %d steps" % (
-                    name, STEPS), saved, ref["buffers"], BUFFER_TOL,
+                    name, STEPS), saved, r32["buffers"], rrev["buffers"],
+                    NOISE_REORDERED, BUFFER_TOL,
                     key="buffers@%d %s" % (STEPS, name))
-            expected = set(ref["params"]) | set(ref["state"]) | \
-                set(ref["buffers"])
+            expected = set(r32["params"]) | set(r32["state"]) | \
+                set(r32["buffers"])
             extra = sorted(set(saved) - expected)
             report.check(not extra, "%s no unexpected tensors in --save" %
-                         name, ", ".join(extra))
+                         name, ", ".join(extra[:10]))
             if name == wanted[0]:
                 again = os.path.join(out_dir, "metrics_again.jsonl")
                 tl.run_trainer(trainer, STEPS, data=data_dir, metrics=again)
@@ -362,7 +408,7 @@ def run_mtc(report, args, exp0, exp1, data_dir, refs, grads_ref, configs,
 
 
 def check_first_steps(report, trainer, data_dir, out_dir, exp, grads_ref,
-                      ref):
+                      r32, buffers64):
     """--steps 0 --save, --dump-grads after one step, buffers after 5 steps."""
     p0_path = os.path.join(out_dir, "initial.safetensors")
     tl.run_trainer(trainer, 0, data=data_dir, save=p0_path)
@@ -373,14 +419,14 @@ def check_first_steps(report, trainer, data_dir, out_dir, exp, grads_ref,
     report.check(not bad, "--steps 0 --save equals the ONNX initializers "
                  "(params and buffers, bitwise)", ", ".join(bad[:10]))
 
-    loss0, grads = grads_ref
+    loss0, grads32, grads64 = grads_ref
     grads_path = os.path.join(out_dir, "grads.safetensors")
     tl.run_trainer(trainer, 1, data=data_dir, dump_grads=grads_path)
     got, meta = tl.read_safetensors(grads_path)
-    compare_group(report, "gradients of step 0", got, grads, GRAD_TOL,
-                  key="grad")
-    extra = sorted(set(got) - set(grads))
-    report.check(not extra, "gradient dump has only trainable parameters",
+    compare_group(report, "gradients of step 0", got, grads32, grads64,
+                  NOISE_FP64, GRAD_TOL, key="grad")
+    extra = sorted(set(got) - set(grads32))
+    report.check(not extra, "gradient dump holds trainable parameters only",
                  ", ".join(extra[:10]))
     if "loss" in meta:
         err = abs(float(meta["loss"]) - loss0) / abs(loss0)
@@ -396,7 +442,7 @@ def check_first_steps(report, trainer, data_dir, out_dir, exp, grads_ref,
         early, _ = tl.read_safetensors(early_path)
         compare_group(report, "buffers after %d steps (BatchNorm running "
                       "statistics, masks)" % BN_STEPS, early,
-                      ref["buffers_early"], BUFFER_TOL,
+                      r32["buffers_early"], buffers64, NOISE_FP64, BUFFER_TOL,
                       key="buffers@%d" % BN_STEPS)
 
 
@@ -440,38 +486,65 @@ def check_dropout(report, args, exp1, data_dir, flags):
     return elapsed
 
 
-def torch_self_checks(report, exp0, data, configs, wanted, refs, grads_ref):
-    """Bitwise repeatability and fp32-vs-fp64 drift of the references."""
+def torch_self_checks(report, exp0, data, configs, wanted, refs, grads_ref,
+                      buffers64):
+    """Repeatability of the references, and how much room float32 leaves.
+
+    Runs every trajectory again in float64 (slow for ResNet: this mode is for
+    choosing sizes and learning rates, not for every test run) and reports
+    PyTorch's own float32 error, and how the reordered-batch noise estimate
+    used by the mtc checks compares with it.
+    """
     import torch
     name = wanted[0]
     _, make_opt, slots = configs[name]
     again = torch_trajectory(exp0, data, make_opt, slots)
-    same = np.array_equal(again["losses"], refs[name]["losses"])
+    r32 = refs[name][0]
+    same = np.array_equal(again["losses"], r32["losses"]) and all(
+        np.array_equal(again["params"][n], r32["params"][n])
+        for n in exp0.params) and all(
+        np.array_equal(again["buffers"][n], r32["buffers"][n])
+        for n in exp0.buffers)
     report.check(same, "torch %s trajectory computed twice is bitwise "
-                 "identical" % name)
-    loss64, grads64 = torch_gradients(exp0, data, dtype=torch.float64)
-    worst = max((tl.rel_err(grads_ref[1][n], grads64[n]), n) for n in grads64)
-    report.check(worst[0] <= GRAD_TOL / 10, "fp32 vs fp64 gradients",
-                 "worst rel err %.3e (%s); loss %.9g vs %.9g" % (
-                     worst[0], worst[1], grads_ref[0], loss64))
+                 "identical (losses, params, buffers)" % name)
+
+    def worst(a, b):
+        return max(((_norm(a[n] - b[n]) / max(_norm(b[n]), 1e-30), n)
+                    for n in a), default=(0.0, "-"))
+
+    loss32, g32, g64 = grads_ref
+    print("  [INFO] torch fp32 vs fp64 gradients: worst rel err %.1e (%s)" %
+          worst(g32, g64))
+    if exp0.buffers:
+        print("  [INFO] torch fp32 vs fp64 buffers after %d steps: worst rel "
+              "err %.1e (%s)" % ((BN_STEPS,) + worst(r32["buffers_early"],
+                                                      buffers64)))
     for cname in wanted:
+        r32, rrev = refs[cname]
         _, make_opt, slots = configs[cname]
-        t64 = torch_trajectory(exp0, data, make_opt, slots,
+        r64 = torch_trajectory(exp0, data, make_opt, slots,
                                dtype=torch.float64)
-        ref = refs[cname]["losses"]
-        rel = np.abs(ref - t64["losses"]) / np.abs(t64["losses"])
-        report.check(rel.max() <= LOSS_TOL / 10,
-                     "fp32 vs fp64 %s loss trajectory" % cname,
-                     "max rel err %.3e at step %d" % (rel.max(),
-                                                      int(np.argmax(rel))))
-        if exp0.buffers:
-            worst = max((tl.rel_err(refs[cname]["buffers_early"][n],
-                                    t64["buffers_early"][n]), n)
-                        for n in exp0.buffers)
-            report.check(worst[0] <= BUFFER_TOL / 10,
-                         "fp32 vs fp64 %s buffers after %d steps" % (
-                             cname, BN_STEPS),
-                         "worst rel err %.3e (%s)" % worst)
+        drift = loss_drift(r32["losses"], r64["losses"])
+        report.check(drift.max() <= LOSS_TOL / 5,
+                     "torch fp32 vs fp64 %s losses drift at most %.0e" % (
+                         cname, LOSS_TOL / 5),
+                     "max %.1e at step %d; reordered batches %.1e" % (
+                         drift.max(), int(np.argmax(drift)),
+                         loss_drift(rrev["losses"], r32["losses"]).max()))
+        for what in ("params", "state", "buffers"):
+            if not r32[what]:
+                continue
+            ratio = []
+            for n in r32[what]:
+                e64 = _norm(r32[what][n] - r64[what][n])
+                erev = _norm(r32[what][n] - rrev[what][n])
+                if e64 > 1e-4 * _norm(r32[what][n]):
+                    ratio.append((e64 / max(erev, 1e-30), n))
+            print("  [INFO] torch fp32 vs fp64 %s %s after %d steps: worst "
+                  "rel err %.1e (%s); %d tensors over 1e-4, their fp64 error "
+                  "is up to %.2gx the reordered-batch one (%s)" % (
+                      (cname, what, STEPS) + worst(r32[what], r64[what]) +
+                      (len(ratio),) + (max(ratio) if ratio else (0, "-"))))
 
 
 def main():
@@ -488,16 +561,20 @@ def main():
     if not args.torch_only and not args.mtc:
         ap.error("--mtc is required unless --torch-only")
 
+    import warnings
     import torch
+    warnings.filterwarnings("ignore", message="The given NumPy array is not "
+                            "writable")
     torch.set_num_threads(1)
     t_start = time.time()
     os.makedirs(args.work, exist_ok=True)
     report = Report()
     spec = models.get(args.model)
+    n = num_samples(spec)
     print("model %s: %s; batch %d, %d samples" % (
-        args.model, spec.description, spec.batch, NUM_SAMPLES), flush=True)
+        args.model, spec.description, spec.batch, n), flush=True)
 
-    data = spec.make_data(NUM_SAMPLES)
+    data = spec.make_data(n)
     data_dir = os.path.join(args.work, "data")
     os.makedirs(data_dir, exist_ok=True)
     for key, arr in data.items():
@@ -519,27 +596,37 @@ def main():
         if c not in configs:
             ap.error("unknown config %r (known: %s)" % (c, ", ".join(configs)))
     t0 = time.time()
-    grads_ref = torch_gradients(exp0, data)
+    loss0, g32 = torch_gradients(exp0, data)
+    _, g64 = torch_gradients(exp0, data, dtype=torch.float64)
+    grads_ref = (loss0, g32, g64)
     refs = {}
     for c in wanted:
         _, make_opt, slots = configs[c]
-        refs[c] = torch_trajectory(exp0, data, make_opt, slots)
+        refs[c] = (torch_trajectory(exp0, data, make_opt, slots),
+                   torch_trajectory(exp0, data, make_opt, slots,
+                                    reverse=True))
+    buffers64 = None
+    if exp0.buffers:
+        _, make_opt, slots = configs[wanted[0]]
+        buffers64 = torch_trajectory(exp0, data, make_opt, slots,
+                                     dtype=torch.float64,
+                                     steps=BN_STEPS)["buffers"]
     t_ref = time.time() - t0
-    ok = all(np.isfinite(r["losses"]).all() for r in refs.values())
+    ok = all(np.isfinite(r[0]["losses"]).all() for r in refs.values())
     report.check(ok, "torch references: loss %.6f -> %s" % (
-        refs[wanted[0]]["losses"][0], ", ".join(
-            "%s %.6f" % (c, refs[c]["losses"][-1]) for c in wanted)),
+        refs[wanted[0]][0]["losses"][0], ", ".join(
+            "%s %.6f" % (c, refs[c][0]["losses"][-1]) for c in wanted)),
         "export %.1fs, references %.1fs" % (t_export, t_ref))
 
     compile_time = 0.0
     if args.torch_only:
         t0 = time.time()
         torch_self_checks(report, exp0, data, configs, wanted, refs,
-                          grads_ref)
+                          grads_ref, buffers64)
         print("  (self checks %.1fs)" % (time.time() - t0))
     else:
         compile_time = run_mtc(report, args, exp0, exp1, data_dir, refs,
-                               grads_ref, configs, wanted)
+                               grads_ref, buffers64, configs, wanted)
 
     elapsed = time.time() - t_start
     print("")

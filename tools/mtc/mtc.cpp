@@ -144,6 +144,12 @@ static cl::opt<double>
                 cl::desc("Weight decay: L2 for SGD, decoupled for AdamW "
                          "(default 0)"),
                 cl::init(0.0), cl::sub(compileCmd), cl::cat(trainCat));
+static cl::opt<int64_t> accumulate(
+    "accumulate",
+    cl::desc("Gradient accumulation: K micro-batches of the compiled batch "
+             "per optimizer step, updating with the mean gradient (default "
+             "1)"),
+    cl::value_desc("K"), cl::init(1), cl::sub(compileCmd), cl::cat(trainCat));
 static cl::opt<double> beta1("beta1",
                              cl::desc("AdamW first-moment decay (default "
                                       "0.9)"),
@@ -299,6 +305,7 @@ int runCompile(MLIRContext &context) {
   pipeline.optimizer.beta1 = beta1;
   pipeline.optimizer.beta2 = beta2;
   pipeline.optimizer.eps = eps;
+  pipeline.optimizer.accumulate = accumulate;
   PassManager pm(&context);
   buildTrainPipeline(pm, pipeline);
   auto passStart = std::chrono::steady_clock::now();

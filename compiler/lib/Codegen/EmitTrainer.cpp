@@ -126,6 +126,7 @@ private:
   std::string ptrAt(int64_t offset, StringRef type) const;
 
   void emitOp(Operation *op);
+  void emitOpBody(Operation *op);
 
   /// An elementwise kernel over `out`: `expr` reads operand j as `in<j>`
   /// (already indexed with broadcasting).
@@ -395,6 +396,19 @@ void Emitter::emitMatMul(MatMulOp op) {
 }
 
 void Emitter::emitOp(Operation *op) {
+  // Optimizer updates under gradient accumulation run on the last
+  // micro-batch of each step only.
+  if (op->hasAttr(attr::kLastMicroBatch)) {
+    auto count = func->getAttrOfType<IntegerAttr>(attr::kAccumulate);
+    s << "  if (microBatch(ctx) == " << (count ? count.getInt() : 1) - 1
+      << ") {\n";
+  }
+  emitOpBody(op);
+  if (op->hasAttr(attr::kLastMicroBatch))
+    s << "  }\n";
+}
+
+void Emitter::emitOpBody(Operation *op) {
   std::string node = nodeName(op->getLoc());
   s << "  // " << op->getName();
   if (!node.empty())
@@ -611,6 +625,12 @@ void Emitter::emitOp(Operation *op) {
                                ptr(cc.getOutput()))
                      .str());
       })
+      .Case([&](AccumulateGradOp a) {
+        emitCall("accumulateGradient(ctx, " +
+                 std::to_string(numel(a.getGrad())) + ", " + ptr(a.getOutput()) +
+                 ", " + ptr(a.getGrad()) + ", " +
+                 std::to_string(a.getCount()) + ")");
+      })
       .Case([&](SgdUpdateOp u) {
         emitCall("sgdUpdate(ctx, " + std::to_string(numel(u.getParam())) +
                  ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) +
@@ -803,6 +823,8 @@ const char *roleEnum(StringRef role) {
     return "Role::Buffer";
   if (role == attr::role::kState)
     return "Role::State";
+  if (role == attr::role::kAccumulator)
+    return "Role::Accumulator";
   return "Role::Input";
 }
 
@@ -959,6 +981,13 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
      << "  desc.initSize = static_cast<uint64_t>(mtc_init_data_end - "
         "mtc_init_data);\n"
      << "  desc.step = step;\n"
+     << (func->getAttrOfType<IntegerAttr>(attr::kAccumulate)
+             ? "  desc.accumulateSteps = " +
+                   std::to_string(func->getAttrOfType<IntegerAttr>(
+                                         attr::kAccumulate)
+                                      .getInt()) +
+                   ";\n"
+             : std::string())
      << (eval ? "  desc.evalStep = evalStep;\n" : "")
      << "  return trainerMain(argc, argv, desc);\n"
      << "}\n";

@@ -37,4 +37,14 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
     adamwElement(p[i], g[i], m[i], v[i], s);
 }
 
+void accumulateGradient(Context &ctx, int64_t n, float *acc, const float *g,
+                        int64_t count) {
+  int64_t micro = microBatch(ctx);
+  float scale = micro == count - 1 ? 1.0f / static_cast<float>(count) : 1.0f;
+  const bool parallel = n >= cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t i = 0; i < n; ++i)
+    acc[i] = (micro == 0 ? g[i] : acc[i] + g[i]) * scale;
+}
+
 } // namespace mtc::rt

@@ -32,7 +32,25 @@ __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
     adamwElement(p[i], g[i], m[i], v[i], s);
 }
 
+__global__ void accumulateKernel(int64_t n, float *acc, const float *g,
+                                 bool first, float scale) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n)
+    acc[i] = (first ? g[i] : acc[i] + g[i]) * scale;
+}
+
 } // namespace
+
+void accumulateGradient(Context &ctx, int64_t n, float *acc, const float *g,
+                        int64_t count) {
+  if (n <= 0)
+    return;
+  int64_t micro = microBatch(ctx);
+  float scale = micro == count - 1 ? 1.0f / static_cast<float>(count) : 1.0f;
+  accumulateKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(
+      n, acc, g, micro == 0, scale);
+  checkLaunch(ctx, "accumulateKernel");
+}
 
 void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
                float *momentumBuf, double lr, double momentum,

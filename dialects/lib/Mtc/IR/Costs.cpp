@@ -145,6 +145,7 @@ int64_t GlobalAvgPoolOp::getFlops() { return numel(getInput()); }
 int64_t ReduceSumOp::getFlops() { return numel(getInput()); }
 int64_t ReduceMeanOp::getFlops() { return numel(getInput()); }
 int64_t SoftmaxCrossEntropyOp::getFlops() { return 5 * numel(getLogits()); }
+int64_t AccumulateGradOp::getFlops() { return numel(getGrad()); }
 int64_t CountCorrectOp::getFlops() { return numel(getLogits()); }
 
 int64_t BatchNormTrainOp::getFlops() { return 8 * numel(getInput()); }

@@ -48,7 +48,10 @@ def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
     For every gradient result of `@train_step`, adds the update of its
     parameter (SGD with optional (Nesterov) momentum and weight decay, or
     AdamW), new state arguments named `<param>.<slot>`, and results tied to
-    the parameter and state arguments they overwrite.
+    the parameter and state arguments they overwrite. With `accumulate`
+    K > 1, each gradient first goes into an accumulator argument
+    (`<param>.grad_accum`) and the updates run on the last of K
+    micro-batches with the mean gradient.
 
     Example: `mtc-opt --mtc-optimizer="optimizer=adamw lr=0.001"`
   }];
@@ -64,6 +67,8 @@ def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
     Option<"beta1", "beta1", "double", "0.9", "AdamW first-moment decay">,
     Option<"beta2", "beta2", "double", "0.999", "AdamW second-moment decay">,
     Option<"eps", "eps", "double", "1e-8", "AdamW denominator epsilon">,
+    Option<"accumulate", "accumulate", "int64_t", "1",
+           "Micro-batches per optimizer step (gradient accumulation)">,
   ];
 }
 

@@ -276,6 +276,12 @@ void stridedCopy(Context &ctx, int rank, const int64_t *shape,
 // Optimizers (in place on parameter and state buffers)
 //===----------------------------------------------------------------------===//
 
+/// Gradient accumulation: on micro-batch 0 acc = g, later acc += g, and on
+/// the last of `count` micro-batches acc is then divided by count (the mean
+/// gradient). The micro-batch comes from the context.
+void accumulateGradient(Context &ctx, int64_t n, float *acc, const float *g,
+                        int64_t count);
+
 // The hyperparameters are doubles, as in PyTorch where they are Python
 // floats: scalar factors such as 1 - beta2 are formed in double before they
 // meet float32 data.

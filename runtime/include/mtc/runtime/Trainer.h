@@ -39,6 +39,9 @@ enum class Role : int {
   EvalLoss = 7,
   /// correct predictions in the batch (f32 scalar), valid after evalStep
   EvalCorrect = 8,
+  /// gradient accumulator of param `owner` (--accumulate); zero at start,
+  /// never checkpointed
+  Accumulator = 9,
 };
 
 struct TensorDesc {
@@ -69,6 +72,9 @@ struct ModelDesc {
   /// statistics), writing the EvalLoss and EvalCorrect tensors; null when
   /// the trainer has no evaluation.
   void (*evalStep)(Context &ctx, unsigned char *arena) = nullptr;
+  /// Micro-batches per optimizer step: `step` runs this many times per step
+  /// (each on the next batch), and the optimizer updates on the last one.
+  int64_t accumulateSteps = 1;
 };
 
 /// Parses the trainer command line and runs it; returns the process exit
@@ -77,6 +83,10 @@ int trainerMain(int argc, char **argv, const ModelDesc &desc);
 
 /// The current optimizer step, 1 on the first step.
 int64_t stepCounter(const Context &ctx);
+
+/// The micro-batch of the current optimizer step, from 0 to
+/// ModelDesc::accumulateSteps - 1 (always 0 without accumulation).
+int64_t microBatch(const Context &ctx);
 
 /// The --seed of the run (0 by default), for random operators such as
 /// dropout that derive their masks from (seed, step, op) so that runs and

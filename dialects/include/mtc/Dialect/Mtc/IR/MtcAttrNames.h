@@ -31,6 +31,10 @@ constexpr llvm::StringLiteral kOwner = "mtc.owner";
 constexpr llvm::StringLiteral kTied = "mtc.tied";
 /// Op: created by autodiff (part of the backward pass).
 constexpr llvm::StringLiteral kBackward = "mtc.backward";
+/// Op: runs only on the last micro-batch of an optimizer step.
+constexpr llvm::StringLiteral kLastMicroBatch = "mtc.last_micro_batch";
+/// Function: micro-batches per optimizer step (gradient accumulation).
+constexpr llvm::StringLiteral kAccumulate = "mtc.accumulate";
 /// Op: created by the optimizer pass.
 constexpr llvm::StringLiteral kOptimizer = "mtc.optimizer";
 /// Memory plan: argument byte offset; op result byte offsets; op scratch
@@ -49,6 +53,8 @@ namespace role {
 constexpr llvm::StringLiteral kParam = "param";
 constexpr llvm::StringLiteral kBuffer = "buffer";
 constexpr llvm::StringLiteral kState = "state";
+/// Argument: gradient accumulator of a parameter (not checkpointed).
+constexpr llvm::StringLiteral kAccumulator = "accumulator";
 constexpr llvm::StringLiteral kInput = "input";
 constexpr llvm::StringLiteral kLoss = "loss";
 constexpr llvm::StringLiteral kGrad = "grad";

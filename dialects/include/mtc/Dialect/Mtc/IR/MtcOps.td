@@ -923,6 +923,28 @@ def Mtc_CountCorrectOp : Mtc_ComputeOp<"count_correct"> {
 // Hyperparameters are f64, as PyTorch's are Python floats: factors such as
 // 1 - beta2 must be formed from the exact values before meeting f32 data.
 
+def Mtc_AccumulateGradOp : Mtc_ComputeOp<"accumulate_grad",
+    [AllTypesMatch<["accumulator", "grad", "output"]>]> {
+  let summary = "Gradient accumulation over micro-batches";
+  let description = [{
+    With `count` micro-batches per optimizer step: the first micro-batch
+    sets the accumulator to `grad`, later ones add `grad`, and the last one
+    also divides by `count`, so that the optimizer sees the gradient of the
+    mean loss over all micro-batches. The result is written in place of the
+    accumulator.
+
+    Example:
+
+    ```mlir
+    %acc1 = mtc.accumulate_grad %acc, %g {count = 4 : i64} : tensor<10x64xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$accumulator, Mtc_FloatTensor:$grad,
+                   I64Attr:$count);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$accumulator `,` $grad attr-dict `:` type($output)";
+}
+
 def Mtc_SgdUpdateOp : Mtc_ComputeOp<"sgd_update",
     [AllTypesMatch<["param", "grad", "new_param"]>]> {
   let summary = "SGD step without momentum";
