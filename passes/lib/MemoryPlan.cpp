@@ -47,9 +47,10 @@ public:
   using MemoryPlanPassBase::MemoryPlanPassBase;
 
   void runOnOperation() override {
-    auto func = getOperation().lookupSymbol<func::FuncOp>("train_step");
+    auto func = getOperation().lookupSymbol<func::FuncOp>(function);
     if (!func) {
-      getOperation().emitError("no @train_step: run --mtc-autodiff first");
+      getOperation().emitError() << "no @" << function
+                                 << " to plan (run --mtc-autodiff first?)";
       return signalPassFailure();
     }
     if (alignment <= 0 || (alignment & (alignment - 1))) {

@@ -15,6 +15,7 @@
 #include "mtc/runtime/Npy.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -326,6 +327,44 @@ Status NpyArray::parse(const unsigned char *bytes, uint64_t size,
   }
   payload = converted.data();
   payloadBytes = converted.size();
+  return Status::success();
+}
+
+Status writeNpy(const std::string &path, DType dtype,
+                const std::vector<int64_t> &shape, const void *data,
+                uint64_t bytes) {
+  std::string descr = dtype == DType::F32   ? "<f4"
+                      : dtype == DType::I64 ? "<i8"
+                                            : "|b1";
+  std::string dims;
+  for (int64_t d : shape)
+    dims += std::to_string(d) + ", ";
+  if (shape.size() > 1)
+    dims.erase(dims.size() - 2); // (2, 3) but (2,) for one dim
+  std::string header = "{'descr': '" + descr +
+                       "', 'fortran_order': False, 'shape': (" + dims +
+                       "), }";
+  // Magic (6) + version (2) + length (2) + header + '\n', padded to 64.
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::string image = std::string("\x93NUMPY\x01\x00", 8);
+  image += static_cast<char>(header.size() & 0xff);
+  image += static_cast<char>((header.size() >> 8) & 0xff);
+  image += header;
+  image.append(static_cast<const char *>(data), bytes);
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE *f = std::fopen(tmp.c_str(), "wb");
+  if (!f)
+    return Status::error("cannot write '" + path + "': " +
+                         std::strerror(errno));
+  bool ok = std::fwrite(image.data(), 1, image.size(), f) == image.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::error("cannot write '" + path + "': " +
+                         std::strerror(errno));
+  }
   return Status::success();
 }
 

@@ -375,7 +375,7 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
         return bug("two checkpointed tensors are named '" + name + "'");
       break;
     case Role::Input:
-      if (t.rank < 1 || t.shape[0] != desc.batchSize)
+      if (!desc.inference && (t.rank < 1 || t.shape[0] != desc.batchSize))
         return bug(what + "an input's first dim must be the batch size " +
                    std::to_string(desc.batchSize));
       if (!inputNames.emplace(name, i).second)
@@ -383,6 +383,8 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
       break;
     case Role::Grad:
     case Role::Constant:
+      break;
+    case Role::Output:
       break;
     case Role::Accumulator:
       if (t.owner < 0 || t.owner >= desc.numTensors ||
@@ -416,7 +418,7 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
         return bug(what + "shape or dtype differs from its parameter");
     }
   }
-  if (lossIndex < 0)
+  if (lossIndex < 0 && !desc.inference)
     return bug("no loss tensor");
   return Status::success();
 }
@@ -966,7 +968,135 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
 
 } // namespace
 
+/// `--forward-only` programs: PROGRAM --inputs DIR --outputs DIR.
+int inferenceMain(int argc, char **argv, const ModelDesc &desc) {
+  const char *prog = programName(argc, argv);
+  std::string inputs, outputs;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i] ? argv[i] : "";
+    if (arg == "--help" || arg == "-h") {
+      std::printf("usage: %s --inputs DIR --outputs DIR\n\nRuns model '%s' "
+                  "forward once: reads <input>.npy for every model input\n"
+                  "(whole arrays of the compiled shapes) and writes "
+                  "<output>.npy for every\noutput.\n",
+                  prog, desc.modelName);
+      return 0;
+    }
+    if ((arg == "--inputs" || arg == "--outputs") && i + 1 < argc) {
+      (arg == "--inputs" ? inputs : outputs) = argv[++i];
+      continue;
+    }
+    printError("unknown or incomplete argument '" + arg + "'");
+    std::fprintf(stderr, "run '%s --help' for usage\n", prog);
+    return kExitUsage;
+  }
+  if (outputs.empty()) {
+    printError("--outputs DIR is required");
+    return kExitUsage;
+  }
+  int ignored = -1;
+  if (Status s = validateModel(desc, ignored); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
+  Context ctx;
+  DeviceSession session(ctx);
+  if (Status s = device::initialize(ctx); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
+  session.initialized = true;
+  if (Status s = device::allocate(desc.arenaBytes, &session.arena); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
+  unsigned char *arena = session.arena;
+  if (Status s = device::memsetZero(ctx, arena, desc.arenaBytes); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
+  SafetensorsReader init;
+  if (desc.initSize > 0)
+    if (Status s = init.parse(desc.initData, desc.initSize,
+                              "initial values embedded in the program");
+        !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+  for (int i = 0; i < desc.numTensors; ++i) {
+    const TensorDesc &t = desc.tensors[i];
+    if (t.role == Role::Param || t.role == Role::Buffer ||
+        t.role == Role::Constant) {
+      const SafetensorsTensor *entry = init.find(t.name);
+      if (!entry) {
+        printError(std::string("no initial value for '") + t.name + "'");
+        return kExitFailure;
+      }
+      if (Status s = copyTensorIn(ctx, arena, t, init, *entry, "the program");
+          !s.ok()) {
+        printError(s.message());
+        return kExitFailure;
+      }
+    } else if (t.role == Role::Input) {
+      NpyArray array;
+      std::string path = inputs + "/" + t.name + ".npy";
+      if (Status s = array.open(path); !s.ok()) {
+        printError("input '" + std::string(t.name) + "': " + s.message());
+        return kExitFailure;
+      }
+      std::vector<int64_t> want(t.shape, t.shape + t.rank);
+      if (array.dtype() != t.dtype || array.shape() != want) {
+        printError("input '" + std::string(t.name) + "': '" + path +
+                   "' has dtype '" + array.descr() + "' and shape " +
+                   shapeString(array.shape()) + " but the model expects " +
+                   dtypeDescription(t.dtype) + " with shape " +
+                   shapeString(want));
+        return kExitFailure;
+      }
+      if (Status s = device::copyToDevice(ctx, arena + t.offset, array.data(),
+                                          t.bytes);
+          !s.ok()) {
+        printError(s.message());
+        return kExitFailure;
+      }
+    }
+  }
+  ctx.step = 1;
+  desc.step(ctx, arena);
+  if (Status s = device::synchronize(ctx); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
+  if (hasError(ctx)) {
+    printError(takeError(ctx).message);
+    return kExitFailure;
+  }
+  for (int i = 0; i < desc.numTensors; ++i) {
+    const TensorDesc &t = desc.tensors[i];
+    if (t.role != Role::Output)
+      continue;
+    std::vector<unsigned char> host(t.bytes);
+    if (Status s = device::copyToHost(ctx, host.data(), arena + t.offset,
+                                      t.bytes);
+        !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+    std::string path = outputs + "/" + t.name + ".npy";
+    if (Status s = writeNpy(path, t.dtype,
+                            std::vector<int64_t>(t.shape, t.shape + t.rank),
+                            host.data(), t.bytes);
+        !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+  }
+  return 0;
+}
+
 int trainerMain(int argc, char **argv, const ModelDesc &desc) {
+  if (desc.inference)
+    return inferenceMain(argc, argv, desc);
   const char *prog = programName(argc, argv);
   int lossIndex = -1;
   Options opts;

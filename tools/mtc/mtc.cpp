@@ -23,6 +23,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -121,6 +122,12 @@ static cl::opt<std::string>
     printIr("print-ir", cl::desc("Print the planned IR to FILE ('-' for "
                                  "stdout)"),
             cl::value_desc("FILE"), cl::sub(compileCmd), cl::cat(buildCat));
+static cl::opt<bool> forwardOnly(
+    "forward-only",
+    cl::desc("Build an inference program instead of a trainer: it runs the "
+             "model forward once on <input>.npy files and writes "
+             "<output>.npy files (no autodiff, no optimizer)"),
+    cl::sub(compileCmd), cl::cat(buildCat));
 static cl::opt<bool> verbose("v", cl::desc("Print the build commands"),
                              cl::sub(compileCmd), cl::cat(buildCat));
 
@@ -282,7 +289,7 @@ int runCompile(MLIRContext &context) {
   auto module = importOnnxFile(context, inputPath, *options);
   if (!module)
     return fail(module.takeError());
-  {
+  if (!forwardOnly) {
     ImportOptions evalOptions = *options;
     evalOptions.evalMode = true;
     auto evalModule = importOnnxFile(context, inputPath, evalOptions);
@@ -307,7 +314,14 @@ int runCompile(MLIRContext &context) {
   pipeline.optimizer.eps = eps;
   pipeline.optimizer.accumulate = accumulate;
   PassManager pm(&context);
-  buildTrainPipeline(pm, pipeline);
+  if (forwardOnly) {
+    pm.addPass(createCSEPass());
+    MemoryPlanPassOptions plan;
+    plan.function = "forward";
+    pm.addPass(createMemoryPlanPass(plan));
+  } else {
+    buildTrainPipeline(pm, pipeline);
+  }
   auto passStart = std::chrono::steady_clock::now();
   {
     // Diagnostics name the failing op; print them as "mtc: error: ...".
@@ -336,7 +350,8 @@ int runCompile(MLIRContext &context) {
     (*module)->print(os, flags);
   }
 
-  auto report = computeMemoryReport(**module);
+  auto report = forwardOnly ? computeMemoryReport(**module, "forward")
+                            : computeMemoryReport(**module);
   if (!report)
     return fail(report.takeError());
   report->budgetBytes = budget;

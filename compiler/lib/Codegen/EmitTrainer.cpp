@@ -833,7 +833,9 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
   Block &block = func.getBody().front();
   auto arena = func->getAttrOfType<IntegerAttr>(attr::kArenaSize);
   if (!arena)
-    return makeError("@train_step has no memory plan (run --mtc-memory-plan)");
+    return makeError("@" + func.getSymName() +
+                     " has no memory plan (run --mtc-memory-plan)");
+  bool inference = func.getSymName() == "forward";
 
   for (Operation &op : block.without_terminator()) {
     emitOp(&op);
@@ -886,7 +888,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
     if (auto o = func.getArgAttrOfType<IntegerAttr>(i, attr::kOwner))
       owner = tableIndexOfArg.lookup(o.getInt());
     tableIndexOfArg[i] = entry(name, roleEnum(role), arg, offsetOf(arg), owner);
-    if (role == attr::role::kInput) {
+    if (role == attr::role::kInput && !inference) {
       if (shapeOf(arg).empty())
         return makeError("graph input '" + name +
                          "' is a scalar; inputs need a leading batch axis");
@@ -932,6 +934,11 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
     auto role = func.getResultAttrOfType<StringAttr>(i, attr::kRole);
     auto name = func.getResultAttrOfType<StringAttr>(i, attr::kName);
+    if (inference) {
+      entry(name ? name.getValue() : "output" + std::to_string(i),
+            "Role::Output", v, offsetOf(v), -1);
+      continue;
+    }
     if (role.getValue() == attr::role::kLoss)
       entry(name ? name.getValue() : "loss", "Role::Loss", v, offsetOf(v), -1);
     else if (role.getValue() == attr::role::kGrad)
@@ -981,6 +988,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
      << "  desc.initSize = static_cast<uint64_t>(mtc_init_data_end - "
         "mtc_init_data);\n"
      << "  desc.step = step;\n"
+     << (inference ? "  desc.inference = true;\n" : "")
      << (func->getAttrOfType<IntegerAttr>(attr::kAccumulate)
              ? "  desc.accumulateSteps = " +
                    std::to_string(func->getAttrOfType<IntegerAttr>(
@@ -999,9 +1007,13 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
 llvm::Error mtc::emitTrainerSource(ModuleOp module, Target target,
                                    StringRef modelName, llvm::raw_ostream &os,
                                    std::vector<InitTensor> &inits) {
+  // A training step, or else a planned forward function (an inference
+  // program, `mtc compile --forward-only`).
   auto func = module.lookupSymbol<func::FuncOp>("train_step");
   if (!func)
-    return makeError("no @train_step to generate code for");
+    func = module.lookupSymbol<func::FuncOp>("forward");
+  if (!func)
+    return makeError("no @train_step or @forward to generate code for");
   Emitter emitter(func, target, modelName);
   return emitter.emit(os, inits);
 }

@@ -14,15 +14,16 @@
 using namespace mlir;
 using namespace mtc;
 
-llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module) {
-  auto func = module.lookupSymbol<func::FuncOp>("train_step");
+llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
+                                                     StringRef function) {
+  auto func = module.lookupSymbol<func::FuncOp>(function);
   auto arena = func ? func->getAttrOfType<IntegerAttr>(attr::kArenaSize)
                     : IntegerAttr();
   auto lower = func ? func->getAttrOfType<IntegerAttr>(attr::kLowerBound)
                     : IntegerAttr();
   if (!arena || !lower)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "the module has no planned @train_step");
+                                   "the module has no planned function");
   MemoryReport r;
   r.arenaBytes = arena.getInt();
   r.lowerBoundBytes = lower.getInt();

@@ -50,7 +50,9 @@ struct MemoryReport {
 };
 
 /// Computes the report of the planned @train_step in `module`.
-llvm::Expected<MemoryReport> computeMemoryReport(mlir::ModuleOp module);
+llvm::Expected<MemoryReport>
+computeMemoryReport(mlir::ModuleOp module,
+                    llvm::StringRef function = "train_step");
 
 void writeReportJson(const MemoryReport &report, llvm::raw_ostream &os);
 void printReportTable(const MemoryReport &report, llvm::raw_ostream &os);

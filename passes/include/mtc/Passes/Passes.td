@@ -91,6 +91,8 @@ def MemoryPlanPass : Pass<"mtc-memory-plan", "mlir::ModuleOp"> {
   let options = [
     Option<"alignment", "alignment", "int64_t", "256",
            "Byte alignment of every tensor">,
+    Option<"function", "function", "std::string", "\"train_step\"",
+           "The function to plan (forward for inference programs)">,
   ];
 }
 

@@ -69,6 +69,12 @@ private:
   uint64_t mappingBytes = 0;
 };
 
+/// Writes a C-order .npy (format 1.0) file of `dtype` and `shape`
+/// atomically (temporary file + rename).
+Status writeNpy(const std::string &path, DType dtype,
+                const std::vector<int64_t> &shape, const void *data,
+                uint64_t bytes);
+
 } // namespace mtc::rt
 
 #endif // MTC_RUNTIME_NPY_H

@@ -42,6 +42,8 @@ enum class Role : int {
   /// gradient accumulator of param `owner` (--accumulate); zero at start,
   /// never checkpointed
   Accumulator = 9,
+  /// a graph output of an inference program (ModelDesc::inference)
+  Output = 10,
 };
 
 struct TensorDesc {
@@ -75,6 +77,10 @@ struct ModelDesc {
   /// Micro-batches per optimizer step: `step` runs this many times per step
   /// (each on the next batch), and the optimizer updates on the last one.
   int64_t accumulateSteps = 1;
+  /// An inference program (`mtc compile --forward-only`): `step` runs the
+  /// model forward once on whole input arrays and the Output tensors are
+  /// written as .npy files; no training.
+  bool inference = false;
 };
 
 /// Parses the trainer command line and runs it; returns the process exit
