@@ -121,6 +121,7 @@ struct Options {
   int64_t logEvery = 1;
   std::string dumpGradsPath;
   bool eval = false;
+  std::string exportPath;
 };
 
 const char *programName(int argc, char **argv) {
@@ -158,6 +159,11 @@ void printUsage(const char *prog, const ModelDesc &desc) {
       "  --dump-grads F      after the last step, write that step's gradients\n"
       "                      to F (safetensors, named like the parameters);\n"
       "                      needs --steps >= 1\n"
+      "  --export F.onnx     after the last step, write an inference ONNX\n"
+      "                      model with the trained weights (dropout\n"
+      "                      removed, BatchNorm on its running statistics,\n"
+      "                      the loss dropped); with --steps 0, the initial\n"
+      "                      weights\n"
       "  --eval              evaluate instead of training: run the model\n"
       "                      forward (dropout off, BatchNorm on its running\n"
       "                      statistics) over every full batch of --data and\n"
@@ -233,9 +239,9 @@ ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
       value = arg.substr(eq + 1);
       inlineValue = true;
     }
-    static const char *known[] = {"--data",      "--steps",     "--seed",
-                                  "--save",      "--load",      "--metrics",
-                                  "--log-every", "--dump-grads"};
+    static const char *known[] = {"--data",       "--steps",     "--seed",
+                                  "--save",       "--load",      "--metrics",
+                                  "--log-every",  "--dump-grads", "--export"};
     bool isKnown = false;
     for (const char *k : known)
       isKnown = isKnown || flag == k;
@@ -283,6 +289,8 @@ ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
       }
     } else if (flag == "--dump-grads") {
       opts.dumpGradsPath = value;
+    } else if (flag == "--export") {
+      opts.exportPath = value;
     }
   }
   if (opts.eval) {
@@ -567,6 +575,24 @@ Status writeTensors(Context &ctx, const ModelDesc &desc, unsigned char *arena,
   return writeSafetensors(path, entries, metadata);
 }
 
+/// Writes `bytes` to `path` through a temporary file and a rename.
+Status writeFileAtomically(const std::string &path, const std::string &bytes) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE *f = std::fopen(tmp.c_str(), "wb");
+  if (!f)
+    return Status::error("cannot write '" + path + "': " +
+                         std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::error("cannot write '" + path + "': " +
+                         std::strerror(errno));
+  }
+  return Status::success();
+}
+
 /// `--eval`: every full batch of the data once, in order.
 int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
              std::vector<InputFeed> &feeds, int64_t numSamples,
@@ -668,7 +694,12 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
     const std::string &path;
   } outputs[] = {{"--save", opts.savePath},
                  {"--metrics", opts.metricsPath},
-                 {"--dump-grads", opts.dumpGradsPath}};
+                 {"--dump-grads", opts.dumpGradsPath},
+                 {"--export", opts.exportPath}};
+  if (!opts.exportPath.empty() && !desc.exportData) {
+    printError("this trainer was compiled without an export model");
+    return kExitFailure;
+  }
   for (const auto &output : outputs) {
     if (output.path.empty())
       continue;
@@ -948,6 +979,34 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
     }
     std::printf("mtc trainer: saved %d tensors to %s (step %" PRId64 ")\n",
                 count, opts.savePath.c_str(), finalStep);
+  }
+  if (!opts.exportPath.empty()) {
+    std::string image(reinterpret_cast<const char *>(desc.exportData),
+                      desc.exportSize);
+    for (int i = 0; i < desc.numExportWeights; ++i) {
+      const ExportWeight &w = desc.exportWeights[i];
+      const TensorDesc &t = desc.tensors[w.tensor];
+      if (w.offset + t.bytes > image.size()) {
+        printError("invalid export table (a compiler bug)");
+        return kExitFailure;
+      }
+      if (Status s = device::copyToHost(ctx, &image[w.offset],
+                                        arena + t.offset, t.bytes);
+          !s.ok()) {
+        printError(s.message());
+        return kExitFailure;
+      }
+    }
+    if (Status s = device::synchronize(ctx); !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+    if (Status s = writeFileAtomically(opts.exportPath, image); !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+    std::printf("mtc trainer: exported the inference model to %s\n",
+                opts.exportPath.c_str());
   }
   if (!opts.dumpGradsPath.empty()) {
     int count = 0;

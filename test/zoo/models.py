@@ -16,7 +16,10 @@ Each entry of MODELS is a ModelSpec:
 * `dropout_p` is the ratio of the p > 0 export (None: the model has no
   dropout); the reference comparisons always use the p = 0 export;
 * `sgd` / `adamw` hold the torch optimizer hyperparameters of the checks
-  (SGD with momentum and weight decay; AdamW).
+  (SGD with momentum and weight decay; AdamW);
+* `smooth` says the model has no ReLU / ReLU6 / MaxPool kinks, so that its
+  parameters and optimizer state after 20 steps can be compared with
+  PyTorch's (see below).
 
 The sizes are chosen so that the PyTorch side of a full check takes a few
 seconds on two CPU cores.
@@ -36,7 +39,7 @@ def _torch():
 
 class ModelSpec:
     def __init__(self, name, build, make_data, batch, dropout_p, sgd, adamw,
-                 loss=None, description=""):
+                 smooth, loss=None, description=""):
         self.name = name
         self.build = build
         self.make_data = make_data
@@ -45,6 +48,7 @@ class ModelSpec:
         self.loss = loss
         self.sgd = sgd
         self.adamw = adamw
+        self.smooth = smooth
         self.description = description
 
     @property
@@ -263,8 +267,14 @@ def next_token_loss(logits, target):
 #   learning rates are chosen so that PyTorch's own fp32-vs-fp64 drift stays
 #   around 1e-6..1e-5 over 20 steps; the trajectories then check 20 forward
 #   passes on fresh batches, the updates and the optimizer state, not learning.
-# * The attention models are well conditioned at ordinary learning rates
-#   (fp32-vs-fp64 drift ~1e-7).
+# * Kinks make single gradients discontinuous: in ResNet-18's 20-step run, the
+#   input of the max-pool at step 8 holds a near-tie that 1e-7 relative noise
+#   flips, which moves that step's conv1.weight gradient by 1.7e-2. Any fp32
+#   implementation may take the other side, so for these models the
+#   parameters and optimizer state after 20 steps (which sum such gradients)
+#   are reported but not required to match; the losses still are.
+# * The attention models (GELU, softmax, LayerNorm: smooth) are well
+#   conditioned at ordinary learning rates (fp32-vs-fp64 drift ~1e-7).
 _ATTENTION_SGD = {"lr": 0.01, "momentum": 0.9, "weight_decay": 1e-4}
 _ATTENTION_ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8,
                     "weight_decay": 0.01}
@@ -272,12 +282,14 @@ _ATTENTION_ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8,
 MODELS = {
     "resnet18": ModelSpec(
         "resnet18", build_resnet18, _image_data, batch=8, dropout_p=None,
+        smooth=False,
         sgd={"lr": 1e-6, "momentum": 0.9, "weight_decay": 1e-4},
         adamw={"lr": 3e-6, "betas": (0.9, 0.999), "eps": 1e-8,
                "weight_decay": 0.01},
         description="torchvision resnet18(num_classes=10), 3x32x32"),
     "mobilenetv2": ModelSpec(
         "mobilenetv2", build_mobilenetv2, _image_data, batch=8, dropout_p=0.2,
+        smooth=False,
         sgd={"lr": 3e-8, "momentum": 0.9, "weight_decay": 1e-4},
         adamw={"lr": 3e-7, "betas": (0.9, 0.999), "eps": 1e-8,
                "weight_decay": 0.01},
@@ -285,19 +297,20 @@ MODELS = {
                     " dropout=p), 3x32x32"),
     "transformer": ModelSpec(
         "transformer", build_transformer, _token_class_data, batch=2,
-        dropout_p=0.1, sgd=_ATTENTION_SGD, adamw=_ATTENTION_ADAMW,
+        dropout_p=0.1, sgd=_ATTENTION_SGD, adamw=_ATTENTION_ADAMW, smooth=True,
         description="nn.TransformerEncoder token classifier: vocab 50, "
                     "d_model 32, 4 heads, 2 layers, ff 64, gelu, batch_first, "
                     "seq 8, learned positions, mean-pool, 5 classes"),
     "gpt": ModelSpec(
         "gpt", build_gpt, _next_token_data, batch=2, dropout_p=0.1,
         loss=next_token_loss, sgd=_ATTENTION_SGD, adamw=_ATTENTION_ADAMW,
+        smooth=True,
         description="GPT decoder: vocab 50, d_model 32, 4 heads, 2 pre-LN "
                     "blocks, seq 8, causal-mask buffers, tied input/output "
                     "embeddings, next-token CE over logits.view(-1, V)"),
     "vit": ModelSpec(
         "vit", build_vit, _image_data, batch=2, dropout_p=0.1,
-        sgd=_ATTENTION_SGD, adamw=_ATTENTION_ADAMW,
+        sgd=_ATTENTION_SGD, adamw=_ATTENTION_ADAMW, smooth=True,
         description="torchvision VisionTransformer(image_size=32, "
                     "patch_size=8, num_layers=2, num_heads=4, hidden_dim=32, "
                     "mlp_dim=64, num_classes=10), head re-initialised"),

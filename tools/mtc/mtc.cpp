@@ -371,11 +371,33 @@ int runCompile(MLIRContext &context) {
                 " bytes); rematerialization is not implemented yet, so "
                 "raise the budget or lower the batch size");
 
+  // The inference model --export writes, with the trainer's weights.
+  std::optional<InferenceTemplate> exportModel;
+  ExportLayout exportLayout;
+  if (!forwardOnly) {
+    std::vector<std::string> weights;
+    auto step = (*module)->lookupSymbol<func::FuncOp>("train_step");
+    for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+      auto role = step.getArgAttrOfType<StringAttr>(i, "mtc.role");
+      auto name = step.getArgAttrOfType<StringAttr>(i, "mtc.name");
+      if (role && name &&
+          (role.getValue() == "param" || role.getValue() == "buffer"))
+        weights.push_back(name.getValue().str());
+    }
+    auto built = buildInferenceTemplate(inputPath, *options, weights);
+    if (!built)
+      return fail(built.takeError());
+    exportModel = std::move(*built);
+    for (const auto &w : exportModel->weights)
+      exportLayout.weights.push_back({w.name, w.offset});
+  }
+
   std::string source;
   llvm::raw_string_ostream os(source);
   std::vector<InitTensor> inits;
   if (llvm::Error err = emitTrainerSource(
-          **module, target, llvm::sys::path::filename(inputPath), os, inits))
+          **module, target, llvm::sys::path::filename(inputPath), os, inits,
+          exportModel ? &exportLayout : nullptr))
     return fail(std::move(err));
 
   if (noBuild) {
@@ -395,7 +417,8 @@ int runCompile(MLIRContext &context) {
   build.output = outputPath;
   build.verbose = verbose;
   auto buildStart = std::chrono::steady_clock::now();
-  if (llvm::Error err = buildTrainer(source, inits, build))
+  if (llvm::Error err = buildTrainer(
+          source, inits, build, exportModel ? &exportModel->bytes : nullptr))
     return fail(std::move(err));
   llvm::errs() << llvm::format("mtc: built %s (%s) in %.2fs; total %.2fs\n",
                                outputPath.c_str(), targetName.c_str(),

@@ -97,7 +97,8 @@ llvm::Error mtc::checkToolchain(Target target) {
 
 llvm::Error mtc::buildTrainer(const std::string &source,
                               const std::vector<InitTensor> &inits,
-                              const BuildOptions &options) {
+                              const BuildOptions &options,
+                              const std::string *exportModel) {
   bool cuda = options.target == Target::Cuda;
   std::string out = options.output;
   std::string sourcePath = out + (cuda ? ".cu" : ".cpp");
@@ -133,8 +134,20 @@ llvm::Error mtc::buildTrainer(const std::string &source,
       "  .global mtc_init_data\n  .global mtc_init_data_end\n"
       "mtc_init_data:\n  .incbin \"" +
       std::string(absoluteInit.str()) +
-      "\"\nmtc_init_data_end:\n  .byte 0\n"
-      "  .section .note.GNU-stack,\"\",@progbits\n";
+      "\"\nmtc_init_data_end:\n  .byte 0\n";
+  if (exportModel) {
+    std::string exportPath = out + ".export-template.onnx";
+    if (llvm::Error err = writeFile(exportPath, *exportModel))
+      return err;
+    llvm::SmallString<256> absoluteExport(exportPath);
+    llvm::sys::fs::make_absolute(absoluteExport);
+    assembly += "  .balign 64\n  .global mtc_export_data\n"
+                "  .global mtc_export_data_end\nmtc_export_data:\n"
+                "  .incbin \"" +
+                std::string(absoluteExport.str()) +
+                "\"\nmtc_export_data_end:\n  .byte 0\n";
+  }
+  assembly += "  .section .note.GNU-stack,\"\",@progbits\n";
   if (llvm::Error err = writeFile(asmPath, assembly))
     return err;
 

@@ -29,12 +29,19 @@ struct InitTensor {
   bool isBool = false;
 };
 
+/// Where the trained weights go in the exported inference model
+/// (`trainer --export`): initializer name -> byte offset.
+struct ExportLayout {
+  std::vector<std::pair<std::string, uint64_t>> weights;
+};
+
 /// Emits the trainer's source (C++ for the CPU, CUDA C++ for the GPU) for the
 /// planned `@train_step` of `module`, and collects the initial values the
 /// trainer needs. `modelName` appears in the banner and comments.
 llvm::Error emitTrainerSource(mlir::ModuleOp module, Target target,
                               llvm::StringRef modelName, llvm::raw_ostream &os,
-                              std::vector<InitTensor> &inits);
+                              std::vector<InitTensor> &inits,
+                              const ExportLayout *exportLayout = nullptr);
 
 } // namespace mtc
 

@@ -78,7 +78,8 @@ llvm::Error checkToolchain(Target target);
 /// runs the host (or CUDA) compiler to produce the trainer.
 llvm::Error buildTrainer(const std::string &source,
                          const std::vector<InitTensor> &inits,
-                         const BuildOptions &options);
+                         const BuildOptions &options,
+                         const std::string *exportModel = nullptr);
 
 } // namespace mtc
 

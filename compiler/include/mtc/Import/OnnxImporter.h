@@ -46,6 +46,27 @@ struct OnnxSummary {
   std::vector<std::pair<std::string, std::string>> unsupported;
 };
 
+/// An inference ONNX model the trainer fills with its trained weights.
+struct InferenceTemplate {
+  /// The serialized model; the weights' raw bytes are zero.
+  std::string bytes;
+  struct Weight {
+    std::string name;
+    uint64_t offset = 0; ///< of the raw float32 data in `bytes`
+    uint64_t size = 0;
+  };
+  std::vector<Weight> weights;
+};
+
+/// Builds the inference model of `path` for `trainer --export`: dropout
+/// becomes Identity, BatchNormalization uses its running statistics, and
+/// the loss output (the first, unless `options.appendLoss` added it) and
+/// the nodes and inputs only it needed are removed. The float initializers
+/// named in `weights` get placeholder data whose offsets are recorded.
+llvm::Expected<InferenceTemplate>
+buildInferenceTemplate(llvm::StringRef path, const ImportOptions &options,
+                       const std::vector<std::string> &weights);
+
 /// Reads and checks a model and summarizes it without importing it.
 llvm::Expected<OnnxSummary> summarizeOnnxFile(llvm::StringRef path,
                                               const ImportOptions &options);

@@ -57,6 +57,13 @@ struct TensorDesc {
   int owner; ///< Grad/State: index in the table of the parameter, else -1
 };
 
+/// Where the data of tensor `tensor` (an index in the table) goes in the
+/// exported ONNX model.
+struct ExportWeight {
+  int tensor;
+  uint64_t offset;
+};
+
 struct ModelDesc {
   const char *modelName;
   const char *target;    ///< "cpu" or "cuda"
@@ -81,6 +88,12 @@ struct ModelDesc {
   /// model forward once on whole input arrays and the Output tensors are
   /// written as .npy files; no training.
   bool inference = false;
+  /// The inference ONNX model `--export` writes: serialized by the compiler
+  /// with zeroed weights, filled from the arena at the given offsets.
+  const unsigned char *exportData = nullptr;
+  uint64_t exportSize = 0;
+  const ExportWeight *exportWeights = nullptr;
+  int numExportWeights = 0;
 };
 
 /// Parses the trainer command line and runs it; returns the process exit
