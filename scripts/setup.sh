@@ -12,7 +12,7 @@ packages=(
   llvm-19-dev libmlir-19-dev mlir-19-tools llvm-19-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
   libopenblas-dev libgtest-dev
-  python3-torch python3-onnx python3-numpy
+  python3-torch python3-torchvision python3-onnx python3-numpy libonnx-testdata
 )
 
 missing=()

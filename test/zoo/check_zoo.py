@@ -6,28 +6,35 @@ For --model NAME this
     variant where the model has dropout) with mtc_testlib's export call, and
     checks the files: onnx.checker, initializer names (`model.` + torch's
     state_dict names), Dropout nodes in training mode with the given ratio;
-  * computes the PyTorch references from the exported initial values: the
-    gradients of the first step, and 20-step trajectories for SGD (momentum,
-    weight decay) and AdamW: losses, final parameters, optimizer state, and
-    buffers (BatchNorm running statistics, the GPT's mask) after 5 and 20
-    steps;
+  * computes the PyTorch references, starting from the exported initializers,
+    on STEPS * batch samples (a fresh batch every step): the gradients of the
+    first step, and 20-step trajectories for SGD (momentum, weight decay) and
+    AdamW (losses; parameters, optimizer state and buffers such as BatchNorm
+    running statistics after 5 and 20 steps), plus PyTorch's own rounding
+    error for each (float64 runs, reordered batches: see NOISE_FP64);
   * compiles the p = 0 model with `mtc compile --target cpu` once per
-    optimizer and checks, each within 1e-4 relative: the gradients after one
-    step (`--dump-grads`), the 20-step loss trajectories (`--metrics`), the
-    parameters, optimizer state and buffers in `--save` checkpoints (BatchNorm
-    running statistics after 5 steps under their ONNX initializer names); and
-    that `--steps 0 --save` writes the ONNX initializers bitwise and a rerun
-    gives bitwise the same losses;
+    optimizer and requires, each within 1e-4 relative: the gradients after
+    one step (`--dump-grads`), the BatchNorm running statistics (and other
+    buffers) in the `--save` checkpoint after 5 steps, under their ONNX
+    initializer names, and every loss of the 20-step trajectories
+    (`--metrics`); that `--steps 0 --save` writes the ONNX initializers
+    bitwise, a rerun gives bitwise the same losses, and the files hold no
+    unexpected tensors. Parameters, optimizer state and buffers after 20 steps
+    are required to match too for the smooth models, and reported only for
+    the CNNs (ReLU/max-pool kinks make them ill-posed; see models.py);
   * compiles the p > 0 model and checks that dropout is deterministic: the
     same --seed gives bitwise identical losses, another seed other losses.
 
-When mtc cannot import the model yet (unsupported ONNX ops) the check says so
-in one line and fails; everything before the mtc call still runs.
+When mtc cannot import the model yet (unsupported ONNX ops, or an op form the
+importer refuses) the check says so in one line and fails; everything before
+the mtc call still runs.
 
---torch-only skips mtc and instead checks the references themselves: the same
-trajectory computed twice is bitwise identical, and float32 references agree
-with float64 ones (how far fp32 rounding alone moves the results: the 1e-4
-tolerances must stay well above it).
+--torch-only skips mtc and checks the references themselves: the same
+trajectory computed twice is bitwise identical, rounding-level input noise
+moves no step-0 gradient by more than a third of the tolerance, and the
+float32 loss trajectories stay within a fifth of it from float64 ones; it
+also prints PyTorch's own float32 error for everything compared (slow for
+the CNNs: ~15-40 s).
 
 Usage: check_zoo.py --model NAME --mtc PATH --work DIR [--target cpu]
        check_zoo.py --model NAME --work DIR --torch-only
@@ -194,6 +201,12 @@ class Report:
             self.failures.append(what + ((": " + detail) if detail else ""))
         return ok
 
+    def note(self, ok, what, detail=""):
+        """A comparison that is reported but cannot fail the check."""
+        print("  [%s] %s%s" % ("INFO" if ok else "INFO, over tol", what,
+                               ("  " + detail) if detail else ""), flush=True)
+        return ok
+
     def error(self, what, err):
         text = str(err)
         print("  [FAIL] %s\n%s" % (what, "\n".join(
@@ -207,7 +220,7 @@ def _norm(a):
 
 
 def compare_group(report, label, got, want, noise_ref, factor, tol,
-                  key=None):
+                  key=None, required=True):
     """Checks every tensor of `want` (PyTorch fp32) against `got` (mtc).
 
     A tensor passes when ||got - want|| <= tol * ||want||, or when the error
@@ -252,6 +265,8 @@ def compare_group(report, label, got, want, noise_ref, factor, tol,
     if bad:
         detail += "; %d over: %s" % (len(bad), "; ".join(bad[:6]) +
                                      (" ..." if len(bad) > 6 else ""))
+    if not required:
+        return report.note(not bad, label, detail)
     return report.check(not bad, label, detail)
 
 
@@ -276,17 +291,22 @@ def compare_losses(report, label, losses, ref32, ref_noise, key=None):
 
 
 def mtc_error_summary(err):
-    """A one-line summary when mtc refuses the model for unsupported ops."""
+    """One line for an mtc compile failure that is about importing the model
+    (unsupported ops, or an op's form the importer refuses); None otherwise.
+    The other configurations compile the same graph, so the check stops."""
     text = str(err)
-    if "unsupported ONNX ops" not in text:
-        return None
-    ops = {}
-    for m in re.finditer(r"^\s+(\S+) \(node '", text, re.M):
-        ops[m.group(1)] = ops.get(m.group(1), 0) + 1
-    listed = ", ".join("%s x%d" % kv for kv in sorted(
-        ops.items(), key=lambda kv: -kv[1]))
-    return "mtc cannot import it yet: unsupported ONNX ops: %s" % (
-        listed or "(see mtc's message)")
+    if "unsupported ONNX ops" in text:
+        ops = {}
+        for m in re.finditer(r"^\s+(\S+) \(node '", text, re.M):
+            ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+        listed = ", ".join("%s x%d" % kv for kv in sorted(
+            ops.items(), key=lambda kv: -kv[1]))
+        return "mtc cannot import it yet: unsupported ONNX ops: %s" % (
+            listed or "(see mtc's message)")
+    m = re.search(r"^mtc: error: (cannot import .*)$", text, re.M)
+    if m:
+        return "mtc cannot import it yet: %s" % m.group(1)
+    return None
 
 
 # ----------------------------------------------------------------------------
@@ -371,33 +391,38 @@ def run_mtc(report, args, exp0, exp1, data_dir, refs, grads_ref, buffers64,
             report.check(str(meta.get("step")) == str(STEPS),
                          "%s checkpoint metadata step" % name,
                          "got %r" % meta.get("step"))
+            # Kinks (ReLU, MaxPool) make these ill-posed: see models.py.
+            strict = exp0.spec.smooth
             compare_group(report, "%s params after %d steps" % (name, STEPS),
                           saved, r32["params"], rrev["params"],
                           NOISE_REORDERED, PARAM_TOL,
-                          key="params " + name)
+                          key="params " + name, required=strict)
             if slots:
                 compare_group(report, "%s optimizer state (%s)" % (
                     name, ", ".join(slots.values())), saved, r32["state"],
                     rrev["state"], NOISE_REORDERED, STATE_TOL,
-                    key="state " + name)
+                    key="state " + name, required=strict)
             if exp0.buffers:
                 compare_group(report, "%s buffers after %d steps" % (
                     name, STEPS), saved, r32["buffers"], rrev["buffers"],
                     NOISE_REORDERED, BUFFER_TOL,
-                    key="buffers@%d %s" % (STEPS, name))
+                    key="buffers@%d %s" % (STEPS, name), required=strict)
             expected = set(r32["params"]) | set(r32["state"]) | \
                 set(r32["buffers"])
             extra = sorted(set(saved) - expected)
             report.check(not extra, "%s no unexpected tensors in --save" %
                          name, ", ".join(extra[:10]))
             if name == wanted[0]:
-                again = os.path.join(out_dir, "metrics_again.jsonl")
-                tl.run_trainer(trainer, STEPS, data=data_dir, metrics=again)
+                # The BN_STEPS-step run of check_first_steps, again.
+                early = os.path.join(out_dir, "metrics%d.jsonl" % BN_STEPS)
                 first = [r["loss"] for r in tl.read_metrics(metrics)]
-                second = [r["loss"] for r in tl.read_metrics(again)]
-                report.check(first == second, "%s deterministic rerun" % name,
-                             "" if first == second else
-                             "%r vs %r" % (first[:3], second[:3]))
+                second = [r["loss"] for r in tl.read_metrics(early)]
+                same = first[:BN_STEPS] == second
+                report.check(same, "%s deterministic rerun (the first %d "
+                             "losses of two runs are bitwise equal)" % (
+                                 name, BN_STEPS),
+                             "" if same else "%r vs %r" % (
+                                 first[:3], second[:3]))
         except tl.HarnessError as e:
             report.error(name, e)
 
@@ -409,7 +434,8 @@ def run_mtc(report, args, exp0, exp1, data_dir, refs, grads_ref, buffers64,
 
 def check_first_steps(report, trainer, data_dir, out_dir, exp, grads_ref,
                       r32, buffers64):
-    """--steps 0 --save, --dump-grads after one step, buffers after 5 steps."""
+    """--steps 0 --save, --dump-grads after one step, buffers after 5 steps
+    (that run's losses also serve the determinism check)."""
     p0_path = os.path.join(out_dir, "initial.safetensors")
     tl.run_trainer(trainer, 0, data=data_dir, save=p0_path)
     p0, _ = tl.read_safetensors(p0_path)
@@ -436,9 +462,10 @@ def check_first_steps(report, trainer, data_dir, out_dir, exp, grads_ref,
     else:
         report.check(False, "gradient dump loss", "no \"loss\" metadata")
 
+    early_path = os.path.join(out_dir, "steps%d.safetensors" % BN_STEPS)
+    tl.run_trainer(trainer, BN_STEPS, data=data_dir, save=early_path,
+                   metrics=os.path.join(out_dir, "metrics%d.jsonl" % BN_STEPS))
     if exp.buffers:
-        early_path = os.path.join(out_dir, "steps%d.safetensors" % BN_STEPS)
-        tl.run_trainer(trainer, BN_STEPS, data=data_dir, save=early_path)
         early, _ = tl.read_safetensors(early_path)
         compare_group(report, "buffers after %d steps (BatchNorm running "
                       "statistics, masks)" % BN_STEPS, early,
@@ -515,6 +542,22 @@ def torch_self_checks(report, exp0, data, configs, wanted, refs, grads_ref,
     loss32, g32, g64 = grads_ref
     print("  [INFO] torch fp32 vs fp64 gradients: worst rel err %.1e (%s)" %
           worst(g32, g64))
+    # Kinks: does rounding-level noise on the input move a gradient by more
+    # than the tolerance (a ReLU or max-pool choice flipping)?
+    noisy = dict(data)
+    if data["input"].dtype.kind == "f":
+        rng = np.random.default_rng(1)
+        noisy["input"] = (data["input"] * (1 + 1e-7 * rng.standard_normal(
+            data["input"].shape))).astype(data["input"].dtype)
+        _, gn = torch_gradients(exp0, noisy)
+        w = max(((_norm(gn[n] - g32[n]) / max(_norm(g32[n]), 1e-30), n)
+                 for n in g32 if _norm(g32[n] - g64[n]) <=
+                 GRAD_TOL * _norm(g32[n])), default=(0.0, "-"))
+        report.check(w[0] <= GRAD_TOL / 3, "torch step-0 gradients under 1e-7 "
+                     "relative input noise move at most %.0e (no kink "
+                     "flips; the 1e-4 check has room)" % (GRAD_TOL / 3),
+                     "worst %.1e (%s), not counting tensors that are "
+                     "rounding noise" % w)
     if exp0.buffers:
         print("  [INFO] torch fp32 vs fp64 buffers after %d steps: worst rel "
               "err %.1e (%s)" % ((BN_STEPS,) + worst(r32["buffers_early"],

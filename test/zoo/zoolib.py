@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
 import mtc_testlib as tl  # noqa: E402
-import models  # noqa: E402
+import models  # noqa: E402,F401  (re-exported for the scripts)
 
 # What mtc imports today (README "What works today" and the importer's list
 # of supported ops); ops whose name is here may still be supported only as
@@ -333,43 +333,6 @@ class GraphInfo:
     def shape_text(self, name):
         s = self.shapes.get(name)
         return "?" if s is None else "[%s]" % ",".join(str(d) for d in s)
-
-    def source(self, name):
-        """Where a value comes from, in words (for one input of a node)."""
-        if name in self.inits:
-            kind = "param" if name in self.params else "buffer"
-            return "%s %s" % (kind, name)
-        if name in self.inputs:
-            return "graph input %s" % name
-        node = self.producer.get(name)
-        c = self.cls.get(name, RUNTIME)
-        if c == CONST:
-            v = self.value.get(name)
-            origin = "Constant" if node is not None and \
-                node.op_type == "Constant" else "computed from constants"
-            if v is None:
-                return "%s (value not evaluated)" % origin
-            return "%s %s" % (origin, _value_text(v))
-        if c in (BUFFER, PARAM):
-            return "%s of %s only (%s)" % (node.op_type if node else "?",
-                                          "buffers" if c == BUFFER else
-                                          "initializers", ", ".join(
-                                              self.init_roots(name)))
-        return "runtime (%s)" % (node.op_type if node else "?")
-
-    def init_roots(self, name, limit=3):
-        roots, stack, seen = [], [name], set()
-        while stack:
-            n = stack.pop()
-            if n in seen:
-                continue
-            seen.add(n)
-            if n in self.inits:
-                roots.append(n)
-            elif n in self.producer:
-                stack.extend(i for i in self.producer[n].input if i)
-        roots = sorted(set(roots))
-        return roots[:limit] + (["..."] if len(roots) > limit else [])
 
     def used(self, name):
         return bool(self.consumers.get(name)) or name in self.outputs

@@ -677,6 +677,12 @@ void Emitter::emitOpBody(Operation *op) {
                "(in1 >= " + lo + " && in1 <= " + hi + ") ? in0 : 0.0f");
       })
       .Case([&](SelectOp) { binary("select", "in0 ? in1 : in2"); })
+      .Case([&](CompareOp c) {
+        StringRef p = c.getPredicate();
+        std::string symbol = p == "eq" ? "==" : p == "lt" ? "<" : ">";
+        binary("compare", "(in0 " + symbol + " in1) ? 1 : 0");
+      })
+      .Case([&](NotOp) { unary("not", "in0 ? 0 : 1", "in0 ? 0 : 1"); })
       .Case([&](BatchNormTrainOp bn) {
         ArrayRef<int64_t> x = shapeOf(bn.getInput());
         int64_t inner = numel(bn.getInput()) / (x[0] * x[1]);

@@ -550,6 +550,6 @@ mtc::import::resolveReshape(ImportContext &ctx, ArrayRef<int64_t> input,
 void mtc::import::registerFoldOnlyImporters(
     llvm::StringMap<OpImporter> &table) {
   for (const char *op :
-       {"ConstantOfShape", "Equal", "Not", "Range", "Shape", "Trilu"})
+       {"ConstantOfShape", "Range", "Shape", "Trilu"})
     table[op] = importFoldOnly;
 }

@@ -17,6 +17,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <onnx/onnx_pb.h>
 
@@ -91,6 +92,12 @@ public:
   void bindKnown(int i, KnownTensor tensor);
   /// Whether output `i` is used (non-empty name).
   bool hasOutput(int i) const;
+  /// Whether output `i` is read by another node or is a graph output.
+  bool isOutputRead(int i) const {
+    return hasOutput(i) && readNames.count(node->output(i));
+  }
+  /// Names read by some node or produced as graph outputs.
+  llvm::StringSet<> readNames;
 
   // Graph-level state -------------------------------------------------------
 

@@ -345,6 +345,43 @@ llvm::Expected<RankedTensorType> inputType(Builder &b,
   return RankedTensorType::get(shape, element);
 }
 
+/// Checks that a graph output keeps the element type the model declares.
+/// mtc computes only f32, i64 and i1 tensors; import-time folding of, e.g.,
+/// an INT32 or DOUBLE computation would otherwise silently change the
+/// output's type.
+llvm::Error checkOutputType(const onnx::ValueInfoProto &info, Value value) {
+  if (!info.type().has_tensor_type() ||
+      info.type().tensor_type().elem_type() == onnx::TensorProto::UNDEFINED)
+    return llvm::Error::success();
+  int32_t declared = info.type().tensor_type().elem_type();
+  Type element = cast<RankedTensorType>(value.getType()).getElementType();
+  bool same;
+  switch (declared) {
+  case onnx::TensorProto::FLOAT:
+    same = element.isF32();
+    break;
+  case onnx::TensorProto::INT64:
+    same = element.isInteger(64);
+    break;
+  case onnx::TensorProto::BOOL:
+    same = element.isInteger(1);
+    break;
+  default:
+    return makeError("graph output '" + info.name() + "' has element type " +
+                     dtypeName(declared) +
+                     "; mtc supports FLOAT, INT64 and BOOL outputs");
+  }
+  if (!same) {
+    std::string computed;
+    llvm::raw_string_ostream os(computed);
+    os << element;
+    return makeError("graph output '" + info.name() + "' is declared " +
+                     dtypeName(declared) + " but mtc computes it as " +
+                     computed);
+  }
+  return llvm::Error::success();
+}
+
 int64_t defaultOpset(const onnx::ModelProto &model) {
   for (const auto &op : model.opset_import())
     if (op.domain().empty() || op.domain() == "ai.onnx")
@@ -503,6 +540,11 @@ mtc::importOnnxFile(MLIRContext &context, StringRef path,
   b.setInsertionPointToStart(body);
 
   ImportContext ctx(b, opset, options.evalMode);
+  for (const auto &node : graph.node())
+    for (const std::string &in : node.input())
+      ctx.readNames.insert(in);
+  for (const auto &output : graph.output())
+    ctx.readNames.insert(output.name());
   for (unsigned i = 0; i < argNames.size(); ++i)
     ctx.bindName(argNames[i], body->getArgument(i));
   for (auto &entry : knownInits)
@@ -553,6 +595,8 @@ mtc::importOnnxFile(MLIRContext &context, StringRef path,
     if (failed(v))
       return makeError("graph output '" + output.name() +
                        "' is not produced by any node");
+    if (llvm::Error err = checkOutputType(output, *v))
+      return err;
     results.push_back(*v);
     resultAttrs.push_back(
         b.getDictionaryAttr(b.getNamedAttr(attr::kName,

@@ -99,6 +99,32 @@ LogicalResult importCast(ImportContext &ctx) {
   return success();
 }
 
+template <const char *Predicate>
+LogicalResult importCompare(ImportContext &ctx) {
+  auto a = ctx.input(0), b = ctx.input(1);
+  if (failed(a) || failed(b))
+    return failure();
+  if (cast<RankedTensorType>(a->getType()).getElementType() !=
+      cast<RankedTensorType>(b->getType()).getElementType())
+    return ctx.fail("operands have different element types");
+  if (failed(broadcastShapes(shapeOf(*a), shapeOf(*b))))
+    return ctx.fail("operand shapes do not broadcast");
+  OpBuilder &bld = ctx.builder;
+  ctx.bind(0, bld.create<CompareOp>(ctx.loc(), *a, *b,
+                                    bld.getStringAttr(Predicate)));
+  return success();
+}
+
+constexpr char kEq[] = "eq", kLt[] = "lt", kGt[] = "gt";
+
+LogicalResult importNot(ImportContext &ctx) {
+  auto x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  ctx.bind(0, ctx.builder.create<NotOp>(ctx.loc(), x->getType(), *x));
+  return success();
+}
+
 } // namespace
 
 void mtc::import::registerElementwiseImporters(
@@ -108,7 +134,11 @@ void mtc::import::registerElementwiseImporters(
   table["Cast"] = importCast;
   table["Clip"] = importClip;
   table["Erf"] = importUnary<ErfOp>;
+  table["Equal"] = importCompare<kEq>;
   table["Exp"] = importUnary<ExpOp>;
+  table["Greater"] = importCompare<kGt>;
+  table["Less"] = importCompare<kLt>;
+  table["Not"] = importNot;
   table["Log"] = importUnary<LogOp>;
   table["Mul"] = importBinary<MulOp>;
   table["Neg"] = importUnary<NegOp>;

@@ -155,8 +155,8 @@ LogicalResult importDropout(ImportContext &ctx) {
     ratio = ctx.floatAttr("ratio", 0.5f);
     training = !ctx.intAttr("is_test", 0);
   }
-  if (ctx.hasOutput(1))
-    return ctx.fail("the mask output is not supported");
+  if (ctx.isOutputRead(1))
+    return ctx.fail("reading the mask output is not supported");
   if (ratio < 0.0f || ratio >= 1.0f)
     return ctx.fail("ratio must lie in [0, 1), got " + std::to_string(ratio));
   if (!training || ratio == 0.0f || ctx.evalMode) {

@@ -401,6 +401,50 @@ LogicalResult importExpand(ImportContext &ctx) {
   return success();
 }
 
+LogicalResult importSplit(ImportContext &ctx) {
+  auto x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(*x);
+  int64_t rank = shape.size();
+  auto axis = normalizeAxis(ctx, ctx.intAttr("axis", 0), rank);
+  if (failed(axis))
+    return failure();
+  int outputs = ctx.node->output_size();
+  std::vector<int64_t> sizes;
+  if (ctx.opset >= 13 && ctx.hasInput(1)) {
+    auto split = ctx.constInts(1);
+    if (!split)
+      return ctx.fail("split sizes must be a compile-time constant");
+    sizes = *split;
+  } else if (ctx.attr("split")) {
+    sizes = ctx.intsAttr("split", {});
+  } else {
+    int64_t parts = ctx.intAttr("num_outputs", outputs);
+    int64_t chunk = (shape[*axis] + parts - 1) / parts;
+    for (int64_t i = 0, left = shape[*axis]; i < parts; ++i, left -= chunk)
+      sizes.push_back(std::min(chunk, left));
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes)
+    total += s;
+  if (static_cast<int>(sizes.size()) != outputs || total != shape[*axis])
+    return ctx.fail("split sizes do not add up to dim " + Twine(*axis));
+  OpBuilder &b = ctx.builder;
+  int64_t start = 0;
+  for (int i = 0; i < outputs; ++i) {
+    SmallVector<int64_t> starts(rank, 0), steps(rank, 1), size(shape);
+    starts[*axis] = start;
+    size[*axis] = sizes[i];
+    ctx.bind(i, b.create<SliceOp>(
+                    ctx.loc(), RankedTensorType::get(size, elementOf(*x)), *x,
+                    b.getDenseI64ArrayAttr(starts),
+                    b.getDenseI64ArrayAttr(steps)));
+    start += sizes[i];
+  }
+  return success();
+}
+
 } // namespace
 
 void mtc::import::registerShapeImporters(llvm::StringMap<OpImporter> &table) {
@@ -409,6 +453,7 @@ void mtc::import::registerShapeImporters(llvm::StringMap<OpImporter> &table) {
   table["Expand"] = importExpand;
   table["Gather"] = importGather;
   table["Slice"] = importSlice;
+  table["Split"] = importSplit;
   table["Squeeze"] = importSqueeze;
   table["Unsqueeze"] = importUnsqueeze;
   table["Flatten"] = importFlatten;

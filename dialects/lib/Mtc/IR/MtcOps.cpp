@@ -492,8 +492,29 @@ LogicalResult LogSoftmaxOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
-// Select
+// Compare and select
 //===----------------------------------------------------------------------===//
+
+LogicalResult CompareOp::inferReturnTypes(MLIRContext *context,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  auto shape = broadcastShapes(shapeOf(adaptor.getLhs()),
+                               shapeOf(adaptor.getRhs()));
+  if (failed(shape))
+    return emitOptionalError(loc, "operand shapes do not broadcast");
+  types.push_back(tensorOf(*shape, IntegerType::get(context, 1)));
+  return success();
+}
+
+LogicalResult CompareOp::verify() {
+  StringRef p = getPredicate();
+  if (p != "eq" && p != "lt" && p != "gt")
+    return emitOpError("predicate must be eq, lt or gt, got '") << p << "'";
+  if (elementOf(getLhs()) != elementOf(getRhs()))
+    return emitOpError("operand element types differ");
+  return success();
+}
 
 LogicalResult SelectOp::inferReturnTypes(MLIRContext *,
                                          std::optional<Location> loc,

@@ -111,6 +111,41 @@ def Mtc_ClipGradOp : Mtc_ComputeOp<"clip_grad", [SameOperandsAndResultType]> {
   let assemblyFormat = "$grad `,` $input attr-dict `:` type($output)";
 }
 
+def Mtc_CompareOp : Mtc_ComputeOp<"compare", [InferTypeOpAdaptor]> {
+  let summary = "Elementwise comparison with broadcasting";
+  let description = [{
+    `y = a <predicate> b` as booleans; `predicate` is `eq`, `lt` or `gt`
+    (ONNX Equal, Less, Greater). Not differentiable.
+
+    Example:
+
+    ```mlir
+    %m = mtc.compare %a, %b {predicate = "eq"} : (tensor<1x1x8x8xf32>,
+           tensor<f32>) -> tensor<1x1x8x8xi1>
+    ```
+  }];
+  let arguments = (ins Mtc_AnyTensor:$lhs, Mtc_AnyTensor:$rhs,
+                   StrAttr:$predicate);
+  let results = (outs Mtc_BoolTensor:$output);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_NotOp : Mtc_ComputeOp<"not", [SameOperandsAndResultType]> {
+  let summary = "Elementwise logical not";
+  let description = [{
+    Example:
+
+    ```mlir
+    %n = mtc.not %m : tensor<8x8xi1>
+    ```
+  }];
+  let arguments = (ins Mtc_BoolTensor:$input);
+  let results = (outs Mtc_BoolTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+}
+
 def Mtc_SelectOp : Mtc_DiffOp<"select", [InferTypeOpAdaptor]> {
   let summary = "Elementwise choice with broadcasting (ONNX Where)";
   let description = [{
