@@ -289,9 +289,13 @@ Status NpyArray::parse(const unsigned char *bytes, uint64_t size,
     elementType = DType::I64;
     itemSize = 4;
     widen = true;
+  } else if (descr == "|b1") {
+    elementType = DType::Bool;
+    itemSize = 1;
   } else {
     return fail("dtype '" + descr +
-                "' is not supported (use '<f4' float32 or '<i8' int64)");
+                "' is not supported (use '<f4' float32, '<i8' int64 or "
+                "'|b1' bool)");
   }
 
   uint64_t count = 1;

@@ -65,12 +65,11 @@ MIN_OPSET = 11
 # them, with a non-zero exit status and no crash.
 # ----------------------------------------------------------------------------
 
-_UINT8 = "has element type UINT8; mtc supports FLOAT and INT64 inputs"
-_INT8 = "has element type INT8; mtc supports FLOAT and INT64 inputs"
-_INT32 = "has element type INT32; mtc supports FLOAT and INT64 inputs"
-_BOOL = "has element type BOOL; mtc supports FLOAT and INT64 inputs"
+_UINT8 = "has element type UINT8; mtc supports FLOAT, INT64 and BOOL inputs"
+_INT8 = "has element type INT8; mtc supports FLOAT, INT64 and BOOL inputs"
+_INT32 = "has element type INT32; mtc supports FLOAT, INT64 and BOOL inputs"
 _CAST_TO = "casting tensors computed at run time to %s is not supported"
-_IN = "input '%s' has element type %s; mtc supports FLOAT and INT64 inputs"
+_IN = "input '%s' has element type %s; mtc supports FLOAT, INT64 and BOOL inputs"
 _SCE_WEIGHTS = "class weights are not supported"
 _POOL_RANK = "only 2-D (NCHW) inputs are supported, got rank %d"
 _INT32_OUT = ("graph output '%s' has element type INT32; mtc supports FLOAT, "
@@ -89,9 +88,6 @@ EXPECTED_REFUSALS = {
     # Pad's edge and reflect tests feed INT32 data (refused before the mode).
     "test_edge_pad": _INT32,
     "test_reflect_pad": _INT32,
-    # Where: the condition is a bool graph input.
-    "test_where_example": _BOOL,
-    "test_where_long_example": _BOOL,
     # Cast and CastLike between types mtc does not have.
     "test_cast_BFLOAT16_to_FLOAT": _IN % ("input", "BFLOAT16"),
     "test_cast_DOUBLE_to_FLOAT": _IN % ("input", "DOUBLE"),
@@ -113,13 +109,13 @@ EXPECTED_REFUSALS = {
     "test_castlike_FLOAT_to_DOUBLE_expanded": _IN % ("like", "DOUBLE"),
     "test_castlike_FLOAT_to_FLOAT16_expanded": _IN % ("like", "FLOAT16"),
     "test_castlike_FLOAT_to_STRING_expanded": _IN % ("like", "STRING"),
-    # Equal and Range on INT32, Not on BOOL graph inputs.
+    # Where choosing between int64 tensors at run time.
+    "test_where_long_example":
+        "choosing between integer tensors at run time is not supported",
+    # Equal and Range on INT32.
     "test_range_int32_type_negative_delta": _IN % ("start", "INT32"),
     "test_equal": _INT32,
     "test_equal_bcast": _INT32,
-    "test_not_2d": _BOOL,
-    "test_not_3d": _BOOL,
-    "test_not_4d": _BOOL,
     # ConstantOfShape with an INT32 value: folded at import, but mtc has no
     # INT32 tensors.
     "test_constantofshape_int_shape_zero": _INT32_OUT % "y",

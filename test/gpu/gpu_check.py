@@ -6,9 +6,11 @@ Usage: gpu_check.py --mtc BUILD/bin/mtc --work DIR [--build BUILD]
 
 Steps, each printed with its figures:
   1. the runtime's CUDA kernel unit tests (mtc-runtime-cuda-tests);
-  2. for the MLP and the CNN, check_model.py on the cpu and on the cuda
-     target (gradients after one step and 20-step SGD / AdamW trajectories
-     against PyTorch, relative error <= 1e-4);
+  2. for the MLP and the CNN (check_model.py) and the zoo (check_zoo.py:
+     ResNet-18, MobileNetV2, TransformerEncoder, GPT, ViT), the end-to-end
+     checks on the cpu and on the cuda target (gradients after one step,
+     20-step SGD / AdamW trajectories, BatchNorm statistics, against
+     PyTorch);
   3. cuda vs cpu: every step's loss and every saved tensor after 20 steps,
      relative error <= 1e-4.
 Exit status 0 only when everything passes.
@@ -61,8 +63,11 @@ def main():
     else:
         results.append(("runtime CUDA kernel tests", False, "mtc-runtime-cuda-tests not built"))
 
-    check = os.path.join(HERE, "..", "e2e", "check_model.py")
-    for model in ["mlp", "cnn"]:
+    e2e = os.path.join(HERE, "..", "e2e", "check_model.py")
+    zoo = os.path.join(HERE, "..", "zoo", "check_zoo.py")
+    models = [("mlp", e2e), ("cnn", e2e)] + [
+        (m, zoo) for m in ["resnet18", "mobilenetv2", "transformer", "gpt", "vit"]]
+    for model, check in models:
         dirs = {}
         for target in ["cpu", args.device_target]:
             work = os.path.join(args.work, f"{model}-{target}" + ("-again" if target in dirs else ""))
@@ -77,6 +82,8 @@ def main():
                             "; ".join(worst) + f" ({secs:.1f}s)"))
         # cuda vs cpu on the same model, data and flags.
         for config in ["sgd", "sgd-nesterov", "adamw"]:
+            if not os.path.exists(os.path.join(dirs["cpu"], config, "metrics.jsonl")):
+                continue  # not a configuration of this model's check
             try:
                 cpu_loss = lib.read_losses(os.path.join(dirs["cpu"], config, "metrics.jsonl"))
                 second = dirs.get(args.device_target + "-again", dirs[args.device_target])

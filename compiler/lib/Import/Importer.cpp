@@ -238,6 +238,8 @@ Type elementTypeOf(Builder &b, int32_t dtype) {
     return b.getF32Type();
   case onnx::TensorProto::INT64:
     return b.getI64Type();
+  case onnx::TensorProto::BOOL:
+    return b.getI1Type();
   default:
     return nullptr;
   }
@@ -333,7 +335,7 @@ llvm::Expected<RankedTensorType> inputType(Builder &b,
   if (!element)
     return makeError("input '" + info.name() + "' has element type " +
                      dtypeName(tensor.elem_type()) +
-                     "; mtc supports FLOAT and INT64 inputs");
+                     "; mtc supports FLOAT, INT64 and BOOL inputs");
   if (!tensor.has_shape())
     return makeError("input '" + info.name() + "' has no shape");
   SmallVector<int64_t> shape;
