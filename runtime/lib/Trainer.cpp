@@ -541,6 +541,39 @@ struct DeviceSession {
   }
 };
 
+/// Allocates the one arena, zeroed.
+Status allocateArena(Context &ctx, const ModelDesc &desc,
+                     DeviceSession &session) {
+  if (Status s = device::allocate(desc.arenaBytes, &session.arena); !s.ok())
+    return s;
+  return device::memsetZero(ctx, session.arena, desc.arenaBytes);
+}
+
+/// Copies the embedded initial values of parameters, buffers and constants
+/// into the arena.
+Status loadInitialValues(Context &ctx, const ModelDesc &desc,
+                         unsigned char *arena) {
+  const char *what = "initial values embedded in the program";
+  SafetensorsReader init;
+  if (desc.initSize > 0)
+    if (Status s = init.parse(desc.initData, desc.initSize, what); !s.ok())
+      return s;
+  for (int i = 0; i < desc.numTensors; ++i) {
+    const TensorDesc &t = desc.tensors[i];
+    if (t.role != Role::Param && t.role != Role::Buffer &&
+        t.role != Role::Constant)
+      continue;
+    const SafetensorsTensor *entry = init.find(t.name);
+    if (!entry)
+      return Status::error("invalid model description (a compiler bug): no "
+                           "initial value for '" +
+                           std::string(t.name) + "'");
+    if (Status s = copyTensorIn(ctx, arena, t, init, *entry, what); !s.ok())
+      return s;
+  }
+  return Status::success();
+}
+
 /// Copies the tensors with the given roles to host buffers and writes them.
 Status writeTensors(Context &ctx, const ModelDesc &desc, unsigned char *arena,
                     const std::string &path, bool grads,
@@ -761,44 +794,14 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
       }
     }
   }
-  if (Status s = device::allocate(desc.arenaBytes, &session.arena); !s.ok()) {
+  if (Status s = allocateArena(ctx, desc, session); !s.ok()) {
     printError(s.message());
     return kExitFailure;
   }
   unsigned char *arena = session.arena;
-  if (Status s = device::memsetZero(ctx, arena, desc.arenaBytes); !s.ok()) {
+  if (Status s = loadInitialValues(ctx, desc, arena); !s.ok()) {
     printError(s.message());
     return kExitFailure;
-  }
-
-  // Initial values of parameters and buffers.
-  SafetensorsReader init;
-  if (desc.initSize > 0) {
-    if (Status s = init.parse(desc.initData, desc.initSize,
-                              "initial values embedded in the trainer");
-        !s.ok()) {
-      printError(s.message());
-      return kExitFailure;
-    }
-  }
-  for (int i = 0; i < desc.numTensors; ++i) {
-    const TensorDesc &t = desc.tensors[i];
-    if (t.role != Role::Param && t.role != Role::Buffer &&
-        t.role != Role::Constant)
-      continue;
-    const SafetensorsTensor *entry = init.find(t.name);
-    if (!entry) {
-      printError("invalid model description (a compiler bug): no initial "
-                 "value for '" +
-                 std::string(t.name) + "'");
-      return kExitFailure;
-    }
-    if (Status s = copyTensorIn(ctx, arena, t, init, *entry,
-                                "initial values embedded in the trainer");
-        !s.ok()) {
-      printError(s.message());
-      return kExitFailure;
-    }
   }
 
   int64_t startStep = 0;
@@ -1065,38 +1068,18 @@ int inferenceMain(int argc, char **argv, const ModelDesc &desc) {
     return kExitFailure;
   }
   session.initialized = true;
-  if (Status s = device::allocate(desc.arenaBytes, &session.arena); !s.ok()) {
+  if (Status s = allocateArena(ctx, desc, session); !s.ok()) {
     printError(s.message());
     return kExitFailure;
   }
   unsigned char *arena = session.arena;
-  if (Status s = device::memsetZero(ctx, arena, desc.arenaBytes); !s.ok()) {
+  if (Status s = loadInitialValues(ctx, desc, arena); !s.ok()) {
     printError(s.message());
     return kExitFailure;
   }
-  SafetensorsReader init;
-  if (desc.initSize > 0)
-    if (Status s = init.parse(desc.initData, desc.initSize,
-                              "initial values embedded in the program");
-        !s.ok()) {
-      printError(s.message());
-      return kExitFailure;
-    }
   for (int i = 0; i < desc.numTensors; ++i) {
     const TensorDesc &t = desc.tensors[i];
-    if (t.role == Role::Param || t.role == Role::Buffer ||
-        t.role == Role::Constant) {
-      const SafetensorsTensor *entry = init.find(t.name);
-      if (!entry) {
-        printError(std::string("no initial value for '") + t.name + "'");
-        return kExitFailure;
-      }
-      if (Status s = copyTensorIn(ctx, arena, t, init, *entry, "the program");
-          !s.ok()) {
-        printError(s.message());
-        return kExitFailure;
-      }
-    } else if (t.role == Role::Input) {
+    if (t.role == Role::Input) {
       NpyArray array;
       std::string path = inputs + "/" + t.name + ".npy";
       if (Status s = array.open(path); !s.ok()) {
