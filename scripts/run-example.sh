@@ -27,5 +27,8 @@ echo "== training 300 steps"
 "$work/trainer" --data "$work/data" --steps 300 --log-every 25 \
   --metrics "$work/metrics.jsonl" --save "$work/final.safetensors"
 echo
+echo "== evaluating the trained weights (dropout off, BatchNorm on running stats)"
+"$work/trainer" --data "$work/data" --eval --load "$work/final.safetensors" | grep '^eval'
+echo
 echo "memory report: $work/report.json; metrics: $work/metrics.jsonl;" \
   "checkpoint: $work/final.safetensors"
