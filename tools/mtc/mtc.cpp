@@ -46,6 +46,9 @@ static cl::SubCommand compileCmd(
                "executable");
 static cl::SubCommand importCmd(
     "import", "Import an ONNX model and print it in the mtc dialect");
+static cl::SubCommand planCmd(
+    "plan", "Plan the training step's memory without building a trainer: "
+            "the breakdown, the timeline and whether --mem-budget holds");
 static cl::SubCommand inspectCmd(
     "inspect", "Summarize an ONNX model: inputs, outputs, parameters, op "
                "histogram and the ops mtc does not support");
@@ -56,38 +59,38 @@ static cl::OptionCategory buildCat("Output options");
 
 static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
                                       cl::desc("<model.onnx>"),
-                                      cl::sub(compileCmd), cl::sub(importCmd),
+                                      cl::sub(compileCmd), cl::sub(planCmd), cl::sub(importCmd),
                                       cl::sub(inspectCmd));
 static cl::list<std::string>
     dims("dim", cl::desc("Bind a symbolic input dim: --dim NAME=VALUE "
                          "(repeatable)"),
-         cl::value_desc("NAME=VALUE"), cl::sub(compileCmd), cl::sub(importCmd),
+         cl::value_desc("NAME=VALUE"), cl::sub(compileCmd), cl::sub(planCmd), cl::sub(importCmd),
          cl::sub(inspectCmd), cl::cat(modelCat));
 static cl::opt<std::string>
     lossKind("loss",
              cl::desc("Append a loss to a model whose first output is logits "
                       "(cross-entropy) or predictions (mse); the labels "
                       "become a new graph input (see --labels)"),
-             cl::value_desc("cross-entropy|mse"), cl::sub(compileCmd),
+             cl::value_desc("cross-entropy|mse"), cl::sub(compileCmd), cl::sub(planCmd),
              cl::sub(importCmd), cl::cat(modelCat));
 static cl::opt<std::string>
     labelsName("labels",
                cl::desc("Name of the labels input --loss adds (default "
                         "labels)"),
-               cl::value_desc("NAME"), cl::init("labels"), cl::sub(compileCmd),
+               cl::value_desc("NAME"), cl::init("labels"), cl::sub(compileCmd), cl::sub(planCmd),
                cl::sub(importCmd), cl::cat(modelCat));
 static cl::list<std::string>
     freezeGlobs("freeze",
                 cl::desc("Keep the parameters whose ONNX name matches GLOB "
                          "frozen: no gradient, no optimizer state "
                          "(repeatable)"),
-                cl::value_desc("GLOB"), cl::sub(compileCmd),
+                cl::value_desc("GLOB"), cl::sub(compileCmd), cl::sub(planCmd),
                 cl::cat(trainCat));
 static cl::list<std::string>
     trainGlobs("train",
                cl::desc("Train only the parameters whose ONNX name matches "
                         "GLOB (repeatable); --freeze still applies"),
-               cl::value_desc("GLOB"), cl::sub(compileCmd), cl::cat(trainCat));
+               cl::value_desc("GLOB"), cl::sub(compileCmd), cl::sub(planCmd), cl::cat(trainCat));
 
 static cl::opt<std::string>
     outputPath("o", cl::desc("Path of the trainer executable (default: "
@@ -109,10 +112,16 @@ static cl::opt<std::string>
               cl::desc("Device memory the step may use, e.g. 24GB, 24GiB, "
                        "1.5G, 800MB or bytes (GB = 10^9, GiB = 2^30); a plan "
                        "over it is an error"),
-              cl::value_desc("SIZE"), cl::sub(compileCmd), cl::cat(buildCat));
+              cl::value_desc("SIZE"), cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
+static cl::opt<std::string>
+    timelinePath("timeline",
+                 cl::desc("Draw the step's memory over the schedule, by "
+                          "category, as an SVG file"),
+                 cl::value_desc("FILE.svg"), cl::sub(compileCmd),
+                 cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<std::string>
     reportPath("report", cl::desc("Write the memory report as JSON to FILE"),
-               cl::value_desc("FILE.json"), cl::sub(compileCmd),
+               cl::value_desc("FILE.json"), cl::sub(compileCmd), cl::sub(planCmd),
                cl::cat(buildCat));
 static cl::opt<bool>
     noBuild("no-build", cl::desc("Write the generated sources but do not run "
@@ -121,56 +130,56 @@ static cl::opt<bool>
 static cl::opt<std::string>
     printIr("print-ir", cl::desc("Print the planned IR to FILE ('-' for "
                                  "stdout)"),
-            cl::value_desc("FILE"), cl::sub(compileCmd), cl::cat(buildCat));
+            cl::value_desc("FILE"), cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> forwardOnly(
     "forward-only",
     cl::desc("Build an inference program instead of a trainer: it runs the "
              "model forward once on <input>.npy files and writes "
              "<output>.npy files (no autodiff, no optimizer)"),
-    cl::sub(compileCmd), cl::cat(buildCat));
+    cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> verbose("v", cl::desc("Print the build commands"),
                              cl::sub(compileCmd), cl::cat(buildCat));
 
 static cl::opt<std::string>
     optimizer("optimizer", cl::desc("Update rule: sgd or adamw"),
               cl::value_desc("sgd|adamw"), cl::init("sgd"),
-              cl::sub(compileCmd), cl::cat(trainCat));
+              cl::sub(compileCmd), cl::sub(planCmd), cl::cat(trainCat));
 static cl::opt<double> lr("lr", cl::desc("Learning rate (default 0.01)"),
-                          cl::init(0.01), cl::sub(compileCmd),
+                          cl::init(0.01), cl::sub(compileCmd), cl::sub(planCmd),
                           cl::cat(trainCat));
 static cl::opt<double> momentum("momentum",
                                 cl::desc("SGD momentum (default 0)"),
-                                cl::init(0.0), cl::sub(compileCmd),
+                                cl::init(0.0), cl::sub(compileCmd), cl::sub(planCmd),
                                 cl::cat(trainCat));
 static cl::opt<bool> nesterov("nesterov",
                               cl::desc("SGD Nesterov momentum (needs "
                                        "--momentum > 0)"),
-                              cl::sub(compileCmd), cl::cat(trainCat));
+                              cl::sub(compileCmd), cl::sub(planCmd), cl::cat(trainCat));
 static cl::opt<double>
     weightDecay("weight-decay",
                 cl::desc("Weight decay: L2 for SGD, decoupled for AdamW "
                          "(default 0)"),
-                cl::init(0.0), cl::sub(compileCmd), cl::cat(trainCat));
+                cl::init(0.0), cl::sub(compileCmd), cl::sub(planCmd), cl::cat(trainCat));
 static cl::opt<int64_t> accumulate(
     "accumulate",
     cl::desc("Gradient accumulation: K micro-batches of the compiled batch "
              "per optimizer step, updating with the mean gradient (default "
              "1)"),
-    cl::value_desc("K"), cl::init(1), cl::sub(compileCmd), cl::cat(trainCat));
+    cl::value_desc("K"), cl::init(1), cl::sub(compileCmd), cl::sub(planCmd), cl::cat(trainCat));
 static cl::opt<double> beta1("beta1",
                              cl::desc("AdamW first-moment decay (default "
                                       "0.9)"),
-                             cl::init(0.9), cl::sub(compileCmd),
+                             cl::init(0.9), cl::sub(compileCmd), cl::sub(planCmd),
                              cl::cat(trainCat));
 static cl::opt<double> beta2("beta2",
                              cl::desc("AdamW second-moment decay (default "
                                       "0.999)"),
-                             cl::init(0.999), cl::sub(compileCmd),
+                             cl::init(0.999), cl::sub(compileCmd), cl::sub(planCmd),
                              cl::cat(trainCat));
 static cl::opt<double> eps("eps",
                            cl::desc("AdamW denominator epsilon (default "
                                     "1e-8)"),
-                           cl::init(1e-8), cl::sub(compileCmd),
+                           cl::init(1e-8), cl::sub(compileCmd), cl::sub(planCmd),
                            cl::cat(trainCat));
 
 //===----------------------------------------------------------------------===//
@@ -279,7 +288,7 @@ int runCompile(MLIRContext &context) {
       return fail(parsed.takeError());
     budget = *parsed;
   }
-  if (!noBuild)
+  if (!noBuild && !planCmd)
     if (llvm::Error err = checkToolchain(target))
       return fail(std::move(err));
 
@@ -362,7 +371,14 @@ int runCompile(MLIRContext &context) {
       return fail("cannot write '" + reportPath + "': " + ec.message());
     writeReportJson(*report, os);
   }
-  printReportTable(*report, llvm::errs());
+  if (!timelinePath.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(timelinePath, ec);
+    if (ec)
+      return fail("cannot write '" + timelinePath + "': " + ec.message());
+    writeTimelineSvg(*report, os);
+  }
+  printReportTable(*report, planCmd ? llvm::outs() : llvm::errs());
   if (budget && report->totalBytes > *budget)
     return fail("the plan needs " + formatBytes(report->totalBytes) + " (" +
                 Twine(report->totalBytes) +
@@ -370,6 +386,12 @@ int runCompile(MLIRContext &context) {
                 Twine(*budget) +
                 " bytes); rematerialization is not implemented yet, so "
                 "raise the budget or lower the batch size");
+  if (planCmd) {
+    if (budget)
+      llvm::outs() << "the plan fits --mem-budget " << formatBytes(*budget)
+                   << "; no recomputation needed\n";
+    return 0;
+  }
 
   // The inference model --export writes, with the trainer's weights.
   std::optional<InferenceTemplate> exportModel;
@@ -436,17 +458,18 @@ int main(int argc, char **argv) {
       "is the loss, builds the backward pass and optimizer, plans one static "
       "memory arena and emits a trainer executable.\n\n"
       "  mtc compile MODEL.onnx --mem-budget 24GB -o trainer\n"
+      "  mtc plan MODEL.onnx --mem-budget 24GB --timeline plan.svg\n"
       "  mtc inspect MODEL.onnx\n"
       "  mtc import MODEL.onnx\n");
   MLIRContext context;
   context.loadDialect<MtcDialect, func::FuncDialect>();
-  if (compileCmd)
+  if (compileCmd || planCmd)
     return runCompile(context);
   if (importCmd)
     return runImport(context);
   if (inspectCmd)
     return runInspect();
-  llvm::errs() << "mtc: error: expected a command (compile, import or "
-                  "inspect); see mtc --help\n";
+  llvm::errs() << "mtc: error: expected a command (compile, plan, import "
+                  "or inspect); see mtc --help\n";
   return 2;
 }

@@ -9,10 +9,80 @@
 #include "mtc/Driver/Driver.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/Format.h"
 
 using namespace mlir;
 using namespace mtc;
+
+/// Fills `r.timeline`: at each op, the bytes of every value live there
+/// (arguments throughout, op results from their op to their last use,
+/// results of the step to its end, scratch during its op), by category.
+static void computeTimeline(func::FuncOp func, MemoryReport &r) {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  DenseMap<Operation *, int64_t> index;
+  int64_t n = 0;
+  for (Operation &op : body.without_terminator())
+    index[&op] = n++;
+  r.timeline.assign(n, {});
+  auto add = [&](int64_t from, int64_t to, uint64_t bytes,
+                 uint64_t MemoryReport::TimelinePoint::*field) {
+    for (int64_t i = from; i <= to && i < n; ++i)
+      r.timeline[i].*field += bytes;
+  };
+  using P = MemoryReport::TimelinePoint;
+  for (BlockArgument arg : body.getArguments()) {
+    auto role = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  attr::kRole);
+    StringRef rv = role ? role.getValue() : "";
+    uint64_t bytes = getTensorBytes(arg.getType());
+    add(0, n - 1, bytes,
+        rv == attr::role::kParam         ? &P::parameters
+        : rv == attr::role::kState       ? &P::optimizerState
+        : rv == attr::role::kAccumulator ? &P::gradients
+                                         : &P::other);
+  }
+  DenseSet<Value> grads, tied;
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    auto role = func.getResultAttrOfType<StringAttr>(i, attr::kRole);
+    if (role && role.getValue() == attr::role::kGrad)
+      grads.insert(v);
+    if (func.getResultAttr(i, attr::kTied))
+      tied.insert(v);
+  }
+  for (Operation &op : body.without_terminator()) {
+    int64_t i = index[&op];
+    P &point = r.timeline[i];
+    llvm::raw_string_ostream name(point.op);
+    name << op.getName().getStringRef();
+    if (auto loc = dyn_cast<NameLoc>(op.getLoc()))
+      name << " " << loc.getName().getValue();
+    // Constants created by autodiff may be hoisted; the backward pass
+    // starts at its first computation.
+    point.backward = op.hasAttr(attr::kBackward) && !isa<ConstantOp>(op);
+    if (auto cost = dyn_cast<CostOpInterface>(op))
+      point.temporaries += cost.getWorkspaceBytes();
+    for (Value v : op.getResults()) {
+      if (tied.contains(v))
+        continue; // shares its argument's bytes
+      int64_t end = i;
+      for (Operation *user : v.getUsers())
+        if (user != ret)
+          end = std::max(end, index.lookup(user));
+      if (llvm::is_contained(ret.getOperands(), v) || isa<ConstantOp>(op))
+        end = n - 1;
+      uint64_t bytes = getTensorBytes(v.getType());
+      uint64_t P::*field = grads.contains(v)       ? &P::gradients
+                           : isa<ConstantOp>(op)    ? &P::other
+                           : op.hasAttr(attr::kBackward) ||
+                                   op.hasAttr(attr::kOptimizer)
+                               ? &P::temporaries
+                               : &P::activations;
+      add(isa<ConstantOp>(op) ? 0 : i, end, bytes, field);
+    }
+  }
+}
 
 llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
                                                      StringRef function) {
@@ -94,6 +164,7 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
     r.activationPeakBytes =
         std::max<uint64_t>(r.activationPeakBytes, running);
   }
+  computeTimeline(func, r);
   return r;
 }
 
@@ -119,10 +190,27 @@ void mtc::writeReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
   field("optimizer_flops", r.optimizerFlops);
   field("recompute_flops", r.recomputeFlops);
   if (r.budgetBytes)
-    os << "  \"budget_bytes\": " << *r.budgetBytes << "\n";
+    os << "  \"budget_bytes\": " << *r.budgetBytes << ",\n";
   else
-    os << "  \"budget_bytes\": null\n";
-  os << "}\n";
+    os << "  \"budget_bytes\": null,\n";
+  // One entry per op of the step: bytes live there, by category (not
+  // padded to the arena's alignment).
+  os << "  \"timeline\": [";
+  for (auto [i, p] : llvm::enumerate(r.timeline)) {
+    std::string op;
+    for (char c : p.op)
+      if (c != '"' && c != '\\')
+        op += c;
+    os << (i ? ",\n" : "\n") << "    {\"op\": \"" << op
+       << "\", \"backward\": " << (p.backward ? "true" : "false")
+       << ", \"parameters\": " << p.parameters
+       << ", \"gradients\": " << p.gradients
+       << ", \"optimizer_state\": " << p.optimizerState
+       << ", \"activations\": " << p.activations
+       << ", \"temporaries\": " << p.temporaries
+       << ", \"other\": " << p.other << "}";
+  }
+  os << "\n  ]\n}\n";
 }
 
 void mtc::printReportTable(const MemoryReport &r, llvm::raw_ostream &os) {
@@ -153,4 +241,97 @@ void mtc::printReportTable(const MemoryReport &r, llvm::raw_ostream &os) {
                      "GFLOP, optimizer %.3g GFLOP, recompute 0\n",
                      r.forwardFlops * 1e-9, r.backwardFlops * 1e-9,
                      r.optimizerFlops * 1e-9);
+}
+
+void mtc::writeTimelineSvg(const MemoryReport &r, llvm::raw_ostream &os) {
+  const int width = 960, height = 420, left = 80, right = 230, top = 30,
+            bottom = 50;
+  int plotW = width - left - right, plotH = height - top - bottom;
+  uint64_t peak = r.arenaBytes;
+  if (r.budgetBytes)
+    peak = std::max(peak, *r.budgetBytes);
+  for (const auto &p : r.timeline)
+    peak = std::max(peak, p.total());
+  peak = std::max<uint64_t>(peak, 1);
+  size_t n = std::max<size_t>(r.timeline.size(), 1);
+  auto x = [&](double i) { return left + plotW * i / double(n); };
+  auto y = [&](double bytes) {
+    return top + plotH - plotH * bytes / double(peak);
+  };
+  using P = MemoryReport::TimelinePoint;
+  struct Layer {
+    const char *name, *color;
+    uint64_t P::*field;
+  } layers[] = {{"parameters", "#4e79a7", &P::parameters},
+                {"optimizer state", "#f28e2b", &P::optimizerState},
+                {"gradients", "#e15759", &P::gradients},
+                {"activations", "#59a14f", &P::activations},
+                {"temporaries", "#edc948", &P::temporaries},
+                {"inputs, buffers, constants", "#bab0ac", &P::other}};
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width
+     << "\" height=\"" << height
+     << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+     << "<text x=\"" << left << "\" y=\"18\" font-size=\"14\">Memory over the "
+        "training step (one arena of "
+     << formatBytes(r.arenaBytes) << ")</text>\n";
+  std::vector<uint64_t> base(r.timeline.size(), 0);
+  for (const Layer &layer : layers) {
+    // One step per op: the polygon's top edge, then its bottom edge back.
+    std::string points;
+    llvm::raw_string_ostream pts(points);
+    for (size_t i = 0; i < r.timeline.size(); ++i) {
+      double topY = y(base[i] + r.timeline[i].*layer.field);
+      pts << x(i) << "," << topY << " " << x(i + 1) << "," << topY << " ";
+    }
+    for (size_t i = r.timeline.size(); i-- > 0;) {
+      double bottomY = y(base[i]);
+      pts << x(i + 1) << "," << bottomY << " " << x(i) << "," << bottomY
+          << " ";
+      base[i] += r.timeline[i].*layer.field;
+    }
+    os << "<polygon fill=\"" << layer.color << "\" points=\"" << points
+       << "\"><title>" << layer.name << "</title></polygon>\n";
+  }
+  auto hline = [&](uint64_t bytes, const char *color, const std::string &label) {
+    os << "<line x1=\"" << left << "\" x2=\"" << left + plotW << "\" y1=\""
+       << y(bytes) << "\" y2=\"" << y(bytes) << "\" stroke=\"" << color
+       << "\" stroke-dasharray=\"6,3\"/>\n<text x=\"" << left + plotW + 4
+       << "\" y=\"" << y(bytes) + 4 << "\" fill=\"" << color << "\">" << label
+       << "</text>\n";
+  };
+  hline(r.arenaBytes, "black", "arena " + formatBytes(r.arenaBytes));
+  if (r.budgetBytes)
+    hline(*r.budgetBytes, "#b00", "budget " + formatBytes(*r.budgetBytes));
+  // Where the backward pass starts.
+  for (size_t i = 0; i < r.timeline.size(); ++i)
+    if (r.timeline[i].backward) {
+      os << "<line x1=\"" << x(i) << "\" x2=\"" << x(i) << "\" y1=\"" << top
+         << "\" y2=\"" << top + plotH
+         << "\" stroke=\"#555\" stroke-dasharray=\"2,2\"/>\n<text x=\""
+         << x(i) + 3 << "\" y=\"" << top + 12 << "\" fill=\"#555\">backward"
+         << "</text>\n";
+      break;
+    }
+  os << "<line x1=\"" << left << "\" x2=\"" << left << "\" y1=\"" << top
+     << "\" y2=\"" << top + plotH << "\" stroke=\"black\"/>\n<line x1=\""
+     << left << "\" x2=\"" << left + plotW << "\" y1=\"" << top + plotH
+     << "\" y2=\"" << top + plotH << "\" stroke=\"black\"/>\n";
+  for (int t = 0; t <= 4; ++t) {
+    uint64_t bytes = peak * t / 4;
+    os << "<text x=\"" << left - 6 << "\" y=\"" << y(bytes) + 4
+       << "\" text-anchor=\"end\">" << formatBytes(bytes) << "</text>\n";
+  }
+  os << "<text x=\"" << left + plotW / 2 << "\" y=\"" << height - 15
+     << "\" text-anchor=\"middle\">ops of the step, in schedule order ("
+     << r.timeline.size() << ")</text>\n";
+  int ly = top + 60;
+  for (const Layer &layer : layers) {
+    os << "<rect x=\"" << left + plotW + 8 << "\" y=\"" << ly - 10
+       << "\" width=\"12\" height=\"12\" fill=\"" << layer.color
+       << "\"/>\n<text x=\"" << left + plotW + 24 << "\" y=\"" << ly << "\">"
+       << layer.name << "</text>\n";
+    ly += 18;
+  }
+  os << "</svg>\n";
 }

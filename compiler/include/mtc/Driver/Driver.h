@@ -47,6 +47,19 @@ struct MemoryReport {
   std::optional<uint64_t> budgetBytes;
   int64_t numParameters = 0;
   int64_t parameterElements = 0;
+
+  /// Bytes live at each op of the step, by what they hold.
+  struct TimelinePoint {
+    std::string op; ///< op name and ONNX node, for the reader
+    bool backward = false;
+    uint64_t parameters = 0, gradients = 0, optimizerState = 0,
+             activations = 0, temporaries = 0, other = 0;
+    uint64_t total() const {
+      return parameters + gradients + optimizerState + activations +
+             temporaries + other;
+    }
+  };
+  std::vector<TimelinePoint> timeline;
 };
 
 /// Computes the report of the planned @train_step in `module`.
@@ -55,6 +68,8 @@ computeMemoryReport(mlir::ModuleOp module,
                     llvm::StringRef function = "train_step");
 
 void writeReportJson(const MemoryReport &report, llvm::raw_ostream &os);
+/// Memory over the schedule as a stacked area chart (SVG).
+void writeTimelineSvg(const MemoryReport &report, llvm::raw_ostream &os);
 void printReportTable(const MemoryReport &report, llvm::raw_ostream &os);
 
 /// Adds `@eval_step` to `module`, made from `evalModule` (the same model
