@@ -400,9 +400,12 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
         return bug(what + "an accumulator must belong to a parameter");
       break;
     case Role::EvalLoss:
-    case Role::EvalCorrect:
       if (t.dtype != DType::F32 || t.bytes != 4)
-        return bug(what + "evaluation results must be float32 scalars");
+        return bug(what + "the evaluation loss must be a float32 scalar");
+      break;
+    case Role::EvalCorrect:
+      if (t.dtype != DType::F32 || t.bytes != 8)
+        return bug(what + "the evaluation counts must be 2 float32 values");
       break;
     case Role::Loss:
       if (lossIndex >= 0)
@@ -654,7 +657,7 @@ int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
     return kExitFailure;
   }
   Clock::time_point start = Clock::now();
-  double lossSum = 0.0, correct = 0.0;
+  double lossSum = 0.0, correct = 0.0, counted = 0.0;
   for (int64_t b = 0; b < batches; ++b) {
     for (InputFeed &feed : feeds) {
       std::memcpy(feed.staging.data(),
@@ -669,12 +672,13 @@ int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
       }
     }
     desc.evalStep(ctx, arena);
-    float batchLoss = 0.0f, batchCorrect = 0.0f;
+    float batchLoss = 0.0f, batchCorrect[2] = {0.0f, 0.0f};
     Status s = device::copyToHost(ctx, &batchLoss, arena + lossTensor->offset,
                                   sizeof(float));
     if (s.ok() && correctTensor)
-      s = device::copyToHost(ctx, &batchCorrect,
-                             arena + correctTensor->offset, sizeof(float));
+      s = device::copyToHost(ctx, batchCorrect,
+                             arena + correctTensor->offset,
+                             sizeof(batchCorrect));
     if (s.ok())
       s = device::synchronize(ctx);
     if (!s.ok()) {
@@ -692,7 +696,8 @@ int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
       return kExitFailure;
     }
     lossSum += batchLoss;
-    correct += batchCorrect;
+    correct += batchCorrect[0];
+    counted += batchCorrect[1];
   }
   int64_t evaluated = feeds.empty() ? desc.batchSize : batches * desc.batchSize;
   std::printf("eval: %" PRId64 " samples in %" PRId64 " batches", evaluated,
@@ -701,17 +706,9 @@ int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
     std::printf(" (the last %" PRId64 " samples do not fill a batch)",
                 numSamples - evaluated);
   std::printf("\neval loss %.7g\n", lossSum / static_cast<double>(batches));
-  if (correctTensor) {
-    // Positions per batch: the labels' element count (one per sample for
-    // classification, several for token models).
-    int64_t positions = 0;
-    for (const InputFeed &feed : feeds)
-      if (feed.tensor->dtype == DType::I64)
-        positions = feed.tensor->bytes / sizeof(int64_t);
-    double total = static_cast<double>(positions) * batches;
+  if (correctTensor)
     std::printf("eval accuracy %.4f (%.0f of %.0f)\n",
-                total > 0 ? correct / total : 0.0, correct, total);
-  }
+                counted > 0 ? correct / counted : 0.0, correct, counted);
   std::printf("mtc trainer: evaluated in %.3f s\n", secondsSince(start));
   std::fflush(stdout);
   return 0;

@@ -123,6 +123,10 @@ def main():
         save(classifier(batch=4), path)
     elif name == "logits-first":
         save(classifier(batch=4, out_first="logits"), path)
+    elif name == "classifier-ignore":
+        g = classifier(batch=4)
+        g.node[-1].attribute.append(helper.make_attribute("ignore_index", -100))
+        save(g, path)
     elif name == "logits-only":
         save(logits_only(), path)
     elif name == "regressor":

@@ -22,8 +22,26 @@ For --model NAME this
     unexpected tensors. Parameters, optimizer state and buffers after 20 steps
     are required to match too for the smooth models, and reported only for
     the CNNs (ReLU/max-pool kinks make them ill-posed; see models.py);
+  * evaluates and exports with the first configuration's trainer (SGD):
+    `--eval --load` of its 5-step checkpoint, on the training samples plus a
+    part batch it must leave out, against PyTorch's eval-mode model (dropout
+    off, BatchNorm on running statistics) holding the checkpoint's tensors:
+    the mean of the batch losses within 1e-4 relative, the same number of
+    correct predictions (one flip allowed only at a logit near-tie under
+    1e-5). The inference model that same run wrote with `--export`: it
+    passes onnx.checker (full), has no Dropout, BatchNormalization in
+    inference mode only, no loss output, the training inputs but the labels,
+    and every initializer bitwise equal to the run's `--save` checkpoint;
+    compiled again with `--loss cross-entropy --labels target --freeze '*'`
+    its `--eval` prints the trainer's lines (the GPT's [B, T, V] logits get
+    one appended Transpose to [B, V, T], the layout `--loss` reads: see
+    _class_axis_first), and compiled `--forward-only` its logits of the
+    first batch match PyTorch's within 1e-4;
   * compiles the p > 0 model and checks that dropout is deterministic: the
-    same --seed gives bitwise identical losses, another seed other losses.
+    same --seed gives bitwise identical losses, another seed other losses;
+    and that it is off in --eval and --export: loading the p = 0 trainer's
+    checkpoint, its `--eval` prints the p = 0 trainer's lines, and its
+    `--export` has no Dropout and the checkpoint's weights.
 
 When mtc cannot import the model yet (unsupported ONNX ops, or an op form the
 importer refuses) the check says so in one line and fails; everything before
@@ -193,6 +211,7 @@ class Report:
     def __init__(self):
         self.failures = []
         self.worst = {}
+        self.times = {}
 
     def check(self, ok, what, detail=""):
         print("  [%s] %s%s" % ("PASS" if ok else "FAIL", what,
@@ -351,10 +370,11 @@ def check_exports(report, spec, exp0, exp1):
                 "unused" if unused else "USED"))
 
 
-def run_mtc(report, args, exp0, exp1, data_dir, refs, grads_ref, buffers64,
-            configs, wanted):
+def run_mtc(report, args, exp0, exp1, data, data_dir, refs, grads_ref,
+            buffers64, configs, wanted):
     """All mtc-side checks; returns the time spent in mtc compile."""
     compile_time = 0.0
+    head = None  # the first config's trainer and its BN_STEPS-step run
     for name in wanted:
         flags, _, slots = configs[name]
         r32, rrev = refs[name]
@@ -377,8 +397,10 @@ def run_mtc(report, args, exp0, exp1, data_dir, refs, grads_ref, buffers64,
         compile_time += time.time() - t0
         try:
             if name == wanted[0]:
-                check_first_steps(report, trainer, data_dir, out_dir, exp0,
-                                  grads_ref, r32, buffers64)
+                ckpt, export = check_first_steps(
+                    report, trainer, data_dir, out_dir, exp0, grads_ref, r32,
+                    buffers64)
+                head = (name, trainer, ckpt, export)
             metrics = os.path.join(out_dir, "metrics.jsonl")
             final = os.path.join(out_dir, "final.safetensors")
             tl.run_trainer(trainer, STEPS, data=data_dir, metrics=metrics,
@@ -426,9 +448,16 @@ def run_mtc(report, args, exp0, exp1, data_dir, refs, grads_ref, buffers64,
         except tl.HarnessError as e:
             report.error(name, e)
 
+    evals = None
+    if head is not None:
+        t0 = time.time()
+        evals, elapsed = check_eval_and_export(report, args, exp0, data,
+                                               *head)
+        compile_time += elapsed
+        report.times["eval/export"] = time.time() - t0
     if exp1 is not None:
         compile_time += check_dropout(report, args, exp1, data_dir,
-                                      configs[wanted[0]][0])
+                                      configs[wanted[0]][0], evals)
     return compile_time
 
 
@@ -463,18 +492,422 @@ def check_first_steps(report, trainer, data_dir, out_dir, exp, grads_ref,
         report.check(False, "gradient dump loss", "no \"loss\" metadata")
 
     early_path = os.path.join(out_dir, "steps%d.safetensors" % BN_STEPS)
-    tl.run_trainer(trainer, BN_STEPS, data=data_dir, save=early_path,
-                   metrics=os.path.join(out_dir, "metrics%d.jsonl" % BN_STEPS))
+    export_path = os.path.join(out_dir, "export.onnx")
+    early_metrics = os.path.join(out_dir, "metrics%d.jsonl" % BN_STEPS)
+    # The same run writes the inference model (check_export_file compares
+    # its weights with this run's checkpoint). Should --export fail, the
+    # run is repeated without it so that the other checks still run.
+    try:
+        tl.run_trainer(trainer, BN_STEPS, data=data_dir, save=early_path,
+                       metrics=early_metrics,
+                       extra=["--export", export_path])
+    except tl.HarnessError as e:
+        report.error("--steps %d --save --export" % BN_STEPS, e)
+        export_path = None
+        tl.run_trainer(trainer, BN_STEPS, data=data_dir, save=early_path,
+                       metrics=early_metrics)
     if exp.buffers:
         early, _ = tl.read_safetensors(early_path)
         compare_group(report, "buffers after %d steps (BatchNorm running "
                       "statistics, masks)" % BN_STEPS, early,
                       r32["buffers_early"], buffers64, NOISE_FP64, BUFFER_TOL,
                       key="buffers@%d" % BN_STEPS)
+    return early_path, export_path
 
 
-def check_dropout(report, args, exp1, data_dir, flags):
-    """p > 0: same seed -> bitwise same losses; other seed -> other losses."""
+# ----------------------------------------------------------------------------
+# Evaluation (--eval) and the inference model (--export)
+# ----------------------------------------------------------------------------
+
+EVAL_TOL = 1e-4
+# Two float32 implementations may rank two logits closer than this either way,
+# so a prediction with such a near-tie may flip: see check_eval.
+TIE_GAP = 1e-5
+
+
+def eval_data(data, batch):
+    """The training samples plus `extra` more (copies of the first ones) that
+    do not fill a batch: --eval must use every full batch and leave the rest
+    out. (With equal batches, the mean of the batch means is the mean over
+    the samples, so the figures show which samples were used, not in which
+    order.)"""
+    extra = max(1, batch // 2)
+    return {k: np.concatenate([v, v[:extra]]) for k, v in data.items()}, extra
+
+
+def torch_eval(exp, weights, data, batches, dtype=None):
+    """PyTorch's side of `trainer --eval --load`.
+
+    The p = 0 model with `weights` (a trainer checkpoint: tensors under their
+    ONNX initializer names; optimizer state is ignored), in eval mode (dropout
+    off, BatchNorm on its running statistics). Batch b is samples
+    [b*B, (b+1)*B); the loss is the mean over the batches of each batch's
+    mean loss. Both losses of the zoo take the class scores on the logits'
+    last axis (nn.CrossEntropyLoss on [N, C]; next_token_loss on [B, T, V]
+    viewed as [B*T, V]), so a prediction is the argmax over the last axis at
+    every label position. `gaps` holds, per position, |score of the label -
+    best other score|: a prediction near a tie may differ between float32
+    implementations.
+    """
+    import torch
+    wrapper = zl.reference_wrapper(exp)
+    state = wrapper.state_dict()
+    missing = sorted(n for n in exp.initial if n not in weights)
+    if missing:
+        raise tl.HarnessError("the checkpoint lacks %d initializers: %s" % (
+            len(missing), ", ".join(missing[:5])))
+    with torch.no_grad():
+        for name in exp.initial:
+            state[name].copy_(torch.from_numpy(weights[name]))
+    if dtype is not None:
+        wrapper.to(dtype)
+    wrapper.eval()
+    batch = exp.spec.batch
+    losses, gaps, correct, positions, logits0 = [], [], 0, 0, None
+    with torch.no_grad():
+        for b in range(batches):
+            x, y = _batch(data, np.arange(b * batch, (b + 1) * batch), dtype)
+            loss, logits = wrapper(x, y)[:2]
+            losses.append(float(loss))
+            if b == 0:
+                logits0 = _numpy(logits)
+            scores = logits.reshape(-1, logits.shape[-1]).double()
+            labels = y.reshape(-1)
+            correct += int((scores.argmax(dim=1) == labels).sum())
+            positions += int(labels.numel())
+            own = scores.gather(1, labels[:, None])[:, 0]
+            other = scores.scatter(1, labels[:, None],
+                                   float("-inf")).max(dim=1).values
+            gaps.append(_numpy((own - other).abs()))
+    return {"loss": float(np.mean(np.array(losses, np.float64))),
+            "correct": correct, "positions": positions,
+            "gaps": np.concatenate(gaps), "logits0": logits0}
+
+
+_EVAL_LINES = (
+    ("count", re.compile(r"^eval: (\d+) samples in (\d+) batches(.*)$", re.M)),
+    ("loss", re.compile(r"^eval loss (\S+)$", re.M)),
+    ("accuracy", re.compile(r"^eval accuracy (\S+) \((\d+) of (\d+)\)$",
+                            re.M)),
+)
+
+
+def run_eval(trainer, data_dir, load=None, seed=None):
+    """`trainer --data DIR --eval [--load F] [--seed S]`: its result lines."""
+    cmd = [trainer, "--data", data_dir, "--eval"]
+    if load is not None:
+        cmd += ["--load", load]
+    if seed is not None:
+        cmd += ["--seed", str(seed)]
+    out = tl.run_tool(cmd).stdout
+    res = {"lines": []}
+    for key, pattern in _EVAL_LINES:
+        m = pattern.search(out)
+        if m is None:
+            if key == "accuracy":
+                continue
+            raise tl.HarnessError("%s printed no %r line:\n%s" % (
+                " ".join(cmd), key, out))
+        res["lines"].append(m.group(0))
+        res[key] = m.groups()
+    res["samples"], res["batches"] = (int(v) for v in res["count"][:2])
+    res["loss"] = float(res["loss"][0])
+    if "accuracy" in res:
+        res["correct"], res["positions"] = (int(v) for v in
+                                            res["accuracy"][1:])
+    return res
+
+
+def _lines(res):
+    return " | ".join(res["lines"])
+
+
+def check_eval(report, label, got, ref, ref64, batches, batch, extra):
+    """mtc's --eval lines against torch_eval: which samples, the loss within
+    EVAL_TOL relative (or NOISE_FP64 times PyTorch's own float32 error,
+    measured only when needed), the number of correct predictions exactly,
+    but for one prediction whose logits are within TIE_GAP of a tie."""
+    m = re.search(r"the last (\d+) samples", got["count"][2])
+    rest = int(m.group(1)) if m else 0
+    report.check(got["samples"] == batches * batch and
+                 got["batches"] == batches and rest == extra,
+                 "%s: the full batches' samples, not the part batch" %
+                 label,
+                 "%r (data: %d batches of %d + %d samples)" % (
+                     got["lines"][0], batches, batch, extra))
+    err = abs(got["loss"] - ref["loss"])
+    rel = err / max(abs(ref["loss"]), 1e-30)
+    detail = "mtc %.7g torch %.9g rel err %.2e (printed to 7 digits)" % (
+        got["loss"], ref["loss"], rel)
+    ok = rel <= EVAL_TOL
+    if not ok:
+        own = abs(ref["loss"] - ref64()["loss"])
+        ok = err <= NOISE_FP64 * own
+        detail += "; torch's own float32 error %.1e%s" % (
+            own / abs(ref["loss"]), " (within %gx of it)" % NOISE_FP64
+            if ok else "")
+    report.check(ok, "%s: loss within %.0e of PyTorch's eval" % (
+        label, EVAL_TOL), detail)
+    report.worst["eval loss"] = (rel, label)
+    if "correct" not in got:
+        report.check(False, "%s: accuracy line" % label, "no 'eval accuracy' "
+                     "line for a cross-entropy loss: %s" % _lines(got))
+        return
+    ties = int(np.sum(ref["gaps"] < TIE_GAP))
+    diff = got["correct"] - ref["correct"]
+    detail = "mtc %d of %d, torch %d of %d; smallest label-vs-best-other " \
+        "logit gap %.1e" % (got["correct"], got["positions"], ref["correct"],
+                            ref["positions"], float(ref["gaps"].min()))
+    same = diff == 0 and got["positions"] == ref["positions"]
+    if not same and abs(diff) == 1 and ties >= 1 and \
+            got["positions"] == ref["positions"]:
+        report.check(True, "%s: accuracy differs by ONE prediction, at a "
+                     "near-tie" % label, detail + "; %d positions with a gap "
+                     "< %.0e" % (ties, TIE_GAP))
+        return
+    report.check(same, "%s: same number of correct predictions, of as "
+                 "many label positions" % label, detail)
+
+
+def _dims(value_info):
+    return [d.dim_param if d.dim_param else d.dim_value
+            for d in value_info.type.tensor_type.shape.dim]
+
+
+def check_export_file(report, exp, path, weights, label,
+                      source="the same run's --save checkpoint"):
+    """The inference model `--export` wrote, against the training export
+    `exp` and the trainer's weights `weights` (`source`). Returns the loaded
+    model and the name of the training graph's labels input (None when the
+    graph is not as expected)."""
+    import collections
+    import onnx
+    from onnx import numpy_helper
+    try:
+        onnx.checker.check_model(path, full_check=True)
+        report.check(True, "%s passes onnx.checker (full)" % label)
+    except Exception as e:  # noqa: report and go on
+        report.check(False, "%s passes onnx.checker (full)" % label,
+                     str(e).splitlines()[0])
+    model = onnx.load(path)
+    g, tg = model.graph, exp.proto.graph
+    ops = collections.Counter(n.op_type for n in g.node)
+    train_ops = collections.Counter(n.op_type for n in tg.node)
+    report.check(ops["Dropout"] == 0, "%s: no Dropout node" % label,
+                 "%d Dropout nodes (the training graph's %d became %d "
+                 "Identity)" % (ops["Dropout"], train_ops["Dropout"],
+                                ops["Identity"]))
+    if train_ops["BatchNormalization"]:
+        bns = [n for n in g.node if n.op_type == "BatchNormalization"]
+        training = [n.name for n in bns if zl._attr(n, "training_mode", 0)]
+        extra_out = [n.name for n in bns if len([o for o in n.output if o])
+                     > 1]
+        report.check(not training and not extra_out and
+                     len(bns) == train_ops["BatchNormalization"],
+                     "%s: BatchNormalization in inference mode" % label,
+                     "%d nodes (training graph %d), %d with training_mode=1, "
+                     "%d with running-statistics outputs" % (
+                         len(bns), train_ops["BatchNormalization"],
+                         len(training), len(extra_out)))
+    loss_name = tg.output[0].name
+    want_out = [(o.name, _dims(o)) for o in tg.output[1:]]
+    got_out = [(o.name, _dims(o)) for o in g.output]
+    losses = [n.op_type for n in g.node if n.op_type in (
+        "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss")]
+    report.check(got_out == want_out and not losses,
+                 "%s: no loss output (outputs = the training graph's but "
+                 "%r)" % (label, loss_name), "outputs %s; loss nodes %s" % (
+                     got_out, losses or "none"))
+    train_in = [(i.name, _dims(i)) for i in tg.input
+                if i.name not in exp.initial]
+    got_in = [(i.name, _dims(i)) for i in g.input]
+    dropped = [n for n, _ in train_in if n not in dict(got_in)]
+    ok = got_in == [i for i in train_in if i[0] not in dropped] and \
+        len(dropped) == 1
+    report.check(ok, "%s: inputs = the training graph's but its labels, "
+                 "dims as declared" % label, "inputs %s; dropped %s" % (
+                     got_in, dropped))
+    inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    bad = []
+    for name in sorted(set(inits) | set(exp.initial)):
+        a, w = inits.get(name), weights.get(name)
+        if a is None or w is None:
+            bad.append("%s %s" % (name, "not in the export" if a is None
+                                  else "not in the checkpoint"))
+        elif a.dtype != w.dtype or a.shape != w.shape or \
+                a.tobytes() != w.tobytes():
+            bad.append("%s differs (%s%s vs %s%s)" % (
+                name, a.dtype, list(a.shape), w.dtype, list(w.shape)))
+    trained = sum(1 for n in inits if n in exp.initial and
+                  inits[n].tobytes() != exp.initial[n].tobytes())
+    report.check(not bad, "%s: every initializer equals %s, bitwise" % (
+                     label, source),
+                 "%d initializers, %d of them moved by training; %s" % (
+                     len(inits), trained, "; ".join(bad[:5]) +
+                     (" ..." if len(bad) > 5 else "") if bad else
+                     "names = the ONNX initializers"))
+    return model, (dropped[0] if ok else None)
+
+
+def _class_axis_first(model, path):
+    """A copy of the inference model whose first output has the class scores
+    on axis 1, as `mtc compile --loss cross-entropy` expects ([N, C, ...]).
+
+    The zoo's losses read them on the last axis (see torch_eval); for rank-2
+    logits that is axis 1 already. The GPT's logits are [B, T, V] and its
+    loss is cross-entropy over logits.view(-1, V): one appended Transpose to
+    [B, V, T] makes `--loss cross-entropy` (mean over every (b, t), labels
+    [B, T]) that same loss, and accuracy the same per-position argmax. The
+    exported file itself is checked unmodified.
+    """
+    import onnx
+    from onnx import helper
+    out = model.graph.output[0]
+    dims = _dims(out)
+    if len(dims) <= 2:
+        return path, None
+    perm = [0, len(dims) - 1] + list(range(1, len(dims) - 1))
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    name = out.name + "_classes_on_axis_1"
+    m.graph.node.append(helper.make_node("Transpose", [out.name], [name],
+                                         perm=perm))
+    m.graph.output.insert(0, helper.make_tensor_value_info(
+        name, out.type.tensor_type.elem_type, [dims[p] for p in perm]))
+    del m.graph.output[1]
+    onnx.checker.check_model(m, full_check=True)
+    copy = os.path.splitext(path)[0] + "_classes_on_axis_1.onnx"
+    onnx.save(m, copy)
+    return copy, "Transpose(perm=%s) appended to its %s output %s" % (
+        perm, out.name, dims)
+
+
+def check_eval_and_export(report, args, exp0, data, config, trainer, ckpt,
+                          export_path):
+    """`--eval --load` of the BN_STEPS-step checkpoint against PyTorch, and
+    the inference model the same run exported: its file, and its outputs
+    (compiled again with --loss, its --eval must print the same lines; its
+    forward-only program the same logits as PyTorch on the first batch).
+    Returns ({"dir", "ckpt", "eval", "weights"} or None, compile time)."""
+    import torch
+    work = os.path.join(args.work, "eval")
+    os.makedirs(work, exist_ok=True)
+    batch = exp0.spec.batch
+    batches = len(data["target"]) // batch
+    edata, extra = eval_data(data, batch)
+    eval_dir = os.path.join(work, "data")
+    os.makedirs(eval_dir, exist_ok=True)
+    for key, arr in edata.items():
+        np.save(os.path.join(eval_dir, key + ".npy"), arr)
+    print("eval and export: %s trainer, checkpoint and export after %d steps; "
+          "eval data: %d batches of %d + %d samples" % (
+              config, BN_STEPS, batches, batch, extra), flush=True)
+    compile_time = 0.0
+    try:
+        weights, _ = tl.read_safetensors(ckpt)
+        ref = torch_eval(exp0, weights, data, batches)
+        cache = {}
+
+        def ref64():
+            if "r" not in cache:
+                cache["r"] = torch_eval(exp0, weights, data, batches,
+                                        dtype=torch.float64)
+            return cache["r"]
+
+        got = run_eval(trainer, eval_dir, load=ckpt)
+        check_eval(report, "--eval --load (%d-step checkpoint)" % BN_STEPS,
+                   got, ref, ref64, batches, batch, extra)
+    except tl.HarnessError as e:
+        report.error("--eval --load", e)
+        return None, compile_time
+    evals = {"dir": eval_dir, "ckpt": ckpt, "eval": got, "weights": weights}
+    if export_path is None:
+        return evals, compile_time
+
+    label = "export.onnx"
+    try:
+        model, labels = check_export_file(report, exp0, export_path, weights,
+                                          label)
+    except Exception as e:  # noqa: an unreadable file is one failure
+        report.error("%s: cannot read it" % label, e)
+        return evals, compile_time
+    evals["export"] = export_path
+    if labels is None:
+        return evals, compile_time
+    dims = []
+    for i in model.graph.input:
+        for d in _dims(i):
+            if isinstance(d, str):
+                dims += ["--dim", "%s=%d" % (d, batch)]
+    try:
+        path, edit = _class_axis_first(model, export_path)
+        # Only evaluated: `--freeze '*'` leaves out the backward pass, which
+        # would triple the build time (the evaluation function is imported
+        # separately and does not depend on it).
+        flags = ["--loss", "cross-entropy", "--labels", labels,
+                 "--freeze", "*"] + sorted(set(dims))
+        print("  export: mtc compile %s%s %s" % (
+            os.path.basename(path), " (%s)" % edit if edit else "",
+            " ".join(flags)), flush=True)
+        t0 = time.time()
+        prog = tl.mtc_compile(args.mtc, path, os.path.join(work, "export"),
+                              flags, target=args.target)
+        compile_time += time.time() - t0
+        again = run_eval(prog, eval_dir)
+        report.check(again["lines"] == got["lines"], "%s compiled with "
+                     "--loss: its --eval prints the trainer's --eval --load "
+                     "lines" % label, _lines(again) if again["lines"] ==
+                     got["lines"] else "export: %s; trainer: %s" % (
+                         _lines(again), _lines(got)))
+    except Exception as e:  # noqa: mtc, the trainer or the edited copy
+        report.error("%s compiled with --loss" % label, e)
+    try:
+        t0 = time.time()
+        prog = tl.mtc_compile(args.mtc, export_path,
+                              os.path.join(work, "forward"),
+                              ["--forward-only"] + sorted(set(dims)),
+                              target=args.target)
+        compile_time += time.time() - t0
+        in_dir = os.path.join(work, "forward", "inputs")
+        out_dir = os.path.join(work, "forward", "outputs")
+        os.makedirs(in_dir, exist_ok=True)
+        os.makedirs(out_dir, exist_ok=True)
+        for i in model.graph.input:
+            np.save(os.path.join(in_dir, i.name + ".npy"),
+                    data[i.name][:batch])
+        tl.run_tool([prog, "--inputs", in_dir, "--outputs", out_dir])
+        first = model.graph.output[0].name
+        logits = np.load(os.path.join(out_dir, first + ".npy"))
+        want = ref["logits0"]
+        if logits.shape != want.shape:
+            report.check(False, "%s --forward-only: %s of batch 0" % (
+                label, first), "shape %s, torch %s" % (
+                    list(logits.shape), list(want.shape)))
+        else:
+            err = _norm(logits.astype(np.float64) - want)
+            rel = err / max(_norm(want), 1e-30)
+            detail = "rel err %.2e, max abs err %.1e" % (
+                rel, float(np.abs(logits.astype(np.float64) - want).max()))
+            ok = rel <= EVAL_TOL
+            if not ok:
+                own = _norm(want - ref64()["logits0"])
+                ok = err <= NOISE_FP64 * own
+                detail += "; torch's own float32 error %.1e" % (
+                    own / max(_norm(want), 1e-30))
+            report.check(ok, "%s --forward-only: %s of batch 0 = PyTorch's "
+                         "eval with the checkpoint" % (label, first), detail)
+            report.worst["export logits"] = (rel, "batch 0")
+    except tl.HarnessError as e:
+        report.error("%s --forward-only" % label, e)
+    return evals, compile_time
+
+
+def check_dropout(report, args, exp1, data_dir, flags, evals=None):
+    """p > 0: same seed -> bitwise same losses; other seed -> other losses.
+    With `evals` (check_eval_and_export's result): dropout is off in --eval
+    (the p > 0 trainer, loading the p = 0 trainer's checkpoint, prints the
+    p = 0 trainer's lines, whatever the seed) and absent from --export (the
+    p > 0 trainer exports no Dropout node and the checkpoint's weights)."""
     out_dir = os.path.join(args.work, "dropout")
     label = os.path.basename(exp1.path)
     print("dropout p=%g: mtc compile %s" % (exp1.dropout, " ".join(flags)),
@@ -510,6 +943,26 @@ def check_dropout(report, args, exp1, data_dir, flags):
                                                       runs[2][:2]))
     except tl.HarnessError as e:
         report.error(label, e)
+    if evals is None:
+        return elapsed
+    t0 = time.time()
+    try:
+        got = run_eval(trainer, evals["dir"], load=evals["ckpt"], seed=2)
+        want = evals["eval"]
+        report.check(got["lines"] == want["lines"], "%s: --eval --load of "
+                     "the p = 0 checkpoint (--seed 2) prints the p = 0 "
+                     "trainer's lines (dropout off)" % label,
+                     _lines(got) if got["lines"] == want["lines"] else
+                     "p > 0: %s; p = 0: %s" % (_lines(got), _lines(want)))
+        path = os.path.join(out_dir, "export.onnx")
+        tl.run_trainer(trainer, 0, data=data_dir, load=evals["ckpt"],
+                       extra=["--export", path])
+        check_export_file(report, exp1, path, evals["weights"],
+                          "%s --steps 0 --load --export" % label,
+                          "the --load checkpoint")
+    except tl.HarnessError as e:
+        report.error("%s: --eval / --export" % label, e)
+    report.times["p>0 eval/export"] = time.time() - t0
     return elapsed
 
 
@@ -562,6 +1015,21 @@ def torch_self_checks(report, exp0, data, configs, wanted, refs, grads_ref,
         print("  [INFO] torch fp32 vs fp64 buffers after %d steps: worst rel "
               "err %.1e (%s)" % ((BN_STEPS,) + worst(r32["buffers_early"],
                                                       buffers64)))
+    # The --eval check: how far PyTorch's own float32 eval is from float64,
+    # with the weights of the first configuration after STEPS steps.
+    weights = dict(refs[name][0]["params"], **refs[name][0]["buffers"])
+    batches = len(data["target"]) // exp0.spec.batch
+    e32 = torch_eval(exp0, weights, data, batches)
+    e64 = torch_eval(exp0, weights, data, batches, dtype=torch.float64)
+    drift = abs(e32["loss"] - e64["loss"]) / abs(e64["loss"])
+    report.check(drift <= EVAL_TOL / 5 and e32["correct"] == e64["correct"],
+                 "torch fp32 vs fp64 eval (%s weights after %d steps): loss "
+                 "drift at most %.0e, same correct count" % (
+                     name, STEPS, EVAL_TOL / 5),
+                 "drift %.1e; correct %d vs %d of %d; smallest "
+                 "label-vs-best-other logit gap %.1e" % (
+                     drift, e32["correct"], e64["correct"], e32["positions"],
+                     float(e32["gaps"].min())))
     for cname in wanted:
         r32, rrev = refs[cname]
         _, make_opt, slots = configs[cname]
@@ -668,8 +1136,8 @@ def main():
                           grads_ref, buffers64)
         print("  (self checks %.1fs)" % (time.time() - t0))
     else:
-        compile_time = run_mtc(report, args, exp0, exp1, data_dir, refs,
-                               grads_ref, buffers64, configs, wanted)
+        compile_time = run_mtc(report, args, exp0, exp1, data, data_dir,
+                               refs, grads_ref, buffers64, configs, wanted)
 
     elapsed = time.time() - t_start
     print("")
@@ -680,7 +1148,8 @@ def main():
         err, where = report.worst[key]
         print("  worst %-22s %.3e  (%s)" % (key, err, where))
     print("  time %.1fs (export %.1fs, torch references %.1fs, mtc compile "
-          "%.1fs)" % (elapsed, t_export, t_ref, compile_time))
+          "%.1fs%s)" % (elapsed, t_export, t_ref, compile_time, "".join(
+              ", %s %.1fs" % kv for kv in sorted(report.times.items()))))
     if report.failures:
         print("  failures:")
         for f in report.failures:

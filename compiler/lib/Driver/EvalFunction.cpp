@@ -42,9 +42,9 @@ llvm::Error mtc::addEvalFunction(ModuleOp module, ModuleOp evalModule) {
       {b.getNamedAttr(attr::kRole, b.getStringAttr(attr::role::kEvalLoss)),
        b.getNamedAttr(attr::kName, b.getStringAttr("loss"))})};
   if (auto xent = loss.getDefiningOp<SoftmaxCrossEntropyOp>()) {
-    auto scalar = RankedTensorType::get({}, b.getF32Type());
+    auto pair = RankedTensorType::get({2}, b.getF32Type());
     Value correct = b.create<CountCorrectOp>(
-        xent.getLoc(), scalar, xent.getLogits(), xent.getLabels(),
+        xent.getLoc(), pair, xent.getLogits(), xent.getLabels(),
         xent.getIgnoreIndexAttr());
     results.push_back(correct);
     resultAttrs.push_back(b.getDictionaryAttr(

@@ -13,11 +13,12 @@ namespace mtc::rt {
 void countCorrect(Context &, int64_t n, int64_t c, int64_t d,
                   const float *logits, const int64_t *labels,
                   int64_t ignoreIndex, float *count) {
-  int64_t correct = 0;
+  int64_t correct = 0, counted = 0;
   for (int64_t pos = 0; pos < n * d; ++pos) {
     int64_t label = labels[pos];
     if (label == ignoreIndex)
       continue;
+    ++counted;
     const float *row = logits + (pos / d) * c * d + pos % d;
     // The first maximum, as argmax does.
     int64_t best = 0;
@@ -27,6 +28,7 @@ void countCorrect(Context &, int64_t n, int64_t c, int64_t d,
     correct += best == label ? 1 : 0;
   }
   count[0] = static_cast<float>(correct);
+  count[1] = static_cast<float>(counted);
 }
 
 } // namespace mtc::rt

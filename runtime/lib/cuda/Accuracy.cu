@@ -23,12 +23,13 @@ constexpr int kThreads = 256;
 __global__ void countCorrectKernel(int64_t n, int64_t c, int64_t d,
                                    const float *logits, const int64_t *labels,
                                    int64_t ignoreIndex, float *count) {
-  __shared__ int partial[kThreads];
-  int correct = 0;
+  __shared__ int partial[kThreads], partialCounted[kThreads];
+  int correct = 0, counted = 0;
   for (int64_t pos = threadIdx.x; pos < n * d; pos += blockDim.x) {
     int64_t label = labels[pos];
     if (label == ignoreIndex)
       continue;
+    ++counted;
     const float *row = logits + (pos / d) * c * d + pos % d;
     int64_t best = 0;
     for (int64_t k = 1; k < c; ++k)
@@ -37,14 +38,19 @@ __global__ void countCorrectKernel(int64_t n, int64_t c, int64_t d,
     correct += best == label ? 1 : 0;
   }
   partial[threadIdx.x] = correct;
+  partialCounted[threadIdx.x] = counted;
   __syncthreads();
   for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (static_cast<int>(threadIdx.x) < stride)
+    if (static_cast<int>(threadIdx.x) < stride) {
       partial[threadIdx.x] += partial[threadIdx.x + stride];
+      partialCounted[threadIdx.x] += partialCounted[threadIdx.x + stride];
+    }
     __syncthreads();
   }
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     count[0] = static_cast<float>(partial[0]);
+    count[1] = static_cast<float>(partialCounted[0]);
+  }
 }
 
 } // namespace

@@ -249,8 +249,9 @@ void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
                     float *ddata);
 
 /// Stores in count[0] the number of positions whose first maximum over the
-/// c classes equals the label (labels equal to ignoreIndex do not count);
-/// logits [n, c, d], labels [n, d]. Used by evaluation for accuracy.
+/// c classes equals the label and in count[1] the number of positions
+/// counted (labels equal to ignoreIndex are not); logits [n, c, d], labels
+/// [n, d]. Used by evaluation for accuracy.
 void countCorrect(Context &ctx, int64_t n, int64_t c, int64_t d,
                   const float *logits, const int64_t *labels,
                   int64_t ignoreIndex, float *count);

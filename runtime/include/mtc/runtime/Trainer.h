@@ -37,7 +37,8 @@ enum class Role : int {
   Constant = 6,
   /// the evaluation loss of a batch (f32 scalar), valid after evalStep
   EvalLoss = 7,
-  /// correct predictions in the batch (f32 scalar), valid after evalStep
+  /// [correct predictions, positions counted] of the batch (2 x f32),
+  /// valid after evalStep
   EvalCorrect = 8,
   /// gradient accumulator of param `owner` (--accumulate); zero at start,
   /// never checkpointed

@@ -933,15 +933,16 @@ def Mtc_SoftmaxCrossEntropyGradOp : Mtc_ComputeOp<
 def Mtc_CountCorrectOp : Mtc_ComputeOp<"count_correct"> {
   let summary = "Number of positions whose argmax over classes is the label";
   let description = [{
-    For logits `[N, C, D...]` and labels `[N, D...]`, counts the positions
-    where the first maximum over C equals the label (labels equal to
-    `ignore_index` do not count). Evaluation uses it for accuracy.
+    For logits `[N, C, D...]` and labels `[N, D...]`, returns `[correct,
+    counted]`: the positions where the first maximum over C equals the
+    label, and the positions counted at all (labels equal to `ignore_index`
+    are not). Evaluation uses it for accuracy.
 
     Example:
 
     ```mlir
     %n = mtc.count_correct %logits, %labels : (tensor<16x10xf32>,
-           tensor<16xi64>) -> tensor<f32>
+           tensor<16xi64>) -> tensor<2xf32>
     ```
   }];
   let arguments = (ins Mtc_FloatTensor:$logits, Mtc_IntTensor:$labels,
