@@ -40,6 +40,9 @@ public:
 private:
   LogicalResult verifyOptions(func::FuncOp func);
   LogicalResult addUpdates(func::FuncOp func);
+  /// Moves each update right after the last op that defines or reads one of
+  /// its operands (other than itself).
+  void scheduleEarly(func::FuncOp func);
   /// Appends a zero-initialized state argument `<param>.<slot>`.
   BlockArgument addState(func::FuncOp func, unsigned param, StringRef slot,
                          StringRef role = attr::role::kState);
@@ -148,11 +151,28 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
   }
   if (accumulate > 1)
     func->setAttr(attr::kAccumulate, b.getI64IntegerAttr(accumulate));
+  if (accumulate == 1 && !keepGrads) {
+    // Release gradients early: they stop being results, and each update
+    // moves up to just after the last op its operands need.
+    SmallVector<Value> kept;
+    SmallVector<DictionaryAttr> keptAttrs;
+    for (auto [v, attrs] : llvm::zip(results, resultAttrs)) {
+      auto role = attrs.getAs<StringAttr>(attr::kRole);
+      if (role && role.getValue() == attr::role::kGrad)
+        continue;
+      kept.push_back(v);
+      keptAttrs.push_back(attrs);
+    }
+    results = std::move(kept);
+    resultAttrs = std::move(keptAttrs);
+  }
   b.create<func::ReturnOp>(ret.getLoc(), results);
   ret.erase();
   func.setType(b.getFunctionType(func.getArgumentTypes(),
                                  ValueRange(results).getTypes()));
   func.setAllResultAttrs(resultAttrs);
+  if (accumulate == 1 && !keepGrads)
+    scheduleEarly(func);
 
   std::string summary;
   llvm::raw_string_ostream os(summary);
@@ -167,6 +187,33 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
                        nesterov ? "true" : "false", double(weightDecay));
   func->setAttr(attr::kOptimizerSummary, b.getStringAttr(summary));
   return success();
+}
+
+void OptimizerPass::scheduleEarly(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  SmallVector<Operation *> updates;
+  for (Operation &op : body)
+    if (op.hasAttr(attr::kOptimizer))
+      updates.push_back(&op);
+  for (Operation *update : updates) {
+    // The latest op (in block order) the update must follow.
+    Operation *after = nullptr;
+    auto later = [&](Operation *op) {
+      if (op && op != update && op->getBlock() == &body &&
+          !isa<func::ReturnOp>(op) &&
+          (!after || after->isBeforeInBlock(op)))
+        after = op;
+    };
+    for (Value operand : update->getOperands()) {
+      later(operand.getDefiningOp());
+      for (Operation *user : operand.getUsers())
+        later(user);
+    }
+    if (after)
+      update->moveAfter(after);
+    else
+      update->moveBefore(&body.front());
+  }
 }
 
 } // namespace

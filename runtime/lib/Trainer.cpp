@@ -726,6 +726,14 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
                  {"--metrics", opts.metricsPath},
                  {"--dump-grads", opts.dumpGradsPath},
                  {"--export", opts.exportPath}};
+  bool hasGrads = false;
+  for (int i = 0; i < desc.numTensors; ++i)
+    hasGrads = hasGrads || desc.tensors[i].role == Role::Grad;
+  if (!opts.dumpGradsPath.empty() && !hasGrads) {
+    printError("--dump-grads needs a trainer compiled with --keep-grads (by "
+               "default each gradient is released once its update ran)");
+    return kExitFailure;
+  }
   if (!opts.exportPath.empty() && !desc.exportData) {
     printError("this trainer was compiled without an export model");
     return kExitFailure;

@@ -599,7 +599,8 @@ def run_model(args, label, cases, results):
 
     try:
         trainer = tl.mtc_compile(args.mtc, path, os.path.join(work, "build"),
-                                 ["--optimizer", "sgd", "--lr", "0"],
+                                 ["--optimizer", "sgd", "--lr", "0",
+                                  "--keep-grads"],
                                  target=args.target)
         p0_path = os.path.join(work, "p0.safetensors")
         tl.run_trainer(trainer, 0, save=p0_path)

@@ -383,8 +383,11 @@ def run_mtc(report, args, exp0, exp1, data, data_dir, refs, grads_ref,
               flush=True)
         t0 = time.time()
         try:
-            trainer = tl.mtc_compile(args.mtc, exp0.path, out_dir, flags,
-                                     target=args.target)
+            # Gradients are dumped from the first configuration only; the
+            # others run with early updates (gradients released).
+            extra = ["--keep-grads"] if name == wanted[0] else []
+            trainer = tl.mtc_compile(args.mtc, exp0.path, out_dir,
+                                     list(flags) + extra, target=args.target)
         except tl.HarnessError as e:
             compile_time += time.time() - t0
             summary = mtc_error_summary(e)

@@ -166,6 +166,13 @@ static cl::opt<int64_t> accumulate(
              "per optimizer step, updating with the mean gradient (default "
              "1)"),
     cl::value_desc("K"), cl::init(1), cl::sub(compileCmd), cl::sub(planCmd), cl::cat(trainCat));
+static cl::opt<bool> keepGrads(
+    "keep-grads",
+    cl::desc("Keep every gradient until the end of the step, for the "
+             "trainer's --dump-grads (by default each parameter is updated "
+             "as soon as its gradient is complete and the gradient's memory "
+             "is released)"),
+    cl::sub(compileCmd), cl::sub(planCmd), cl::cat(trainCat));
 static cl::opt<double> beta1("beta1",
                              cl::desc("AdamW first-moment decay (default "
                                       "0.9)"),
@@ -322,6 +329,7 @@ int runCompile(MLIRContext &context) {
   pipeline.optimizer.beta2 = beta2;
   pipeline.optimizer.eps = eps;
   pipeline.optimizer.accumulate = accumulate;
+  pipeline.optimizer.keepGrads = keepGrads;
   PassManager pm(&context);
   if (forwardOnly) {
     pm.addPass(createCSEPass());

@@ -44,6 +44,9 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
                                          : &P::other);
   }
   DenseSet<Value> grads, tied;
+  for (Operation &op : body)
+    if (isa<SgdUpdateOp, SgdMomentumUpdateOp, AdamWUpdateOp>(op))
+      grads.insert(op.getOperand(1));
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
     auto role = func.getResultAttrOfType<StringAttr>(i, attr::kRole);
     if (role && role.getValue() == attr::role::kGrad)
@@ -118,12 +121,20 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
       r.inputBytes += bytes;
     }
   }
+  // Gradients: what the optimizer updates consume (they need not outlive
+  // their update), or the gradients the step returns.
+  DenseSet<Value> gradients;
+  for (Operation &op : body)
+    if (isa<SgdUpdateOp, SgdMomentumUpdateOp, AdamWUpdateOp>(op))
+      gradients.insert(op.getOperand(1));
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
     auto role = func.getResultAttrOfType<StringAttr>(i, attr::kRole);
     if (role && role.getValue() == attr::role::kGrad)
-      r.gradientBytes += getTensorBytes(v.getType());
+      gradients.insert(v);
   }
+  for (Value v : gradients)
+    r.gradientBytes += getTensorBytes(v.getType());
 
   // Live bytes of forward activations and of kernel scratch at each op.
   DenseMap<Operation *, int64_t> index;

@@ -53,6 +53,12 @@ def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
     (`<param>.grad_accum`) and the updates run on the last of K
     micro-batches with the mean gradient.
 
+    Without accumulation, each update runs as soon as its gradient is
+    complete and nothing after it reads the parameter, and the gradient is
+    no longer a result of the step: its memory is released right there, so
+    gradient memory does not scale with the model. `keep-grads` keeps the
+    gradients as results instead (and the updates at the end).
+
     Example: `mtc-opt --mtc-optimizer="optimizer=adamw lr=0.001"`
   }];
   let dependentDialects = ["::mtc::MtcDialect"];
@@ -69,6 +75,9 @@ def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
     Option<"eps", "eps", "double", "1e-8", "AdamW denominator epsilon">,
     Option<"accumulate", "accumulate", "int64_t", "1",
            "Micro-batches per optimizer step (gradient accumulation)">,
+    Option<"keepGrads", "keep-grads", "bool", "false",
+           "Keep every gradient until the end of the step (as results), "
+           "for the trainer's --dump-grads">,
   ];
 }
 
