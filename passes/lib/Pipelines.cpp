@@ -17,6 +17,7 @@ void mtc::buildTrainPipeline(OpPassManager &pm,
   // Gradient rules create many identical scalar constants.
   pm.addPass(createCSEPass());
   pm.addPass(createOptimizerPass(options.optimizer));
+  pm.addPass(createRematPass(options.remat));
   pm.addPass(createMemoryPlanPass(options.memoryPlan));
 }
 

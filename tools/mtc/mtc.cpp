@@ -330,6 +330,10 @@ int runCompile(MLIRContext &context) {
   pipeline.optimizer.eps = eps;
   pipeline.optimizer.accumulate = accumulate;
   pipeline.optimizer.keepGrads = keepGrads;
+  // Recompute to a little under the budget: the arena's placement adds up
+  // to a few percent over the max-live bytes recomputation works with.
+  if (budget)
+    pipeline.remat.budget = static_cast<int64_t>(*budget * 0.97);
   PassManager pm(&context);
   if (forwardOnly) {
     pm.addPass(createCSEPass());
@@ -387,17 +391,30 @@ int runCompile(MLIRContext &context) {
     writeTimelineSvg(*report, os);
   }
   printReportTable(*report, planCmd ? llvm::outs() : llvm::errs());
-  if (budget && report->totalBytes > *budget)
+  if (budget && report->totalBytes > *budget) {
+    std::string recomputed =
+        report->recomputeFlops
+            ? " after recomputing activations (" +
+                  std::to_string(report->recomputeFlops) + " extra FLOPs)"
+            : "";
     return fail("the plan needs " + formatBytes(report->totalBytes) + " (" +
-                Twine(report->totalBytes) +
-                " bytes) but --mem-budget is " + formatBytes(*budget) + " (" +
-                Twine(*budget) +
-                " bytes); rematerialization is not implemented yet, so "
-                "raise the budget or lower the batch size");
+                Twine(report->totalBytes) + " bytes)" + recomputed +
+                " but --mem-budget is " + formatBytes(*budget) + " (" +
+                Twine(*budget) + " bytes); the smallest budget mtc can meet "
+                "for this model and batch is about " +
+                formatBytes(report->totalBytes) +
+                ": raise the budget or lower the batch size (micro-batching "
+                "and more recomputation choices are not implemented yet)");
+  }
   if (planCmd) {
     if (budget)
       llvm::outs() << "the plan fits --mem-budget " << formatBytes(*budget)
-                   << "; no recomputation needed\n";
+                   << (report->recomputeFlops
+                           ? "; recomputation adds " +
+                                 std::to_string(report->recomputeFlops) +
+                                 " FLOPs per step"
+                           : std::string("; no recomputation needed"))
+                   << "\n";
     return 0;
   }
 

@@ -416,7 +416,9 @@ void Emitter::emitOpBody(Operation *op) {
   s << "  // " << op->getName();
   if (!node.empty())
     s << " (ONNX node '" << node << "')";
-  if (op->hasAttr(attr::kBackward))
+  if (op->hasAttr(attr::kRecompute))
+    s << " [recompute]";
+  else if (op->hasAttr(attr::kBackward))
     s << " [backward]";
   s << "\n";
 

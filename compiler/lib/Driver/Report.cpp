@@ -149,6 +149,8 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
       uint64_t flops = cost.getFlops();
       if (op.hasAttr(attr::kOptimizer))
         r.optimizerFlops += flops;
+      else if (op.hasAttr(attr::kRecompute))
+        r.recomputeFlops += flops;
       else if (op.hasAttr(attr::kBackward))
         r.backwardFlops += flops;
       else
@@ -249,9 +251,9 @@ void mtc::printReportTable(const MemoryReport &r, llvm::raw_ostream &os) {
                    : 0.0;
   os << llvm::format("  arena vs lower bound: +%.2f%%\n", gap);
   os << llvm::format("compute per step: forward %.3g GFLOP, backward %.3g "
-                     "GFLOP, optimizer %.3g GFLOP, recompute 0\n",
+                     "GFLOP, optimizer %.3g GFLOP, recompute %.3g GFLOP\n",
                      r.forwardFlops * 1e-9, r.backwardFlops * 1e-9,
-                     r.optimizerFlops * 1e-9);
+                     r.optimizerFlops * 1e-9, r.recomputeFlops * 1e-9);
 }
 
 void mtc::writeTimelineSvg(const MemoryReport &r, llvm::raw_ostream &os) {

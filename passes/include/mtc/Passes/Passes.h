@@ -22,10 +22,11 @@ namespace mtc {
 struct TrainPipelineOptions {
   AutodiffPassOptions autodiff;
   OptimizerPassOptions optimizer;
+  RematPassOptions remat;
   MemoryPlanPassOptions memoryPlan;
 };
 
-/// import output -> autodiff -> cse -> optimizer -> memory plan.
+/// import output -> autodiff -> cse -> optimizer -> remat -> memory plan.
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 

@@ -85,6 +85,27 @@ def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
 // Memory
 //===----------------------------------------------------------------------===//
 
+def RematPass : Pass<"mtc-remat", "mlir::ModuleOp"> {
+  let summary = "Recompute activations so the step fits a memory budget";
+  let description = [{
+    While the most bytes live at one op of `@train_step` exceed `budget`,
+    drops a forward value that is live there only for the backward pass and
+    recomputes it (a clone of its producer, marked `mtc.recompute`) right
+    before its first backward use. Candidates whose clone would extend
+    another lifetime are skipped; among the others the one freeing the most
+    bytes per recomputed FLOP goes first, GEMMs and convolutions last.
+    Records `mtc.remat_peak` (the peak reached) and `mtc.recompute_flops`.
+
+    Example: `mtc-opt --mtc-remat="budget=1000000"`
+  }];
+  let options = [
+    Option<"budget", "budget", "int64_t", "0",
+           "Bytes the live tensors may take at any op (0: no limit)">,
+    Option<"alignment", "alignment", "int64_t", "256",
+           "Byte alignment of every tensor, as in the memory plan">,
+  ];
+}
+
 def MemoryPlanPass : Pass<"mtc-memory-plan", "mlir::ModuleOp"> {
   let summary = "Assign every tensor of the step an offset in one arena";
   let description = [{

@@ -35,6 +35,11 @@ constexpr llvm::StringLiteral kBackward = "mtc.backward";
 constexpr llvm::StringLiteral kLastMicroBatch = "mtc.last_micro_batch";
 /// Function: micro-batches per optimizer step (gradient accumulation).
 constexpr llvm::StringLiteral kAccumulate = "mtc.accumulate";
+/// Op: a clone that recomputes a forward value for the backward pass.
+constexpr llvm::StringLiteral kRecompute = "mtc.recompute";
+/// Function: the peak the recomputation reached, and the FLOPs it adds.
+constexpr llvm::StringLiteral kRematPeak = "mtc.remat_peak";
+constexpr llvm::StringLiteral kRecomputeFlops = "mtc.recompute_flops";
 /// Op: created by the optimizer pass.
 constexpr llvm::StringLiteral kOptimizer = "mtc.optimizer";
 /// Memory plan: argument byte offset; op result byte offsets; op scratch
