@@ -131,6 +131,14 @@ bool RematPass::recomputeOne(func::FuncOp func, const Liveness &l,
                              int64_t &flops) {
   Block &body = func.getBody().front();
   int64_t p = l.peakIndex;
+  // Arguments overwritten in place (parameters, optimizer state) hold their
+  // old value only until their update runs.
+  DenseMap<Value, int64_t> overwrittenAt;
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+    if (auto tied = func.getResultAttrOfType<IntegerAttr>(i, attr::kTied))
+      if (Operation *def = v.getDefiningOp())
+        overwrittenAt[func.getArgument(tied.getInt())] = l.index.lookup(def);
   Operation *best = nullptr, *bestAt = nullptr;
   double bestScore = -1;
   for (Operation &op : body.without_terminator()) {
@@ -157,7 +165,11 @@ bool RematPass::recomputeOne(func::FuncOp func, const Liveness &l,
     // The clone's inputs must still be live where it runs.
     int64_t q = l.index.lookup(firstLate);
     bool available = llvm::all_of(op.getOperands(), [&](Value o) {
-      return isa<BlockArgument>(o) || l.lastUse.lookup(o) >= q;
+      if (isa<BlockArgument>(o)) {
+        auto it = overwrittenAt.find(o);
+        return it == overwrittenAt.end() || it->second > q;
+      }
+      return l.lastUse.lookup(o) >= q;
     });
     if (!available)
       continue;
