@@ -253,12 +253,7 @@ LogicalResult AutodiffPass::differentiate(func::FuncOp func) {
   func.setSymName("train_step");
 
   // Drop forward computations that only fed the discarded outputs.
-  SmallVector<Operation *> ops;
-  for (Operation &op : body.without_terminator())
-    ops.push_back(&op);
-  for (Operation *op : llvm::reverse(ops))
-    if (op->use_empty() && isPure(op))
-      op->erase();
+  eraseDeadPureOps(body);
   return success();
 }
 

@@ -464,6 +464,21 @@ inline std::string badGatherIndexMessage(int64_t index, int64_t position,
          std::to_string(dim);
 }
 
+//===----------------------------------------------------------------------===//
+// Evaluation
+//===----------------------------------------------------------------------===//
+
+/// The class with the first maximum logit of one position: `row` points at
+/// class 0 and classes are `stride` floats apart (logits [n, c, d]).
+MTC_HOST_DEVICE inline int64_t firstArgmax(const float *row, int64_t c,
+                                           int64_t stride) {
+  int64_t best = 0;
+  for (int64_t k = 1; k < c; ++k)
+    if (row[k * stride] > row[best * stride])
+      best = k;
+  return best;
+}
+
 } // namespace mtc::rt
 
 #endif // MTC_RUNTIME_LIB_KERNELCOMMON_H

@@ -62,12 +62,7 @@ llvm::Error mtc::addEvalFunction(ModuleOp module, ModuleOp evalModule) {
   // The initial values belong to the training step.
   for (unsigned i = 0; i < eval.getNumArguments(); ++i)
     eval.removeArgAttr(i, attr::kInit);
-  SmallVector<Operation *> ops;
-  for (Operation &op : body.without_terminator())
-    ops.push_back(&op);
-  for (Operation *op : llvm::reverse(ops))
-    if (op->use_empty() && isPure(op))
-      op->erase();
+  eraseDeadPureOps(body);
 
   eval->remove();
   module.push_back(eval);

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
+#include "KernelCommon.h"
 
 #include "mtc/runtime/Kernels.h"
 
@@ -20,12 +21,7 @@ void countCorrect(Context &, int64_t n, int64_t c, int64_t d,
       continue;
     ++counted;
     const float *row = logits + (pos / d) * c * d + pos % d;
-    // The first maximum, as argmax does.
-    int64_t best = 0;
-    for (int64_t k = 1; k < c; ++k)
-      if (row[k * d] > row[best * d])
-        best = k;
-    correct += best == label ? 1 : 0;
+    correct += firstArgmax(row, c, d) == label ? 1 : 0;
   }
   count[0] = static_cast<float>(correct);
   count[1] = static_cast<float>(counted);

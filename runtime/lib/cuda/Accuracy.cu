@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
+#include "KernelCommon.h"
 #include "Launch.h"
 
 #include "mtc/runtime/Kernels.h"
@@ -31,11 +32,7 @@ __global__ void countCorrectKernel(int64_t n, int64_t c, int64_t d,
       continue;
     ++counted;
     const float *row = logits + (pos / d) * c * d + pos % d;
-    int64_t best = 0;
-    for (int64_t k = 1; k < c; ++k)
-      if (row[k * d] > row[best * d])
-        best = k;
-    correct += best == label ? 1 : 0;
+    correct += firstArgmax(row, c, d) == label ? 1 : 0;
   }
   partial[threadIdx.x] = correct;
   partialCounted[threadIdx.x] = counted;

@@ -32,6 +32,15 @@ int64_t mtc::getTensorBytes(Type type) {
   return tensor.getNumElements() * ((bits + 7) / 8);
 }
 
+void mtc::eraseDeadPureOps(Block &block) {
+  SmallVector<Operation *> ops;
+  for (Operation &op : block.without_terminator())
+    ops.push_back(&op);
+  for (Operation *op : llvm::reverse(ops))
+    if (op->use_empty() && isPure(op))
+      op->erase();
+}
+
 FailureOr<SmallVector<int64_t>> mtc::broadcastShapes(ArrayRef<int64_t> a,
                                                      ArrayRef<int64_t> b) {
   size_t rank = std::max(a.size(), b.size());

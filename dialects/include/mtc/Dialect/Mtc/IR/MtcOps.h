@@ -24,6 +24,10 @@ int64_t getTensorBytes(mlir::Type type);
 /// Elements of a statically shaped tensor type.
 int64_t getNumElements(mlir::Type type);
 
+/// Erases the side-effect free ops of `block` whose results are unused,
+/// last to first so that chains of dead ops go too.
+void eraseDeadPureOps(mlir::Block &block);
+
 /// NumPy broadcast of two shapes; failure when they are incompatible.
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
