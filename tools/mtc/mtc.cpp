@@ -302,21 +302,6 @@ int runCompile(MLIRContext &context) {
   auto options = importOptions();
   if (!options)
     return fail(options.takeError());
-  auto module = importOnnxFile(context, inputPath, *options);
-  if (!module)
-    return fail(module.takeError());
-  if (!forwardOnly) {
-    ImportOptions evalOptions = *options;
-    evalOptions.evalMode = true;
-    auto evalModule = importOnnxFile(context, inputPath, evalOptions);
-    if (!evalModule)
-      return fail(evalModule.takeError());
-    if (llvm::Error err = addEvalFunction(**module, **evalModule))
-      return fail(std::move(err));
-  }
-  llvm::errs() << llvm::format("mtc: imported %s in %.2fs\n",
-                               inputPath.c_str(), secondsSince(start));
-
   TrainPipelineOptions pipeline;
   pipeline.autodiff.freeze = freezeGlobs;
   pipeline.autodiff.train = trainGlobs;
@@ -330,21 +315,41 @@ int runCompile(MLIRContext &context) {
   pipeline.optimizer.eps = eps;
   pipeline.optimizer.accumulate = accumulate;
   pipeline.optimizer.keepGrads = keepGrads;
-  // Recompute to a little under the budget: the arena's placement adds up
-  // to a few percent over the max-live bytes recomputation works with.
-  if (budget)
-    pipeline.remat.budget = static_cast<int64_t>(*budget * 0.97);
-  PassManager pm(&context);
-  if (forwardOnly) {
-    pm.addPass(createCSEPass());
-    MemoryPlanPassOptions plan;
-    plan.function = "forward";
-    pm.addPass(createMemoryPlanPass(plan));
-  } else {
-    buildTrainPipeline(pm, pipeline);
-  }
-  auto passStart = std::chrono::steady_clock::now();
-  {
+
+  // Imports the model (and its evaluation function) and runs the passes,
+  // recomputing activations down to `rematBudget` bytes (0: none).
+  auto planModule =
+      [&](int64_t rematBudget) -> FailureOr<OwningOpRef<ModuleOp>> {
+    auto imported = importOnnxFile(context, inputPath, *options);
+    if (!imported) {
+      fail(imported.takeError());
+      return failure();
+    }
+    OwningOpRef<ModuleOp> module = std::move(*imported);
+    if (!forwardOnly) {
+      ImportOptions evalOptions = *options;
+      evalOptions.evalMode = true;
+      auto evalModule = importOnnxFile(context, inputPath, evalOptions);
+      if (!evalModule) {
+        fail(evalModule.takeError());
+        return failure();
+      }
+      if (llvm::Error err = addEvalFunction(*module, **evalModule)) {
+        fail(std::move(err));
+        return failure();
+      }
+    }
+    PassManager pm(&context);
+    if (forwardOnly) {
+      pm.addPass(createCSEPass());
+      MemoryPlanPassOptions plan;
+      plan.function = "forward";
+      pm.addPass(createMemoryPlanPass(plan));
+    } else {
+      TrainPipelineOptions withRemat = pipeline;
+      withRemat.remat.budget = rematBudget;
+      buildTrainPipeline(pm, withRemat);
+    }
     // Diagnostics name the failing op; print them as "mtc: error: ...".
     ScopedDiagnosticHandler handler(&context, [](Diagnostic &diag) {
       llvm::errs() << "mtc: "
@@ -354,13 +359,38 @@ int runCompile(MLIRContext &context) {
                    << diag << "\n";
       return success();
     });
-    if (failed(pm.run(**module)))
-      return 1;
-  }
-  llvm::errs() << llvm::format("mtc: autodiff, optimizer and memory plan in "
-                               "%.2fs\n",
-                               secondsSince(passStart));
+    if (failed(pm.run(*module)))
+      return failure();
+    return module;
+  };
+  auto arenaOf = [](ModuleOp module) -> uint64_t {
+    auto step = module.lookupSymbol<func::FuncOp>("train_step");
+    auto size =
+        step ? step->getAttrOfType<IntegerAttr>("mtc.arena_size") : nullptr;
+    return size ? size.getInt() : 0;
+  };
 
+  auto planned = planModule(0);
+  if (failed(planned))
+    return 1;
+  OwningOpRef<ModuleOp> module = std::move(*planned);
+  llvm::errs() << llvm::format("mtc: imported and planned %s in %.2fs\n",
+                               inputPath.c_str(), secondsSince(start));
+  // Recompute only when the plan does not fit, aiming a little under the
+  // budget: the arena's placement adds a few percent over the max-live
+  // bytes recomputation works with.
+  if (budget && !forwardOnly && arenaOf(*module) > *budget) {
+    for (double factor : {0.97, 0.93, 0.88}) {
+      auto smaller = planModule(static_cast<int64_t>(*budget * factor));
+      if (failed(smaller))
+        return 1;
+      module = std::move(*smaller);
+      if (arenaOf(*module) <= *budget)
+        break;
+    }
+    llvm::errs() << llvm::format("mtc: recomputation planned in %.2fs\n",
+                                 secondsSince(start));
+  }
   if (!printIr.empty()) {
     std::error_code ec;
     llvm::raw_fd_ostream os(printIr, ec);
@@ -368,11 +398,11 @@ int runCompile(MLIRContext &context) {
       return fail("cannot write '" + printIr + "': " + ec.message());
     OpPrintingFlags flags;
     flags.elideLargeResourceString(64);
-    (*module)->print(os, flags);
+    module->print(os, flags);
   }
 
-  auto report = forwardOnly ? computeMemoryReport(**module, "forward")
-                            : computeMemoryReport(**module);
+  auto report = forwardOnly ? computeMemoryReport(*module, "forward")
+                            : computeMemoryReport(*module);
   if (!report)
     return fail(report.takeError());
   report->budgetBytes = budget;
@@ -423,7 +453,7 @@ int runCompile(MLIRContext &context) {
   ExportLayout exportLayout;
   if (!forwardOnly) {
     std::vector<std::string> weights;
-    auto step = (*module)->lookupSymbol<func::FuncOp>("train_step");
+    auto step = module->lookupSymbol<func::FuncOp>("train_step");
     for (unsigned i = 0; i < step.getNumArguments(); ++i) {
       auto role = step.getArgAttrOfType<StringAttr>(i, "mtc.role");
       auto name = step.getArgAttrOfType<StringAttr>(i, "mtc.name");
@@ -443,7 +473,7 @@ int runCompile(MLIRContext &context) {
   llvm::raw_string_ostream os(source);
   std::vector<InitTensor> inits;
   if (llvm::Error err = emitTrainerSource(
-          **module, target, llvm::sys::path::filename(inputPath), os, inits,
+          *module, target, llvm::sys::path::filename(inputPath), os, inits,
           exportModel ? &exportLayout : nullptr))
     return fail(std::move(err));
 
