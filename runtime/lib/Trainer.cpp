@@ -629,6 +629,27 @@ Status writeFileAtomically(const std::string &path, const std::string &bytes) {
   return Status::success();
 }
 
+/// Copies batch `batchIndex` (samples (batchIndex * B + row) mod N) of every
+/// input into its place in the arena.
+Status loadBatch(Context &ctx, const ModelDesc &desc, unsigned char *arena,
+                 std::vector<InputFeed> &feeds, int64_t batchIndex,
+                 int64_t numSamples) {
+  for (InputFeed &feed : feeds) {
+    for (int64_t row = 0; row < desc.batchSize; ++row) {
+      int64_t sample = sampleIndex(batchIndex, desc.batchSize, row, numSamples);
+      std::memcpy(feed.staging.data() + row * feed.sampleBytes,
+                  feed.array.data() + sample * feed.sampleBytes,
+                  feed.sampleBytes);
+    }
+    if (Status s = device::copyToDevice(ctx, arena + feed.tensor->offset,
+                                        feed.staging.data(),
+                                        feed.tensor->bytes);
+        !s.ok())
+      return s;
+  }
+  return Status::success();
+}
+
 /// `--eval`: every full batch of the data once, in order.
 int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
              std::vector<InputFeed> &feeds, int64_t numSamples,
@@ -659,17 +680,11 @@ int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
   Clock::time_point start = Clock::now();
   double lossSum = 0.0, correct = 0.0, counted = 0.0;
   for (int64_t b = 0; b < batches; ++b) {
-    for (InputFeed &feed : feeds) {
-      std::memcpy(feed.staging.data(),
-                  feed.array.data() + b * desc.batchSize * feed.sampleBytes,
-                  desc.batchSize * feed.sampleBytes);
-      if (Status s =
-              device::copyToDevice(ctx, arena + feed.tensor->offset,
-                                   feed.staging.data(), feed.tensor->bytes);
-          !s.ok()) {
-        printError(s.message());
-        return kExitFailure;
-      }
+    // Full batches only, so batch b is samples [b*B, (b+1)*B).
+    if (Status s = loadBatch(ctx, desc, arena, feeds, b, numSamples);
+        !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
     }
     desc.evalStep(ctx, arena);
     float batchLoss = 0.0f, batchCorrect[2] = {0.0f, 0.0f};
@@ -909,21 +924,10 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
       // Batches follow the global step so that a resumed run sees the same
       // samples as one that was never interrupted.
       int64_t stepIndex = (ctx.step - 1) * micro + m;
-      for (InputFeed &feed : feeds) {
-        for (int64_t row = 0; row < desc.batchSize; ++row) {
-          int64_t sample =
-              sampleIndex(stepIndex, desc.batchSize, row, numSamples);
-          std::memcpy(feed.staging.data() + row * feed.sampleBytes,
-                      feed.array.data() + sample * feed.sampleBytes,
-                      feed.sampleBytes);
-        }
-        if (Status s =
-                device::copyToDevice(ctx, arena + feed.tensor->offset,
-                                     feed.staging.data(), feed.tensor->bytes);
-            !s.ok()) {
-          printError(s.message());
-          return kExitFailure;
-        }
+      if (Status s = loadBatch(ctx, desc, arena, feeds, stepIndex, numSamples);
+          !s.ok()) {
+        printError(s.message());
+        return kExitFailure;
       }
 
       desc.step(ctx, arena);
