@@ -13,6 +13,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libopenblas-dev libgtest-dev
   python3-torch python3-torchvision python3-onnx python3-numpy libonnx-testdata
+  coinor-cbc
 )
 
 missing=()

@@ -11,14 +11,24 @@
 
 using namespace mlir;
 
-void mtc::buildTrainPipeline(OpPassManager &pm,
-                             const TrainPipelineOptions &options) {
+void mtc::buildDifferentiatePipeline(OpPassManager &pm,
+                                     const TrainPipelineOptions &options) {
   pm.addPass(createAutodiffPass(options.autodiff));
   // Gradient rules create many identical scalar constants.
   pm.addPass(createCSEPass());
   pm.addPass(createOptimizerPass(options.optimizer));
+}
+
+void mtc::buildPlacePipeline(OpPassManager &pm,
+                             const TrainPipelineOptions &options) {
   pm.addPass(createRematPass(options.remat));
   pm.addPass(createMemoryPlanPass(options.memoryPlan));
+}
+
+void mtc::buildTrainPipeline(OpPassManager &pm,
+                             const TrainPipelineOptions &options) {
+  buildDifferentiatePipeline(pm, options);
+  buildPlacePipeline(pm, options);
 }
 
 void mtc::registerMtcPassesAndPipelines() {

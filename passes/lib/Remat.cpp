@@ -4,24 +4,22 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// When the most bytes live at one point of the step exceed the budget, some
-// forward value that is live there only because the backward pass needs it
-// later is dropped after its last forward use and recomputed (its producer
-// cloned) just before its first backward use. Each round takes, among the
-// values live at the current peak, the one that frees the most bytes per
-// recomputed FLOP, GEMMs and convolutions last; rounds repeat until the peak
-// fits or nothing is left to recompute.
+// Builds the recomputation model of `@train_step` (Remat.h), lets the solver
+// choose what to recompute, and rewrites the IR: each chosen forward value
+// gets a clone of its producer (marked `mtc.recompute`) right before the op
+// the solver placed it at; every later use reads the clone. Clones of a
+// chain are inserted in forward order, each reading the clones before it.
 //
 // Recomputation is numerically invisible: the clone runs the same kernel on
 // the same inputs (dropout regenerates its mask from the seed, the step and
-// its stream). Only clones whose inputs are still live where they run are
-// considered, so no other lifetime grows.
+// its stream).
 //
 //===----------------------------------------------------------------------===//
 
 #include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
 #include "mtc/Dialect/Mtc/IR/MtcOps.h"
 #include "mtc/Passes/Passes.h"
+#include "mtc/Passes/Remat.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -101,36 +99,17 @@ Liveness analyze(func::FuncOp func, int64_t alignment) {
   return l;
 }
 
-class RematPass : public mtc::impl::RematPassBase<RematPass> {
-public:
-  using RematPassBase::RematPassBase;
+bool isBackward(Operation *op) {
+  return op->hasAttr(attr::kBackward) || op->hasAttr(attr::kOptimizer) ||
+         isa<func::ReturnOp>(op);
+}
+} // namespace
 
-  void runOnOperation() override {
-    auto func = getOperation().lookupSymbol<func::FuncOp>("train_step");
-    if (!func || budget <= 0)
-      return;
-    int64_t recomputed = 0, flops = 0;
-    Liveness l = analyze(func, alignment);
-    while (l.peak > budget) {
-      if (!recomputeOne(func, l, flops))
-        break;
-      ++recomputed;
-      l = analyze(func, alignment);
-    }
-    OpBuilder b(func);
-    func->setAttr(attr::kRematPeak, b.getI64IntegerAttr(l.peak));
-    func->setAttr(attr::kRecomputeFlops, b.getI64IntegerAttr(flops));
-  }
-
-private:
-  /// Recomputes the best candidate live at the peak; false when none is.
-  bool recomputeOne(func::FuncOp func, const Liveness &l, int64_t &flops);
-};
-
-bool RematPass::recomputeOne(func::FuncOp func, const Liveness &l,
-                             int64_t &flops) {
+RematProblem mtc::buildRematProblem(func::FuncOp func, int64_t alignment) {
+  Liveness l = analyze(func, alignment);
+  RematProblem problem;
+  problem.live = l.live;
   Block &body = func.getBody().front();
-  int64_t p = l.peakIndex;
   // Arguments overwritten in place (parameters, optimizer state) hold their
   // old value only until their update runs.
   DenseMap<Value, int64_t> overwrittenAt;
@@ -139,65 +118,132 @@ bool RematPass::recomputeOne(func::FuncOp func, const Liveness &l,
     if (auto tied = func.getResultAttrOfType<IntegerAttr>(i, attr::kTied))
       if (Operation *def = v.getDefiningOp())
         overwrittenAt[func.getArgument(tied.getInt())] = l.index.lookup(def);
-  Operation *best = nullptr, *bestAt = nullptr;
-  double bestScore = -1;
+  DenseMap<Value, int64_t> candidateOf;
   for (Operation &op : body.without_terminator()) {
-    int64_t d = l.index.lookup(&op);
-    if (d >= p)
-      break;
-    if (op.getNumResults() != 1 || isa<ConstantOp>(op) ||
-        op.hasAttr(attr::kBackward) || op.hasAttr(attr::kOptimizer) ||
-        !isa<CostOpInterface>(op))
+    auto cost = dyn_cast<CostOpInterface>(op);
+    if (cost && !isBackward(&op))
+      problem.forwardFlops += cost.getFlops();
+    if (!cost || op.getNumResults() != 1 || isa<ConstantOp>(op) ||
+        isBackward(&op))
       continue;
     Value v = op.getResult(0);
-    // Live at the peak only for uses after it.
-    Operation *firstLate = nullptr;
-    bool usedAtPeak = false;
+    int64_t def = l.index.lookup(&op);
+    RematCandidate c;
+    c.lastForward = def;
+    bool returned = false;
     for (Operation *user : v.getUsers()) {
       int64_t u = l.index.lookup(user);
-      if (u == p)
-        usedAtPeak = true;
-      if (u > p && (!firstLate || u < l.index.lookup(firstLate)))
-        firstLate = user;
+      returned |= isa<func::ReturnOp>(user);
+      c.uses.push_back(u);
+      if (!isBackward(user))
+        c.lastForward = std::max(c.lastForward, u);
     }
-    if (usedAtPeak || !firstLate || isa<func::ReturnOp>(firstLate))
-      continue;
-    // The clone's inputs must still be live where it runs.
-    int64_t q = l.index.lookup(firstLate);
-    bool available = llvm::all_of(op.getOperands(), [&](Value o) {
+    if (returned)
+      continue; // a result of the step is never dropped
+    llvm::sort(c.uses);
+    c.uses.erase(std::unique(c.uses.begin(), c.uses.end()), c.uses.end());
+    c.name = op.getName().stripDialect().str();
+    c.bytes = alignTo(getTensorBytes(v.getType()), alignment);
+    c.def = def;
+    c.flops = cost.getFlops();
+    for (Value o : op.getOperands()) {
+      RematInput in;
       if (isa<BlockArgument>(o)) {
         auto it = overwrittenAt.find(o);
-        return it == overwrittenAt.end() || it->second > q;
+        in.availableUntil = it == overwrittenAt.end()
+                                ? int64_t(l.live.size())
+                                : it->second;
+      } else {
+        in.availableUntil = l.lastUse.lookup(o);
+        auto it = candidateOf.find(o);
+        if (it != candidateOf.end())
+          in.candidate = it->second;
       }
-      return l.lastUse.lookup(o) >= q;
-    });
-    if (!available)
-      continue;
-    int64_t cost = cast<CostOpInterface>(op).getFlops();
-    // GEMMs and convolutions only when cheaper choices ran out.
-    if (isa<GemmOp, MatMulOp, ConvOp>(op))
-      cost = cost * 1000 + (int64_t(1) << 40);
-    double score = double(getTensorBytes(v.getType())) / double(cost + 1);
-    if (score > bestScore) {
-      bestScore = score;
-      best = &op;
-      bestAt = firstLate;
+      c.inputs.push_back(in);
     }
+    candidateOf[v] = problem.candidates.size();
+    problem.candidates.push_back(std::move(c));
   }
-  if (!best)
-    return false;
-  OpBuilder b(bestAt);
-  Operation *clone = b.clone(*best);
-  clone->setAttr(attr::kRecompute, b.getUnitAttr());
-  clone->setAttr(attr::kBackward, b.getUnitAttr());
-  Value original = best->getResult(0);
-  int64_t q = l.index.lookup(bestAt);
-  original.replaceUsesWithIf(clone->getResult(0), [&](OpOperand &use) {
-    Operation *user = use.getOwner();
-    return user != clone && l.index.count(user) && l.index.lookup(user) >= q;
-  });
-  flops += cast<CostOpInterface>(best).getFlops();
-  return true;
+  return problem;
+}
+
+namespace {
+
+class RematPass : public mtc::impl::RematPassBase<RematPass> {
+public:
+  using RematPassBase::RematPassBase;
+
+  void runOnOperation() override {
+    auto func = getOperation().lookupSymbol<func::FuncOp>("train_step");
+    if (!func || budget <= 0)
+      return;
+    RematProblem problem = buildRematProblem(func, alignment);
+    int64_t flops = 0;
+    if (problem.peak() > budget) {
+      RematSolution solution = solveRemat(problem, budget);
+      flops = solution.flops;
+      rewrite(func, solution);
+    }
+    OpBuilder b(func);
+    func->setAttr(attr::kRematPeak,
+                  b.getI64IntegerAttr(analyze(func, alignment).peak));
+    func->setAttr(attr::kRecomputeFlops, b.getI64IntegerAttr(flops));
+  }
+
+private:
+  void rewrite(func::FuncOp func, const RematSolution &solution);
+};
+
+void RematPass::rewrite(func::FuncOp func, const RematSolution &solution) {
+  Block &body = func.getBody().front();
+  std::vector<Operation *> ops;
+  for (Operation &op : body)
+    ops.push_back(&op);
+  DenseMap<Operation *, int64_t> index;
+  for (auto [i, op] : llvm::enumerate(ops))
+    index[op] = i;
+  // Candidates are numbered in op order, as buildRematProblem found them.
+  std::vector<Operation *> producers;
+  for (Operation *op : ops) {
+    if (!isa<CostOpInterface>(op) || op->getNumResults() != 1 ||
+        isa<ConstantOp>(op) || isBackward(op))
+      continue;
+    producers.push_back(op);
+  }
+  RematProblem problem = buildRematProblem(func, alignment);
+  // Each recomputed value's clone and the op index it runs before. A clone
+  // reads the clones of its inputs that run no later, else the originals.
+  DenseMap<Value, std::pair<Value, int64_t>> clones;
+  std::vector<std::pair<Value, int64_t>> replaced;
+  size_t next = 0;
+  for (auto [v, at] : llvm::enumerate(solution.cloneAt)) {
+    // Find the producer of candidate v (candidates are a subsequence).
+    const RematCandidate &c = problem.candidates[v];
+    while (index[producers[next]] != c.def)
+      ++next;
+    if (at < 0)
+      continue;
+    Operation *original = producers[next];
+    IRMapping operands;
+    for (Value o : original->getOperands()) {
+      auto it = clones.find(o);
+      if (it != clones.end() && it->second.second <= at)
+        operands.map(o, it->second.first);
+    }
+    OpBuilder b(ops[at]);
+    Operation *clone = b.clone(*original, operands);
+    clone->setAttr(attr::kRecompute, b.getUnitAttr());
+    clone->setAttr(attr::kBackward, b.getUnitAttr());
+    clones[original->getResult(0)] = {clone->getResult(0), at};
+    replaced.push_back({original->getResult(0), at});
+  }
+  for (auto [value, at] : replaced) {
+    Value clone = clones.lookup(value).first;
+    value.replaceUsesWithIf(clone, [&](OpOperand &use) {
+      auto it = index.find(use.getOwner());
+      return it != index.end() && it->second >= at;
+    });
+  }
 }
 
 } // namespace

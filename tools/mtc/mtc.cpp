@@ -13,10 +13,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "mtc/Codegen/EmitTrainer.h"
+#include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
 #include "mtc/Dialect/Mtc/IR/MtcDialect.h"
+#include "mtc/Dialect/Mtc/IR/MtcOps.h"
 #include "mtc/Driver/Driver.h"
 #include "mtc/Import/OnnxImporter.h"
 #include "mtc/Passes/Passes.h"
+#include "mtc/Passes/Remat.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -27,11 +30,15 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Timer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <atomic>
 #include <chrono>
+#include <thread>
+#include <map>
 
 using namespace mlir;
 using namespace mtc;
@@ -125,6 +132,28 @@ static cl::opt<std::string>
     reportPath("report", cl::desc("Write the memory report as JSON to FILE"),
                cl::value_desc("FILE.json"), cl::sub(compileCmd), cl::sub(planCmd),
                cl::cat(buildCat));
+static cl::opt<std::string> microBatch(
+    "micro-batch",
+    cl::desc("Split each batch into micro-batches of N samples and "
+             "accumulate their gradients (one optimizer step per batch); "
+             "'auto' picks the micro-batch that fits --mem-budget at the "
+             "least estimated step time. Splits the dim named by "
+             "--batch-dim, which --dim must bind"),
+    cl::value_desc("auto|N"), cl::sub(compileCmd), cl::sub(planCmd),
+    cl::cat(buildCat));
+static cl::opt<std::string>
+    batchDim("batch-dim",
+             cl::desc("Name of the symbolic batch dimension --micro-batch "
+                      "splits (default batch)"),
+             cl::value_desc("NAME"), cl::init("batch"), cl::sub(compileCmd),
+             cl::sub(planCmd), cl::cat(buildCat));
+static cl::opt<std::string> rematJson(
+    "remat-json",
+    cl::desc("Write the recomputation model of the step and the solver's "
+             "choices along the budget curve as JSON (read by the exact "
+             "reference solver of the tests and the bench)"),
+    cl::value_desc("FILE.json"), cl::sub(compileCmd), cl::sub(planCmd),
+    cl::cat(buildCat));
 static cl::opt<bool>
     noBuild("no-build", cl::desc("Write the generated sources but do not run "
                                  "the host or CUDA compiler"),
@@ -211,6 +240,85 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                        start)
       .count();
+}
+
+/// Lists the recomputed tensors of the planned step by op kind.
+void printRecomputed(ModuleOp module, const MemoryReport &report,
+                     llvm::raw_ostream &os) {
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  struct Kind {
+    int64_t count = 0, bytes = 0, flops = 0;
+  };
+  std::map<std::string, Kind> kinds;
+  Kind all;
+  step.walk([&](Operation *op) {
+    if (!op->hasAttr(attr::kRecompute))
+      return;
+    Kind &k = kinds[op->getName().stripDialect().str()];
+    int64_t bytes = 0;
+    for (Value v : op->getResults())
+      bytes += getTensorBytes(v.getType());
+    int64_t flops = 0;
+    if (auto cost = dyn_cast<CostOpInterface>(op))
+      flops = cost.getFlops();
+    for (Kind *x : {&k, &all}) {
+      ++x->count;
+      x->bytes += bytes;
+      x->flops += flops;
+    }
+  });
+  os << llvm::format("recomputed in the backward pass: %lld tensors, %s, "
+                     "%.4g GFLOP (+%.1f%% of the forward)\n",
+                     static_cast<long long>(all.count),
+                     formatBytes(all.bytes).c_str(), all.flops * 1e-9,
+                     report.forwardFlops ? 100.0 * all.flops /
+                                               report.forwardFlops
+                                         : 0.0);
+  for (const auto &[name, k] : kinds)
+    os << llvm::format("  %-22s %5lld tensors %12s %12.4g GFLOP\n",
+                       name.c_str(), static_cast<long long>(k.count),
+                       formatBytes(k.bytes).c_str(), k.flops * 1e-9);
+}
+
+/// Prints the solver's extra FLOPs at budgets down to the floor.
+void printCurve(const std::vector<std::pair<int64_t, RematSolution>> &curve,
+                const RematProblem &problem, llvm::raw_ostream &os) {
+  os << "budget vs extra compute (peak of live tensors; the arena adds "
+        "its placement):\n";
+  int64_t peak = problem.peak();
+  for (auto [i, entry] : llvm::enumerate(curve)) {
+    const auto &[b, s] = entry;
+    std::string label =
+        i + 1 == curve.size()
+            ? std::string("floor")
+            : llvm::formatv("{0:F0}%", 100.0 * b / std::max<int64_t>(peak, 1))
+                  .str();
+    os << llvm::format("  %-6s %12s  +%.4g GFLOP (+%.1f%% of the forward), "
+                       "%lld tensors recomputed, solved in %.3f s\n",
+                       label.c_str(), formatBytes(s.peak).c_str(),
+                       s.flops * 1e-9,
+                       problem.forwardFlops
+                           ? 100.0 * s.flops / problem.forwardFlops
+                           : 0.0,
+                       static_cast<long long>(s.recomputed), s.seconds);
+  }
+}
+
+/// What the live tensors are at the op where the most bytes are live.
+std::string describePeak(const MemoryReport &report) {
+  const MemoryReport::TimelinePoint *top = nullptr;
+  for (const auto &p : report.timeline)
+    if (!top || p.total() > top->total())
+      top = &p;
+  if (!top)
+    return "the step has no ops";
+  return "at its peak (" + top->op + ") the live tensors are parameters " +
+         formatBytes(top->parameters) + ", gradients " +
+         formatBytes(top->gradients) + ", optimizer state " +
+         formatBytes(top->optimizerState) + ", activations " +
+         formatBytes(top->activations) + ", temporaries " +
+         formatBytes(top->temporaries) + ", inputs, buffers and constants " +
+         formatBytes(top->other) + " (tensor sizes before alignment padding)";
 }
 
 llvm::Expected<ImportOptions> importOptions() {
@@ -318,18 +426,81 @@ int runCompile(MLIRContext &context) {
   pipeline.optimizer.accumulate = accumulate;
   pipeline.optimizer.keepGrads = keepGrads;
 
-  // Imports the model (and its evaluation function) and runs the passes,
-  // recomputing activations down to `rematBudget` bytes (0: none).
-  auto planModule =
-      [&](int64_t rematBudget) -> FailureOr<OwningOpRef<ModuleOp>> {
-    auto imported = importOnnxFile(context, inputPath, *options);
+  // Micro-batching rebinds the batch dim and accumulates over the batch.
+  std::optional<int64_t> fullBatch;
+  int64_t fixedMicro = 0;
+  if (!microBatch.empty()) {
+    if (forwardOnly)
+      return fail("--micro-batch applies to training, not --forward-only");
+    auto it = options->dims.find(batchDim);
+    if (it == options->dims.end())
+      return fail("--micro-batch splits the batch dimension '" + batchDim +
+                  "', which must be bound: pass --dim " + batchDim +
+                  "=SIZE (the model's inputs need a symbolic batch "
+                  "dimension; --batch-dim names it when it is not '" +
+                  batchDim + "')");
+    fullBatch = it->second;
+    if (microBatch != "auto") {
+      if (StringRef(microBatch).getAsInteger(10, fixedMicro) ||
+          fixedMicro <= 0)
+        return fail("invalid --micro-batch '" + microBatch +
+                    "' (expected auto or a positive integer)");
+      if (*fullBatch % fixedMicro)
+        return fail("--micro-batch " + microBatch + " does not divide the "
+                    "batch (" + batchDim + "=" + Twine(*fullBatch) + ")");
+    }
+  }
+
+  // Diagnostics name the failing op; print them as "mtc: error: ...".
+  ScopedDiagnosticHandler handler(&context, [](Diagnostic &diag) {
+    llvm::errs() << "mtc: "
+                 << (diag.getSeverity() == DiagnosticSeverity::Error
+                         ? "error: "
+                         : "note: ")
+                 << diag << "\n";
+    return success();
+  });
+  auto pipelineFor = [&](int64_t micro) {
+    TrainPipelineOptions p = pipeline;
+    if (micro)
+      p.optimizer.accumulate = accumulate * (*fullBatch / micro);
+    return p;
+  };
+
+  // Imports the model (and its evaluation function) at micro-batch `micro`
+  // (0: the batch as bound) and builds the backward pass and the optimizer.
+  auto differentiate =
+      [&](int64_t micro) -> FailureOr<OwningOpRef<ModuleOp>> {
+    ImportOptions trainOptions = *options;
+    if (micro)
+      trainOptions.dims[batchDim] = micro;
+    auto imported = importOnnxFile(context, inputPath, trainOptions);
     if (!imported) {
       fail(imported.takeError());
       return failure();
     }
     OwningOpRef<ModuleOp> module = std::move(*imported);
-    if (!forwardOnly) {
-      ImportOptions evalOptions = *options;
+    if (micro && micro != *fullBatch) {
+      auto step = module->lookupSymbol<func::FuncOp>("train_step");
+      for (unsigned i = 0; step && i < step.getNumArguments(); ++i) {
+        auto role = step.getArgAttrOfType<StringAttr>(i, "mtc.role");
+        auto type = dyn_cast<RankedTensorType>(step.getArgument(i).getType());
+        if (role && role.getValue() == "input" &&
+            (!type || type.getRank() == 0 || type.getDimSize(0) != micro)) {
+          fail("--micro-batch: input '" +
+               step.getArgAttrOfType<StringAttr>(i, "mtc.name").getValue() +
+               "' has no leading symbolic dimension '" + batchDim +
+               "' to split (export the model with a dynamic batch axis, "
+               "or name it with --batch-dim)");
+          return failure();
+        }
+      }
+    }
+    PassManager pm(&context);
+    if (forwardOnly) {
+      pm.addPass(createCSEPass());
+    } else {
+      ImportOptions evalOptions = trainOptions;
       evalOptions.evalMode = true;
       auto evalModule = importOnnxFile(context, inputPath, evalOptions);
       if (!evalModule) {
@@ -340,27 +511,28 @@ int runCompile(MLIRContext &context) {
         fail(std::move(err));
         return failure();
       }
+      buildDifferentiatePipeline(pm, pipelineFor(micro));
     }
+    if (failed(pm.run(*module)))
+      return failure();
+    return module;
+  };
+
+  // Plans a copy of a differentiated module, recomputing activations down
+  // to `rematBudget` bytes (0: none).
+  auto place = [&](ModuleOp differentiated, int64_t rematBudget,
+                   int64_t micro) -> FailureOr<OwningOpRef<ModuleOp>> {
+    OwningOpRef<ModuleOp> module = differentiated.clone();
     PassManager pm(&context);
     if (forwardOnly) {
-      pm.addPass(createCSEPass());
       MemoryPlanPassOptions plan;
       plan.function = "forward";
       pm.addPass(createMemoryPlanPass(plan));
     } else {
-      TrainPipelineOptions withRemat = pipeline;
+      TrainPipelineOptions withRemat = pipelineFor(micro);
       withRemat.remat.budget = rematBudget;
-      buildTrainPipeline(pm, withRemat);
+      buildPlacePipeline(pm, withRemat);
     }
-    // Diagnostics name the failing op; print them as "mtc: error: ...".
-    ScopedDiagnosticHandler handler(&context, [](Diagnostic &diag) {
-      llvm::errs() << "mtc: "
-                   << (diag.getSeverity() == DiagnosticSeverity::Error
-                           ? "error: "
-                           : "note: ")
-                   << diag << "\n";
-      return success();
-    });
     if (failed(pm.run(*module)))
       return failure();
     return module;
@@ -372,27 +544,129 @@ int runCompile(MLIRContext &context) {
     return size ? size.getInt() : 0;
   };
 
-  auto planned = planModule(0);
-  if (failed(planned))
-    return 1;
-  OwningOpRef<ModuleOp> module = std::move(*planned);
-  llvm::errs() << llvm::format("mtc: imported and planned %s in %.2fs\n",
-                               inputPath.c_str(), secondsSince(start));
-  // Recompute only when the plan does not fit, aiming a little under the
-  // budget: the arena's placement adds a few percent over the max-live
-  // bytes recomputation works with.
-  if (budget && !forwardOnly && arenaOf(*module) > *budget) {
-    for (double factor : {0.97, 0.93, 0.88}) {
-      auto smaller = planModule(static_cast<int64_t>(*budget * factor));
+  // Plans at one micro-batch and, when that exceeds the budget, recomputes:
+  // aiming a little under the budget, since the arena's placement adds a
+  // few percent over the live bytes recomputation works with.
+  struct Fitted {
+    OwningOpRef<ModuleOp> differentiated; // before recomputation and plan
+    OwningOpRef<ModuleOp> module;
+    int64_t micro = 0;
+    bool fits = true;
+    RematProblem problem; // of the plan without recomputation
+    int64_t floor = 0;    // the least peak recomputation reaches
+  };
+  auto fit = [&](int64_t micro) -> FailureOr<Fitted> {
+    Fitted f;
+    f.micro = micro;
+    auto differentiated = differentiate(micro);
+    if (failed(differentiated))
+      return failure();
+    f.differentiated = std::move(*differentiated);
+    auto planned = place(*f.differentiated, 0, micro);
+    if (failed(planned))
+      return failure();
+    f.module = std::move(*planned);
+    if (forwardOnly)
+      return f;
+    f.problem = buildRematProblem(
+        f.module->lookupSymbol<func::FuncOp>("train_step"),
+        pipeline.memoryPlan.alignment);
+    if (!budget || arenaOf(*f.module) <= *budget)
+      return f;
+    f.fits = false;
+    f.floor = solveRemat(f.problem, 0).peak;
+    if (f.floor > static_cast<int64_t>(*budget))
+      return f;
+    for (double factor : {0.97, 0.93, 0.88, 0.8}) {
+      int64_t target =
+          std::max<int64_t>(f.floor, static_cast<int64_t>(*budget * factor));
+      auto smaller = place(*f.differentiated, target, micro);
       if (failed(smaller))
+        return failure();
+      f.module = std::move(*smaller);
+      if (arenaOf(*f.module) <= *budget) {
+        f.fits = true;
+        break;
+      }
+    }
+    return f;
+  };
+
+  // A rough step time for ranking micro-batch sizes: FLOPs at a nominal
+  // rate plus a fixed cost per op, for each of the accumulated steps.
+  auto estimateSeconds = [&](Fitted &f) {
+    auto report = computeMemoryReport(*f.module);
+    if (!report) {
+      llvm::consumeError(report.takeError());
+      return 0.0;
+    }
+    auto step = f.module->lookupSymbol<func::FuncOp>("train_step");
+    double ops = std::distance(step.getBody().front().begin(),
+                               step.getBody().front().end());
+    double flops = report->forwardFlops + report->backwardFlops +
+                   report->recomputeFlops + report->optimizerFlops;
+    bool cuda = target == Target::Cuda;
+    double rate = cuda ? 5e13 : 5e10, perOp = cuda ? 5e-6 : 2e-6;
+    double steps = f.micro ? double(*fullBatch / f.micro) : 1.0;
+    return steps * (flops / rate + ops * perOp);
+  };
+
+  Fitted chosen;
+  if (microBatch == "auto" && budget) {
+    std::optional<Fitted> best;
+    double bestSeconds = 0;
+    int64_t tried = 0;
+    for (int64_t m = *fullBatch; m >= 1; --m) {
+      if (*fullBatch % m)
+        continue;
+      auto f = fit(m);
+      if (failed(f))
         return 1;
-      module = std::move(*smaller);
-      if (arenaOf(*module) <= *budget)
+      tried = m;
+      if (!f->fits) {
+        llvm::errs() << "mtc: micro-batch " << m << ": does not fit\n";
+        continue;
+      }
+      double seconds = estimateSeconds(*f);
+      bool recomputes =
+          f->module->lookupSymbol<func::FuncOp>("train_step")
+              ->getAttrOfType<IntegerAttr>(attr::kRecomputeFlops)
+              .getInt() > 0;
+      llvm::errs() << llvm::format(
+          "mtc: micro-batch %lld: arena %s%s, estimated step %.3g ms\n",
+          static_cast<long long>(m),
+          formatBytes(arenaOf(*f->module)).c_str(),
+          recomputes ? " with recomputation" : "", seconds * 1e3);
+      if (!best || seconds < bestSeconds) {
+        bestSeconds = seconds;
+        best = std::move(*f);
+      }
+      // Smaller micro-batches only add per-step costs.
+      if (!recomputes)
         break;
     }
-    llvm::errs() << llvm::format("mtc: recomputation planned in %.2fs\n",
-                                 secondsSince(start));
+    if (best) {
+      chosen = std::move(*best);
+    } else {
+      auto f = fit(tried);
+      if (failed(f))
+        return 1;
+      chosen = std::move(*f);
+    }
+  } else {
+    auto f = fit(fixedMicro ? fixedMicro : (fullBatch ? *fullBatch : 0));
+    if (failed(f))
+      return 1;
+    chosen = std::move(*f);
   }
+  OwningOpRef<ModuleOp> module = std::move(chosen.module);
+  llvm::errs() << llvm::format("mtc: imported and planned %s in %.2fs\n",
+                               inputPath.c_str(), secondsSince(start));
+  if (chosen.micro && chosen.micro != *fullBatch)
+    llvm::errs() << "mtc: micro-batch " << chosen.micro << " of "
+                 << *fullBatch << ": " << (*fullBatch / chosen.micro) *
+                                             accumulate
+                 << " micro-batches accumulated per optimizer step\n";
   if (!printIr.empty()) {
     std::error_code ec;
     llvm::raw_fd_ostream os(printIr, ec);
@@ -401,6 +675,42 @@ int runCompile(MLIRContext &context) {
     OpPrintingFlags flags;
     flags.elideLargeResourceString(64);
     module->print(os, flags);
+  }
+
+  // The budget-vs-extra-compute curve, on the plan without recomputation.
+  std::vector<std::pair<int64_t, RematSolution>> curve;
+  if (!forwardOnly && (planCmd || !rematJson.empty())) {
+    if (!chosen.floor)
+      chosen.floor = solveRemat(chosen.problem, 0).peak;
+    int64_t peak = chosen.problem.peak();
+    for (double f : {1.0, 0.9, 0.8, 0.75, 0.7, 0.6, 0.5, 0.4, 0.35, 0.3,
+                     0.25, 0.2}) {
+      int64_t b = static_cast<int64_t>(peak * f);
+      if (b < chosen.floor)
+        break;
+      curve.push_back({b, {}});
+    }
+    curve.push_back({chosen.floor, {}});
+    // The points are independent: solve them on all cores.
+    std::atomic<size_t> nextPoint{0};
+    auto worker = [&] {
+      for (size_t i; (i = nextPoint++) < curve.size();)
+        curve[i].second = solveRemat(chosen.problem, curve[i].first);
+    };
+    std::vector<std::thread> threads;
+    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 1; i < std::min<size_t>(cores, curve.size()); ++i)
+      threads.emplace_back(worker);
+    worker();
+    for (std::thread &t : threads)
+      t.join();
+  }
+  if (!rematJson.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(rematJson, ec);
+    if (ec)
+      return fail("cannot write '" + rematJson + "': " + ec.message());
+    writeRematJson(chosen.problem, curve, os);
   }
 
   auto report = forwardOnly ? computeMemoryReport(*module, "forward")
@@ -422,21 +732,37 @@ int runCompile(MLIRContext &context) {
       return fail("cannot write '" + timelinePath + "': " + ec.message());
     writeTimelineSvg(*report, os);
   }
-  printReportTable(*report, planCmd ? llvm::outs() : llvm::errs());
+  llvm::raw_ostream &out = planCmd ? llvm::outs() : llvm::errs();
+  printReportTable(*report, out);
+  if (!forwardOnly && report->recomputeFlops)
+    printRecomputed(*module, *report, out);
+  if (planCmd && !curve.empty())
+    printCurve(curve, chosen.problem, out);
   if (budget && report->totalBytes > *budget) {
-    std::string recomputed =
-        report->recomputeFlops
-            ? " after recomputing activations (" +
-                  std::to_string(report->recomputeFlops) + " extra FLOPs)"
-            : "";
+    // The smallest budget: the plan with everything recomputed that can be.
+    auto floorPlan = place(*chosen.differentiated, 1, chosen.micro);
+    if (failed(floorPlan))
+      return 1;
+    auto least = computeMemoryReport(**floorPlan);
+    if (!least)
+      return fail(least.takeError());
+    std::string hint =
+        microBatch.empty()
+            ? "raise the budget, lower the batch size, or split the batch "
+              "with --micro-batch auto (the batch dimension must be "
+              "symbolic and bound with --dim)"
+        : microBatch == "auto"
+            ? "even micro-batches of " + std::to_string(chosen.micro) +
+                  " sample(s) do not fit: raise the budget"
+            : "raise the budget or use a smaller --micro-batch";
     return fail("the plan needs " + formatBytes(report->totalBytes) + " (" +
-                Twine(report->totalBytes) + " bytes)" + recomputed +
-                " but --mem-budget is " + formatBytes(*budget) + " (" +
-                Twine(*budget) + " bytes); the smallest budget mtc can meet "
-                "for this model and batch is about " +
-                formatBytes(report->totalBytes) +
-                ": raise the budget or lower the batch size (micro-batching "
-                "and more recomputation choices are not implemented yet)");
+                Twine(report->totalBytes) + " bytes) but --mem-budget is " +
+                formatBytes(*budget) + " (" + Twine(*budget) +
+                " bytes); the smallest budget mtc can meet for this model "
+                "and batch is " + formatBytes(least->totalBytes) + " (" +
+                Twine(least->totalBytes) + " bytes) with every activation " +
+                "recomputed that can be; " + describePeak(*least) + "; " +
+                hint);
   }
   if (planCmd) {
     if (budget)

@@ -30,6 +30,14 @@ struct TrainPipelineOptions {
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 
+/// Its first half: autodiff -> cse -> optimizer.
+void buildDifferentiatePipeline(mlir::OpPassManager &pm,
+                                const TrainPipelineOptions &options);
+
+/// Its second half: remat -> memory plan (run once per budget tried).
+void buildPlacePipeline(mlir::OpPassManager &pm,
+                        const TrainPipelineOptions &options);
+
 /// Registers the passes and the `mtc-train-pipeline` pipeline.
 void registerMtcPassesAndPipelines();
 

@@ -88,13 +88,13 @@ def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
 def RematPass : Pass<"mtc-remat", "mlir::ModuleOp"> {
   let summary = "Recompute activations so the step fits a memory budget";
   let description = [{
-    While the most bytes live at one op of `@train_step` exceed `budget`,
-    drops a forward value that is live there only for the backward pass and
-    recomputes it (a clone of its producer, marked `mtc.recompute`) right
-    before its first backward use. Candidates whose clone would extend
-    another lifetime are skipped; among the others the one freeing the most
-    bytes per recomputed FLOP goes first, GEMMs and convolutions last.
-    Records `mtc.remat_peak` (the peak reached) and `mtc.recompute_flops`.
+    When the most bytes live at one op of `@train_step` exceed `budget`,
+    chooses forward values to drop after their last forward use and
+    recompute (a clone of their producer, marked `mtc.recompute`) before
+    their backward uses, so the peak fits at the fewest added FLOPs (see
+    mtc/Passes/Remat.h for the model and the solver). Chains are allowed: a
+    clone whose input is gone recomputes that input too. Records
+    `mtc.remat_peak` (the peak reached) and `mtc.recompute_flops`.
 
     Example: `mtc-opt --mtc-remat="budget=1000000"`
   }];
