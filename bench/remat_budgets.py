@@ -1,13 +1,19 @@
 #!/usr/bin/python3
 """Recomputation budgets on the CPU: what `mtc plan --mem-budget` reaches, and peak RSS.
 
-For each zoo model (test/zoo/models.py, p = 0 dropout export, the zoo's batch):
+For each zoo model (test/zoo/models.py, p = 0 dropout export) at a batch
+large enough that activations matter (BENCH_BATCH; the zoo's own test
+batches leave the step dominated by weights and AdamW state):
 
 1. `mtc plan MODEL.onnx --optimizer adamw --report` gives the plan without
    recomputation (`total_bytes`, `forward_flops`);
 2. the same with `--mem-budget` at 100%, 75%, 50% and 35% of that total:
    fits or not (exit status), `total_bytes` reached, extra FLOPs
-   (`recompute_flops / forward_flops`) and the wall time of the call;
+   (`recompute_flops / forward_flops`), the wall time of the call and of
+   the solver, and the exact optimum: test/remat/ilp_reference.py solves
+   the recomputation model (`--remat-json`) at the budget the compiled plan
+   gave the solver, with CBC, and the production choice's FLOPs are
+   compared with it;
 3. peak RSS of 5 AdamW steps: PyTorch (a child process building the zoo
    model, minus one that only imports and builds it) and the mtc trainer
    compiled at 100% and at the smallest budget of step 2 that fit.
@@ -34,6 +40,10 @@ ZOO = os.path.join(ROOT, "test", "zoo")
 
 FRACTIONS = [1.00, 0.75, 0.50, 0.35]
 STEPS = 5
+# Batches at which the step's activations outweigh weights + AdamW state.
+BENCH_BATCH = {"resnet18": 128, "mobilenetv2": 128, "transformer": 64,
+               "gpt": 64, "vit": 64}
+ILP_SECONDS = 120
 # One thread everywhere: the two sides compare like for like, and the runs
 # stay modest next to other jobs.
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
@@ -44,6 +54,12 @@ def _zoo():
     sys.path.insert(0, ZOO)
     import zoolib
     return zoolib
+
+
+def _spec(zl, name):
+    spec = zl.models.get(name)
+    spec.batch = BENCH_BATCH.get(name, spec.batch)
+    return spec
 
 
 def _env():
@@ -68,7 +84,7 @@ def torch_child(model, data_dir, steps):
     import torch
     zl = _zoo()
     torch.set_num_threads(1)
-    spec = zl.models.get(model)
+    spec = _spec(zl, model)
     wrapper = zl.tl.make_loss_wrapper(spec.build(0.0), spec.loss)
     wrapper.train()
     if steps > 0:
@@ -120,11 +136,13 @@ def torch_cmd(name, data_dir, steps):
 
 
 def plan(mtc, onnx_path, report, budget=None):
-    cmd = [mtc, "plan", onnx_path, "--optimizer", "adamw", "--report", report]
+    cmd = [mtc, "plan", onnx_path, "--optimizer", "adamw", "--report", report,
+           "--remat-json", report + ".remat"]
     if budget is not None:
         cmd += ["--mem-budget", str(budget)]
-    if os.path.exists(report):
-        os.remove(report)
+    for f in (report, report + ".remat"):
+        if os.path.exists(f):
+            os.remove(f)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, env=_env())
@@ -135,7 +153,8 @@ def plan(mtc, onnx_path, report, budget=None):
             rep = json.load(f)
     smallest = None
     if r.returncode != 0:
-        m = re.search(r"the plan needs [^(]*\((\d+) bytes\)", r.stderr)
+        m = re.search(r"the smallest budget mtc can meet [^(]*\((\d+) bytes\)",
+                      r.stderr)
         if m:
             smallest = int(m.group(1))
         elif rep is None:
@@ -143,10 +162,30 @@ def plan(mtc, onnx_path, report, budget=None):
     return r.returncode == 0, rep, wall, smallest, r.stderr
 
 
+def optimum(report):
+    """The compiled plan's recomputation choice next to the ILP optimum on
+    the same model and budget, or None when the plan recomputed nothing."""
+    sys.path.insert(0, os.path.join(ROOT, "test", "remat"))
+    import ilp_reference
+    path = report + ".remat"
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        problem = json.load(f)
+    compiled = [s for s in problem["solutions"] if s.get("compiled")]
+    if not compiled:
+        return None
+    s = compiled[0]
+    opt, proven, seconds, _ = ilp_reference.solve(problem, s["budget"],
+                                                  ILP_SECONDS)
+    return {"flops": s["flops"], "solver_s": s["seconds"], "optimum": opt,
+            "proven": proven, "ilp_s": seconds}
+
+
 def bench_model(args, name):
     import numpy as np
     zl = _zoo()
-    spec = zl.models.get(name)
+    spec = _spec(zl, name)
     work = os.path.join(args.work, name)
     os.makedirs(work, exist_ok=True)
     data_dir = os.path.join(work, "data")
@@ -169,13 +208,15 @@ def bench_model(args, name):
         fits, rep, wall, smallest, _ = plan(
             args.mtc, onnx_path,
             os.path.join(work, "rb%d.json" % int(frac * 100)), budget)
+        report = os.path.join(work, "rb%d.json" % int(frac * 100))
         rows.append({
             "fraction": frac, "budget": budget, "fits": fits,
             "total_bytes": rep["total_bytes"] if rep else smallest,
             "smallest": None if fits else smallest,
             "extra_flops_pct": (100.0 * rep["recompute_flops"] / fwd
                                 if rep and fwd else None),
-            "solve_s": wall})
+            "solve_s": wall,
+            "exact": optimum(report) if fits else None})
         print("  %-12s budget %3d%% %s  total %s MiB  +%s FLOPs  %.2fs" % (
             name, frac * 100, "fits" if fits else "over",
             mib(rows[-1]["total_bytes"] or 0),
@@ -224,23 +265,37 @@ def bench_model(args, name):
 
 def budget_table(results):
     out = ["| model (batch) | budget | MiB | fits | plan total MiB | "
-           "extra FLOPs | solve s | optimum |",
-           "|---|---|---|---|---|---|---|---|"]
+           "extra FLOPs | plan s | solver s | optimum (ILP) | vs optimum |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         for r in res["rows"]:
             if r["fits"]:
                 fits = "yes"
             elif r["smallest"]:
-                fits = "no (min ~%s MiB)" % mib(r["smallest"])
+                fits = "no (min %s MiB)" % mib(r["smallest"])
             else:
                 fits = "no"
-            out.append("| %s (%d) | %d%% | %s | %s | %s | %s | %.2f | n/a |" % (
+            ex = r.get("exact")
+            if ex is None:
+                solver, opt, ratio = "-", "-", "-"
+            else:
+                solver = "%.3f" % ex["solver_s"]
+                if ex["optimum"] is None:
+                    opt, ratio = "infeasible?", "-"
+                else:
+                    opt = "+%.1f%%%s (%.1f s)" % (
+                        100.0 * ex["optimum"] / res["fwd"],
+                        "" if ex["proven"] else ", not proven", ex["ilp_s"])
+                    ratio = ("%.3f" % (ex["flops"] / ex["optimum"])
+                             if ex["optimum"] else
+                             ("1.000" if ex["flops"] == 0 else "-"))
+            out.append("| %s (%d) | %d%% | %s | %s | %s | %s | %.2f | %s | %s | %s |" % (
                 res["name"], res["batch"], r["fraction"] * 100,
                 mib(r["budget"]), fits,
                 mib(r["total_bytes"]) if r["total_bytes"] else "?",
                 "+%.1f%%" % r["extra_flops_pct"]
                 if r["extra_flops_pct"] is not None else "?",
-                r["solve_s"]))
+                r["solve_s"], solver, opt, ratio))
     return "\n".join(out)
 
 
@@ -300,7 +355,8 @@ def main():
         cmd = "/usr/bin/python3 bench/remat_budgets.py --mtc build/bin/mtc " \
               "--work WORKDIR --models %s" % args.models
         with open(args.doc, "w") as f:
-            f.write(DOC.format(command=cmd, tables=text, steps=STEPS))
+            f.write(DOC.format(command=cmd, tables=text, steps=STEPS,
+                               ilp=ILP_SECONDS))
         print("wrote %s" % args.doc)
 
 
@@ -312,9 +368,10 @@ Made with
 
     {command}
 
-(zoo models of `test/zoo/models.py`, dropout p = 0 exports, the zoo's batch
-sizes, AdamW; one thread everywhere: `OPENBLAS_NUM_THREADS=1`, torch
-`set_num_threads(1)`). MiB = 2^20 bytes.
+(zoo models of `test/zoo/models.py`, dropout p = 0 exports at the batch
+shown, chosen so that activations outweigh weights and AdamW state; AdamW;
+one thread everywhere: `OMP_NUM_THREADS=1`, `OPENBLAS_NUM_THREADS=1`,
+torch `set_num_threads(1)`). MiB = 2^20 bytes.
 
 {tables}
 First table: `mtc plan MODEL.onnx --optimizer adamw --mem-budget B
@@ -327,12 +384,17 @@ First table: `mtc plan MODEL.onnx --optimizer adamw --mem-budget B
   plan the solver ended with, which equals the "min").
 - **extra FLOPs**: `recompute_flops / forward_flops` — the forward work
   recomputed per step, as a share of one forward pass.
-- **solve s**: wall time of the whole `mtc plan` call (process start,
-  ONNX import, autodiff, the plan), not of the solver alone.
-- **optimum**: the smallest total and its recompute cost an exact solver
-  would reach. Not computable yet: mtc has no reference (exact) solver, so
-  the column is "n/a" and the greedy solver's distance from the optimum is
-  unknown.
+- **plan s**: wall time of the whole `mtc plan` call (process start, ONNX
+  import, autodiff, the plan, the budget curve it prints), not of the
+  solver alone; **solver s**: the solver alone, at the budget the compiled
+  plan gave it (a little under the budget: the arena's placement adds a
+  few percent over the live bytes the solver works with).
+- **optimum (ILP)**: the fewest recomputed FLOPs any choice reaches on the
+  same recomputation model at that budget, as a share of one forward pass,
+  and CBC's time (`test/remat/ilp_reference.py`, written apart from the
+  C++ solver, limit {ilp} s; "not proven" when the limit stopped it before
+  it proved optimality: then it is an upper bound). **vs optimum**: the
+  production solver's FLOPs over the optimum's (the bar is 1.10).
 
 Second table: peak resident set size of {steps} AdamW training steps on the
 zoo data.

@@ -498,7 +498,7 @@ std::vector<int64_t> mtc::evaluateRemat(const RematProblem &problem,
 void mtc::writeRematJson(
     const RematProblem &problem,
     const std::vector<std::pair<int64_t, RematSolution>> &solved,
-    llvm::raw_ostream &os) {
+    llvm::raw_ostream &os, int64_t compiled) {
   auto list = [&](const std::vector<int64_t> &values) {
     os << "[";
     for (auto [i, v] : llvm::enumerate(values))
@@ -525,6 +525,7 @@ void mtc::writeRematJson(
   for (auto [i, entry] : llvm::enumerate(solved)) {
     const RematSolution &s = entry.second;
     os << (i ? ",\n" : "\n") << "    {\"budget\": " << entry.first
+       << ", \"compiled\": " << (int64_t(i) == compiled ? "true" : "false")
        << ", \"peak\": " << s.peak << ", \"flops\": " << s.flops
        << ", \"recomputed\": " << s.recomputed << ", \"seconds\": "
        << llvm::format("%.6f", s.seconds) << ", \"clone_at\": ";

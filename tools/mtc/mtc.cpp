@@ -481,7 +481,7 @@ int runCompile(MLIRContext &context) {
     }
     OwningOpRef<ModuleOp> module = std::move(*imported);
     if (micro && micro != *fullBatch) {
-      auto step = module->lookupSymbol<func::FuncOp>("train_step");
+      auto step = module->lookupSymbol<func::FuncOp>("forward");
       for (unsigned i = 0; step && i < step.getNumArguments(); ++i) {
         auto role = step.getArgAttrOfType<StringAttr>(i, "mtc.role");
         auto type = dyn_cast<RankedTensorType>(step.getArgument(i).getType());
@@ -554,6 +554,7 @@ int runCompile(MLIRContext &context) {
     bool fits = true;
     RematProblem problem; // of the plan without recomputation
     int64_t floor = 0;    // the least peak recomputation reaches
+    int64_t target = 0;   // the budget recomputation was given (0: none)
   };
   auto fit = [&](int64_t micro) -> FailureOr<Fitted> {
     Fitted f;
@@ -584,6 +585,7 @@ int runCompile(MLIRContext &context) {
       if (failed(smaller))
         return failure();
       f.module = std::move(*smaller);
+      f.target = target;
       if (arenaOf(*f.module) <= *budget) {
         f.fits = true;
         break;
@@ -628,10 +630,9 @@ int runCompile(MLIRContext &context) {
         continue;
       }
       double seconds = estimateSeconds(*f);
-      bool recomputes =
-          f->module->lookupSymbol<func::FuncOp>("train_step")
-              ->getAttrOfType<IntegerAttr>(attr::kRecomputeFlops)
-              .getInt() > 0;
+      auto flops = f->module->lookupSymbol<func::FuncOp>("train_step")
+                       ->getAttrOfType<IntegerAttr>(attr::kRecomputeFlops);
+      bool recomputes = flops && flops.getInt() > 0;
       llvm::errs() << llvm::format(
           "mtc: micro-batch %lld: arena %s%s, estimated step %.3g ms\n",
           static_cast<long long>(m),
@@ -710,7 +711,15 @@ int runCompile(MLIRContext &context) {
     llvm::raw_fd_ostream os(rematJson, ec);
     if (ec)
       return fail("cannot write '" + rematJson + "': " + ec.message());
-    writeRematJson(chosen.problem, curve, os);
+    // With the choice of the compiled plan, re-solved (deterministic).
+    auto points = curve;
+    int64_t compiled = -1;
+    if (chosen.target) {
+      compiled = points.size();
+      points.push_back(
+          {chosen.target, solveRemat(chosen.problem, chosen.target)});
+    }
+    writeRematJson(chosen.problem, points, os, compiled);
   }
 
   auto report = forwardOnly ? computeMemoryReport(*module, "forward")

@@ -230,6 +230,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   std::string node = nodeName(op->getLoc());
   k << "// " << op->getName() << (node.empty() ? "" : " from ONNX node '")
     << node << (node.empty() ? "" : "'") << "\n";
+  const bool parallel = !cuda() && n >= 32768;
   if (cuda()) {
     k << "__global__ void " << kernel << "(" << params << ") {\n"
       << "  const int64_t i = int64_t(blockIdx.x) * blockDim.x + "
@@ -237,11 +238,16 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
       << "  if (i < " << n << ") {\n";
   } else {
     k << "static void " << kernel << "(" << params << ") {\n";
-    if (n >= 32768)
-      k << "#pragma omp parallel for schedule(static)\n";
-    k << "  for (int64_t i = 0; i < " << n << "; ++i) {\n";
+    // Large loops are split over the OpenMP threads (parallelFor never
+    // enters OpenMP for one thread, which would allocate).
+    if (parallel)
+      k << "  mtc::rt::cpu::parallelFor(0, " << n
+        << ", true, [&](int64_t i) {\n";
+    else
+      k << "  for (int64_t i = 0; i < " << n << "; ++i) {\n";
   }
-  k << index << loads << "    out[i] = " << expr << ";\n  }\n}\n\n";
+  k << index << loads << "    out[i] = " << expr << ";\n"
+    << (parallel ? "  });\n" : "  }\n") << "}\n\n";
 
   std::string args;
   for (Value v : operands)
@@ -981,6 +987,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
      << arena.getInt() << " bytes, planned at compile time.\n"
      << "// Every pointer below is a fixed offset into that arena.\n\n"
      << "#include \"mtc/runtime/Kernels.h\"\n"
+     << "#include \"mtc/runtime/Parallel.h\"\n"
      << "#include \"mtc/runtime/Trainer.h\"\n";
   if (cuda())
     os << "#include \"mtc/runtime/Cuda.h\"\n";

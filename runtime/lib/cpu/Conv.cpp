@@ -11,7 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
-#include "Parallel.h"
+#include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
 
@@ -56,8 +56,7 @@ bool validParams(Context &ctx, const Conv2dParams &p, const char *what) {
 void im2col(const Conv2dParams &p, const ConvShape &s, const float *x,
             float *col) {
   const bool parallel = s.patch * s.pixels >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t r = 0; r < s.patch; ++r) {
+  cpu::parallelFor(0, s.patch, parallel, [&](int64_t r) {
     int64_t ci = r / (p.kh * p.kw);
     int64_t i = (r / p.kw) % p.kh;
     int64_t j = r % p.kw;
@@ -77,7 +76,7 @@ void im2col(const Conv2dParams &p, const ConvShape &s, const float *x,
         row[ox] = (ix >= 0 && ix < p.w) ? src[ix] : 0.0f;
       }
     }
-  }
+  });
 }
 
 /// The adjoint of im2col: dx[ci, iy, ix] += col[r, pixel] for every tap
@@ -86,8 +85,7 @@ void im2col(const Conv2dParams &p, const ConvShape &s, const float *x,
 void col2imAccumulate(const Conv2dParams &p, const ConvShape &s,
                       const float *col, float *dx) {
   const bool parallel = s.patch * s.pixels >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t ci = 0; ci < s.cg; ++ci) {
+  cpu::parallelFor(0, s.cg, parallel, [&](int64_t ci) {
     float *plane = dx + ci * s.inPlane;
     for (int64_t i = 0; i < p.kh; ++i) {
       for (int64_t j = 0; j < p.kw; ++j) {
@@ -104,7 +102,7 @@ void col2imAccumulate(const Conv2dParams &p, const ConvShape &s,
         }
       }
     }
-  }
+  });
 }
 
 } // namespace
@@ -127,13 +125,12 @@ void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
   if (!bias)
     return;
   const bool parallel = p.n * p.k * s.pixels >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t plane = 0; plane < p.n * p.k; ++plane) {
+  cpu::parallelFor(0, p.n * p.k, parallel, [&](int64_t plane) {
     float b = bias[plane % p.k];
     float *dst = y + plane * s.pixels;
     for (int64_t i = 0; i < s.pixels; ++i)
       dst[i] += b;
-  }
+  });
 }
 
 void conv2dBackwardData(Context &ctx, const Conv2dParams &p, const float *dy,

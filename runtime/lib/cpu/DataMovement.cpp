@@ -5,7 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
-#include "Parallel.h"
+#include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
 
@@ -32,8 +32,7 @@ void stridedCopyImpl(int rank, const int64_t *shape, const T *src,
   int64_t srcInner = srcStrides[rank - 1];
   int64_t dstInner = dstStrides[rank - 1];
   const bool parallel = rows * inner >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t row = 0; row < rows; ++row) {
+  cpu::parallelFor(0, rows, parallel, [&](int64_t row) {
     int64_t srcAt = 0, dstAt = 0, rest = row;
     for (int i = rank - 2; i >= 0; --i) {
       int64_t idx = rest % shape[i];
@@ -45,20 +44,20 @@ void stridedCopyImpl(int rank, const int64_t *shape, const T *src,
     T *t = dst + dstAt;
     if (srcInner == 1 && dstInner == 1) {
       std::memcpy(t, s, sizeof(T) * inner);
-      continue;
+      return;
     }
     for (int64_t j = 0; j < inner; ++j)
       t[j * dstInner] = s[j * srcInner];
-  }
+  });
 }
 
 } // namespace
 
 void fill(Context &, float *y, int64_t n, float value) {
   const bool parallel = n >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t i = 0; i < n; ++i)
+  cpu::parallelFor(0, n, parallel, [&](int64_t i) {
     y[i] = value;
+  });
 }
 
 void copyBytes(Context &, void *dst, const void *src, uint64_t bytes) {

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cblas.h>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -22,7 +23,13 @@ namespace mtc::rt::device {
 
 const char *kind() { return "cpu"; }
 
-Status initialize(Context &) { return Status::success(); }
+Status initialize(Context &) {
+  // GEMMs are split over the OpenMP threads by the runtime (Gemm.cpp);
+  // OpenBLAS itself runs on the calling thread, where it allocates nothing
+  // per call (its threaded path mallocs job tables on every GEMM).
+  openblas_set_num_threads(1);
+  return Status::success();
+}
 
 void shutdown(Context &) {}
 

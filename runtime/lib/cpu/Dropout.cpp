@@ -13,7 +13,7 @@
 
 #include "Context.h"
 #include "KernelCommon.h"
-#include "Parallel.h"
+#include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
 
@@ -45,14 +45,13 @@ void applyDropout(Context &ctx, int64_t n, const float *in, float *out,
   const int64_t groups = (n + kDropoutGroup - 1) / kDropoutGroup;
   // Generating the mask costs far more than the copy; split earlier.
   const bool parallel = n >= cpu::kParallelGrain / 8;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t g = 0; g < groups; ++g) {
+  cpu::parallelFor(0, groups, parallel, [&](int64_t g) {
     bool keep[kDropoutGroup];
     dropoutGroupKeep(p, static_cast<uint64_t>(g), keep);
     int64_t first = g * kDropoutGroup;
     for (int j = 0; j < kDropoutGroup && first + j < n; ++j)
       out[first + j] = dropoutElement(in[first + j], keep[j], p);
-  }
+  });
 }
 
 } // namespace

@@ -17,7 +17,7 @@
 
 #include "Context.h"
 #include "KernelCommon.h"
-#include "Parallel.h"
+#include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
 
@@ -46,17 +46,16 @@ void gatherForward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
   reportFirstBadIndex(ctx, dim, indices, count);
   const int64_t rows = outer * count;
   const bool parallel = rows * inner >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t row = 0; row < rows; ++row) {
+  cpu::parallelFor(0, rows, parallel, [&](int64_t row) {
     int64_t o = row / count;
     int64_t source = gatherRow(indices[row % count], dim);
     float *dst = y + row * inner;
     if (source < 0) {
       std::fill(dst, dst + inner, 0.0f);
-      continue;
+      return;
     }
     std::memcpy(dst, data + (o * dim + source) * inner, sizeof(float) * inner);
-  }
+  });
 }
 
 void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
@@ -69,8 +68,7 @@ void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
   constexpr int64_t block = 64;
   const int64_t blocks = (inner + block - 1) / block;
   const bool parallel = outer * count * inner >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t task = 0; task < outer * blocks; ++task) {
+  cpu::parallelFor(0, outer * blocks, parallel, [&](int64_t task) {
     int64_t o = task / blocks;
     int64_t first = (task % blocks) * block;
     int64_t width = std::min(block, inner - first);
@@ -83,7 +81,7 @@ void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
       for (int64_t j = 0; j < width; ++j)
         dst[j] += src[j];
     }
-  }
+  });
 }
 
 } // namespace mtc::rt

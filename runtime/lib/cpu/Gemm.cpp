@@ -7,8 +7,10 @@
 #include "Context.h"
 
 #include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/Parallel.h"
 
 #include <cblas.h>
+#include <algorithm>
 #include <climits>
 #include <initializer_list>
 #include <string>
@@ -16,6 +18,9 @@
 namespace mtc::rt {
 
 namespace {
+
+/// GEMMs with fewer multiply-adds run on one thread.
+constexpr int64_t kGemmGrain = int64_t(1) << 18;
 
 /// CBLAS takes int (blasint) sizes; larger problems are a compiler bug, not
 /// something to truncate silently.
@@ -52,11 +57,40 @@ void gemm(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
     scaleMatrix(m, n, beta, c, ldc);
     return;
   }
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-              transB ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), alpha, a,
-              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
-              static_cast<int>(ldc));
+  auto call = [&](int64_t rows, int64_t cols, const float *ablock,
+                  const float *bblock, float *cblock) {
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, static_cast<int>(rows),
+                static_cast<int>(cols), static_cast<int>(k), alpha, ablock,
+                static_cast<int>(lda), bblock, static_cast<int>(ldb), beta,
+                cblock, static_cast<int>(ldc));
+  };
+  // Split C into one block of rows (or columns, when it is wider) per
+  // thread; each block is an independent GEMM with the same reduction over
+  // k, so the result does not depend on the thread count.
+  int64_t threads = 1;
+#ifdef _OPENMP
+  if (m * n * k >= kGemmGrain)
+    threads = std::min<int64_t>(omp_get_max_threads(), std::max(m, n) / 16);
+#endif
+  if (threads <= 1) {
+    call(m, n, a, b, c);
+    return;
+  }
+  bool byRows = m >= n;
+  int64_t extent = byRows ? m : n;
+  int64_t chunk = (extent + threads - 1) / threads;
+  cpu::parallelFor(0, threads, true, [&](int64_t t) {
+    int64_t first = t * chunk, count = std::min(chunk, extent - first);
+    if (count <= 0)
+      return;
+    if (byRows)
+      call(count, n, transA ? a + first : a + first * lda, b,
+           c + first * ldc);
+    else
+      call(m, count, a, transB ? b + first * ldb : b + first,
+           c + first);
+  });
 }
 
 void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
@@ -64,8 +98,8 @@ void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
                         int64_t lda, int64_t strideA, const float *b,
                         int64_t ldb, int64_t strideB, float beta, float *c,
                         int64_t ldc, int64_t strideC, int64_t batch) {
-  // OpenBLAS parallelizes each GEMM internally, so the batch loop stays
-  // serial rather than nesting thread pools.
+  // Each GEMM is split over the threads, so the batch loop stays serial
+  // rather than nesting parallel regions.
   for (int64_t i = 0; i < batch; ++i)
     gemm(ctx, transA, transB, m, n, k, alpha, a + i * strideA, lda,
          b + i * strideB, ldb, beta, c + i * strideC, ldc);

@@ -11,7 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
-#include "Parallel.h"
+#include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
 
@@ -81,8 +81,7 @@ void softmaxCrossEntropyBackward(Context &, int64_t n, int64_t c, int64_t d,
     scale = count > 0 ? dloss[0] / static_cast<float>(count) : 0.0f;
   }
   const bool parallel = n * c * d >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t img = 0; img < n; ++img) {
+  cpu::parallelFor(0, n, parallel, [&](int64_t img) {
     for (int64_t ci = 0; ci < c; ++ci) {
       for (int64_t di = 0; di < d; ++di) {
         int64_t pos = img * d + di;
@@ -97,7 +96,7 @@ void softmaxCrossEntropyBackward(Context &, int64_t n, int64_t c, int64_t d,
         dlogits[at] = g * (std::exp(logProb[at]) - target);
       }
     }
-  }
+  });
 }
 
 } // namespace mtc::rt

@@ -20,7 +20,7 @@
 
 #include "Context.h"
 #include "KernelCommon.h"
-#include "Parallel.h"
+#include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
 
@@ -75,8 +75,7 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
                            float *y, float *savedMean, float *savedInvstd) {
   const int64_t m = n * inner;
   const bool parallel = m * c >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t ch = 0; ch < c; ++ch) {
+  cpu::parallelFor(0, c, parallel, [&](int64_t ch) {
     double sum = 0.0;
     for (int64_t img = 0; img < n; ++img) {
       const float *src = x + (img * c + ch) * inner;
@@ -107,7 +106,7 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
       for (int64_t j = 0; j < inner; ++j)
         dst[j] = normalizeElement(src[j], meanF, invstd, scale[ch], bias[ch]);
     }
-  }
+  });
 }
 
 void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
@@ -116,8 +115,7 @@ void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
                             float *dx, float *dscale, float *dbias) {
   const int64_t m = n * inner;
   const bool parallel = m * c >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t ch = 0; ch < c; ++ch) {
+  cpu::parallelFor(0, c, parallel, [&](int64_t ch) {
     const float mean = savedMean[ch], invstd = savedInvstd[ch];
     double sumDy = 0.0, sumDyXhat = 0.0;
     for (int64_t img = 0; img < n; ++img) {
@@ -141,7 +139,7 @@ void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
       for (int64_t j = 0; j < inner; ++j)
         dst[j] = normBackwardElement(grad[j], (src[j] - mean) * invstd, f);
     }
-  }
+  });
 }
 
 void batchNormInferenceForward(Context &, int64_t n, int64_t c, int64_t inner,
@@ -149,23 +147,21 @@ void batchNormInferenceForward(Context &, int64_t n, int64_t c, int64_t inner,
                                const float *bias, const float *mean,
                                const float *var, float eps, float *y) {
   const bool parallel = n * c * inner >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t plane = 0; plane < n * c; ++plane) {
+  cpu::parallelFor(0, n * c, parallel, [&](int64_t plane) {
     int64_t ch = plane % c;
     float invstd = inverseStd(var[ch], eps);
     const float *src = x + plane * inner;
     float *dst = y + plane * inner;
     for (int64_t j = 0; j < inner; ++j)
       dst[j] = normalizeElement(src[j], mean[ch], invstd, scale[ch], bias[ch]);
-  }
+  });
 }
 
 void layerNormForward(Context &, int64_t outer, int64_t dim, const float *x,
                       const float *scale, const float *bias, float eps,
                       float *y, float *mean, float *invstd) {
   const bool parallel = outer * dim >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t row = 0; row < outer; ++row) {
+  cpu::parallelFor(0, outer, parallel, [&](int64_t row) {
     const float *src = x + row * dim;
     float *dst = y + row * dim;
     double sum = sumTerms(dim, [&](int64_t j) { return src[j]; });
@@ -184,7 +180,7 @@ void layerNormForward(Context &, int64_t outer, int64_t dim, const float *x,
     for (int64_t j = 0; j < dim; ++j)
       dst[j] =
           normalizeElement(src[j], meanF, inv, scale[j], bias ? bias[j] : 0.0f);
-  }
+  });
 }
 
 void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
@@ -197,8 +193,7 @@ void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
   // at a time so that memory is read contiguously.
   const int64_t block = columnBlock(dim);
   const int64_t blocks = (dim + block - 1) / block;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t b = 0; b < blocks; ++b) {
+  cpu::parallelFor(0, blocks, parallel, [&](int64_t b) {
     int64_t first = b * block;
     int64_t width = std::min(block, dim - first);
     double accScale[kMaxColumnBlock], accBias[kMaxColumnBlock];
@@ -219,10 +214,9 @@ void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
       if (dbias)
         dbias[first + j] = static_cast<float>(accBias[j]);
     }
-  }
+  });
 
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t row = 0; row < outer; ++row) {
+  cpu::parallelFor(0, outer, parallel, [&](int64_t row) {
     const float *grad = dy + row * dim;
     const float *src = x + row * dim;
     float *dst = dx + row * dim;
@@ -236,7 +230,7 @@ void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
     for (int64_t j = 0; j < dim; ++j)
       dst[j] =
           normBackwardElement(grad[j] * scale[j], (src[j] - rowMean) * inv, f);
-  }
+  });
 }
 
 } // namespace mtc::rt

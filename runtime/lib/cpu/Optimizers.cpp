@@ -6,7 +6,7 @@
 
 #include "Context.h"
 #include "KernelCommon.h"
-#include "Parallel.h"
+#include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Trainer.h"
@@ -21,9 +21,9 @@ void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
                stepCounter(ctx) <= 1};
   float *buf = momentum != 0.0 ? momentumBuf : nullptr;
   const bool parallel = n >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t i = 0; i < n; ++i)
+  cpu::parallelFor(0, n, parallel, [&](int64_t i) {
     sgdElement(p[i], g[i], buf ? buf + i : nullptr, s);
+  });
 }
 
 void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
@@ -32,9 +32,9 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
   AdamwScalars s =
       adamwScalars(stepCounter(ctx), lr, beta1, beta2, eps, weightDecay);
   const bool parallel = n >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t i = 0; i < n; ++i)
+  cpu::parallelFor(0, n, parallel, [&](int64_t i) {
     adamwElement(p[i], g[i], m[i], v[i], s);
+  });
 }
 
 void accumulateGradient(Context &ctx, int64_t n, float *acc, const float *g,
@@ -42,9 +42,9 @@ void accumulateGradient(Context &ctx, int64_t n, float *acc, const float *g,
   int64_t micro = microBatch(ctx);
   float scale = micro == count - 1 ? 1.0f / static_cast<float>(count) : 1.0f;
   const bool parallel = n >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t i = 0; i < n; ++i)
+  cpu::parallelFor(0, n, parallel, [&](int64_t i) {
     acc[i] = (micro == 0 ? g[i] : acc[i] + g[i]) * scale;
+  });
 }
 
 } // namespace mtc::rt

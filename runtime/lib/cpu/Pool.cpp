@@ -13,7 +13,7 @@
 
 #include "Context.h"
 #include "KernelCommon.h"
-#include "Parallel.h"
+#include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
 
@@ -43,8 +43,7 @@ void maxPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
     return;
   int64_t rows = p.n * p.c * p.oh;
   const bool parallel = rows * p.ow * p.kh * p.kw >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t row = 0; row < rows; ++row) {
+  cpu::parallelFor(0, rows, parallel, [&](int64_t row) {
     int64_t plane = row / p.oh;
     int64_t oy = row % p.oh;
     const float *src = x + plane * p.h * p.w;
@@ -54,7 +53,7 @@ void maxPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
       // A window entirely in padding has no input to take the max of.
       dst[ox] = at < 0 ? -std::numeric_limits<float>::infinity() : src[at];
     }
-  }
+  });
 }
 
 void maxPool2dBackward(Context &ctx, const Pool2dParams &p, const float *x,
@@ -64,8 +63,7 @@ void maxPool2dBackward(Context &ctx, const Pool2dParams &p, const float *x,
   int64_t planes = p.n * p.c;
   const bool parallel =
       planes * p.oh * p.ow * p.kh * p.kw >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t plane = 0; plane < planes; ++plane) {
+  cpu::parallelFor(0, planes, parallel, [&](int64_t plane) {
     const float *src = x + plane * p.h * p.w;
     const float *grad = dy + plane * p.oh * p.ow;
     float *dst = dx + plane * p.h * p.w;
@@ -77,7 +75,7 @@ void maxPool2dBackward(Context &ctx, const Pool2dParams &p, const float *x,
           dst[at] += grad[oy * p.ow + ox];
       }
     }
-  }
+  });
 }
 
 void avgPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
@@ -86,8 +84,7 @@ void avgPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
     return;
   int64_t rows = p.n * p.c * p.oh;
   const bool parallel = rows * p.ow * p.kh * p.kw >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t row = 0; row < rows; ++row) {
+  cpu::parallelFor(0, rows, parallel, [&](int64_t row) {
     int64_t plane = row / p.oh;
     int64_t oy = row % p.oh;
     const float *src = x + plane * p.h * p.w;
@@ -109,7 +106,7 @@ void avgPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
       int64_t divisor = avgPoolDivisor(p, oy, ox);
       dst[ox] = divisor > 0 ? sum / static_cast<float>(divisor) : 0.0f;
     }
-  }
+  });
 }
 
 void avgPool2dBackward(Context &ctx, const Pool2dParams &p, const float *dy,
@@ -119,8 +116,7 @@ void avgPool2dBackward(Context &ctx, const Pool2dParams &p, const float *dy,
   int64_t planes = p.n * p.c;
   const bool parallel =
       planes * p.oh * p.ow * p.kh * p.kw >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t plane = 0; plane < planes; ++plane) {
+  cpu::parallelFor(0, planes, parallel, [&](int64_t plane) {
     const float *grad = dy + plane * p.oh * p.ow;
     float *dst = dx + plane * p.h * p.w;
     std::memset(dst, 0, sizeof(float) * p.h * p.w);
@@ -144,7 +140,7 @@ void avgPool2dBackward(Context &ctx, const Pool2dParams &p, const float *dy,
         }
       }
     }
-  }
+  });
 }
 
 } // namespace mtc::rt

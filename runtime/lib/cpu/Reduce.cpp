@@ -13,7 +13,7 @@
 
 #include "Context.h"
 #include "KernelCommon.h"
-#include "Parallel.h"
+#include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
 
@@ -39,9 +39,9 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
   }
   if (plan.numReduced == 0) {
     const bool parallel = plan.outCount >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t o = 0; o < plan.outCount; ++o)
+    cpu::parallelFor(0, plan.outCount, parallel, [&](int64_t o) {
       y[o] = static_cast<float>(static_cast<double>(x[o]) * s);
+    });
     return;
   }
 
@@ -51,8 +51,7 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
     int64_t runs = plan.reduceCount / inner;
     const bool parallel =
         plan.outCount * plan.reduceCount >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t o = 0; o < plan.outCount; ++o) {
+    cpu::parallelFor(0, plan.outCount, parallel, [&](int64_t o) {
       const float *base = x + keptOffset(plan, o);
       double sum = 0.0;
       for (int64_t run = 0; run < runs; ++run) {
@@ -61,7 +60,7 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
           sum += src[t];
       }
       y[o] = static_cast<float>(sum * s);
-    }
+    });
     return;
   }
 
@@ -72,8 +71,7 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
   int64_t outer = plan.outCount / inner;
   int64_t blocksPerRow = (inner + block - 1) / block;
   const bool parallel = plan.outCount * plan.reduceCount >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t task = 0; task < outer * blocksPerRow; ++task) {
+  cpu::parallelFor(0, outer * blocksPerRow, parallel, [&](int64_t task) {
     int64_t first =
         (task / blocksPerRow) * inner + (task % blocksPerRow) * block;
     int64_t width = std::min(block, inner - (task % blocksPerRow) * block);
@@ -88,15 +86,14 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
     }
     for (int64_t j = 0; j < width; ++j)
       y[first + j] = static_cast<float>(acc[j] * s);
-  }
+  });
 }
 
 void softmaxForward(Context &, int64_t outer, int64_t dim, int64_t inner,
                     const float *x, float *y, bool log) {
   int64_t rows = outer * inner;
   const bool parallel = rows * dim >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t row = 0; row < rows; ++row) {
+  cpu::parallelFor(0, rows, parallel, [&](int64_t row) {
     int64_t base = (row / inner) * dim * inner + row % inner;
     const float *src = x + base;
     float *dst = y + base;
@@ -118,15 +115,14 @@ void softmaxForward(Context &, int64_t outer, int64_t dim, int64_t inner,
       for (int64_t i = 0; i < dim; ++i)
         dst[i * inner] = std::exp(src[i * inner] - maxValue) / total;
     }
-  }
+  });
 }
 
 void softmaxBackward(Context &, int64_t outer, int64_t dim, int64_t inner,
                      const float *y, const float *dy, float *dx, bool log) {
   int64_t rows = outer * inner;
   const bool parallel = rows * dim >= cpu::kParallelGrain;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t row = 0; row < rows; ++row) {
+  cpu::parallelFor(0, rows, parallel, [&](int64_t row) {
     int64_t base = (row / inner) * dim * inner + row % inner;
     const float *out = y + base;
     const float *grad = dy + base;
@@ -147,7 +143,7 @@ void softmaxBackward(Context &, int64_t outer, int64_t dim, int64_t inner,
       for (int64_t i = 0; i < dim; ++i)
         dst[i * inner] = out[i * inner] * (grad[i * inner] - total);
     }
-  }
+  });
 }
 
 } // namespace mtc::rt

@@ -92,10 +92,11 @@ RematSolution solveRemat(const RematProblem &problem, int64_t budget);
 std::vector<int64_t> evaluateRemat(const RematProblem &problem,
                                    const std::vector<int64_t> &cloneAt);
 
-/// Writes the model and the solutions (one per budget) as JSON.
+/// Writes the model and the solutions (one per budget) as JSON; the one at
+/// `compiled` (if any) is marked as the choice the compiled plan uses.
 void writeRematJson(const RematProblem &problem,
                     const std::vector<std::pair<int64_t, RematSolution>> &solved,
-                    llvm::raw_ostream &os);
+                    llvm::raw_ostream &os, int64_t compiled = -1);
 
 } // namespace mtc
 

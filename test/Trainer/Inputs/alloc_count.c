@@ -1,0 +1,58 @@
+/* An LD_PRELOAD library for the tests: counts the heap allocations of a
+ * process (malloc, calloc, realloc, the aligned forms; C++ new goes through
+ * malloc) and, at exit, writes to $MTC_ALLOC_COUNT the number of calls,
+ * the bytes requested and the sizes of the largest ones. */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+
+static atomic_long calls, bytes;
+#define TOP 4
+static size_t largest[TOP];
+static atomic_flag lock = ATOMIC_FLAG_INIT;
+
+static void record(size_t n) {
+  atomic_fetch_add(&calls, 1);
+  atomic_fetch_add(&bytes, (long)n);
+  while (atomic_flag_test_and_set(&lock))
+    ;
+  for (int i = 0; i < TOP; ++i)
+    if (n > largest[i]) {
+      memmove(&largest[i + 1], &largest[i], (TOP - 1 - i) * sizeof(size_t));
+      largest[i] = n;
+      break;
+    }
+  atomic_flag_clear(&lock);
+}
+
+void *malloc(size_t n) { record(n); return __libc_malloc(n); }
+void *calloc(size_t k, size_t n) { record(k * n); return __libc_calloc(k, n); }
+void *realloc(void *p, size_t n) { record(n); return __libc_realloc(p, n); }
+void *memalign(size_t a, size_t n) { record(n); return __libc_memalign(a, n); }
+void *aligned_alloc(size_t a, size_t n) { record(n); return __libc_memalign(a, n); }
+int posix_memalign(void **out, size_t a, size_t n) {
+  record(n);
+  *out = __libc_memalign(a, n);
+  return *out ? 0 : 12;
+}
+
+__attribute__((destructor)) static void report(void) {
+  const char *path = getenv("MTC_ALLOC_COUNT");
+  if (!path)
+    return;
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return;
+  fprintf(f, "calls %ld bytes %ld largest", (long)calls, (long)bytes);
+  for (int i = 0; i < TOP; ++i)
+    fprintf(f, " %zu", largest[i]);
+  fprintf(f, "\n");
+  fclose(f);
+}
