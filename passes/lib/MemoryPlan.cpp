@@ -9,8 +9,9 @@
 // persist across steps; values produced by ops live from their definition to
 // their last use; results of the step live to its end; update results share
 // the storage of the argument they are tied to; kernel scratch lives only
-// during its op. Placement is best-fit in decreasing size order against the
-// already placed buffers whose lifetimes overlap.
+// during its op. Placement is best fit against the already placed buffers
+// whose lifetimes overlap, under several orders (by size, by lifetime, by
+// both, by start); the smallest arena wins.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +21,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+
+#include <functional>
 
 namespace mtc {
 #define GEN_PASS_DEF_MEMORYPLANPASS
@@ -76,31 +79,24 @@ private:
 /// A byte range that is taken during the whole function being placed.
 using Region = std::pair<int64_t, int64_t>;
 
-/// Places the buffers, largest first, each at the lowest offset where it fits
-/// between the `fixed` regions and the buffers already placed that are live
-/// at the same time.
-int64_t placeBestFit(MutableArrayRef<Buffer> buffers,
-                     ArrayRef<Region> fixed = {}) {
-  SmallVector<unsigned> order(buffers.size());
-  for (unsigned i = 0; i < order.size(); ++i)
-    order[i] = i;
-  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-    if (buffers[a].bytes != buffers[b].bytes)
-      return buffers[a].bytes > buffers[b].bytes;
-    return buffers[a].start < buffers[b].start;
-  });
+/// Places the buffers in `order`, each in the smallest gap that holds it
+/// between the `fixed` regions and the buffers already placed that are
+/// live at the same time (else above them all). Returns the end of the
+/// highest placed buffer.
+int64_t placeBestFit(MutableArrayRef<Buffer> buffers, ArrayRef<Region> fixed,
+                     ArrayRef<unsigned> order) {
   int64_t arena = 0;
   SmallVector<unsigned> placed;
+  SmallVector<Region> taken;
   for (unsigned i : order) {
     Buffer &buf = buffers[i];
-    SmallVector<Region> taken(fixed.begin(), fixed.end());
+    taken.assign(fixed.begin(), fixed.end());
     for (unsigned j : placed) {
       const Buffer &other = buffers[j];
       if (other.start <= buf.end && buf.start <= other.end)
         taken.push_back({other.offset, other.offset + other.bytes});
     }
     llvm::sort(taken);
-    // Best fit: the smallest gap that holds the buffer; else the end.
     int64_t bestOffset = -1, bestGap = INT64_MAX, cursor = 0;
     for (auto [begin, end] : taken) {
       if (begin > cursor && begin - cursor >= buf.bytes &&
@@ -115,6 +111,53 @@ int64_t placeBestFit(MutableArrayRef<Buffer> buffers,
     placed.push_back(i);
   }
   return arena;
+}
+
+/// Best fit under several orders (largest first; longest-lived first;
+/// largest size x lifetime first; by start, as a linear scan would): the
+/// smallest arena wins, ties to the earlier order.
+int64_t placeBuffers(MutableArrayRef<Buffer> buffers,
+                     ArrayRef<Region> fixed = {}) {
+  auto life = [&](unsigned i) {
+    return buffers[i].end - buffers[i].start + 1;
+  };
+  using Key = std::function<bool(unsigned, unsigned)>;
+  Key keys[] = {
+      [&](unsigned a, unsigned b) { return buffers[a].bytes > buffers[b].bytes; },
+      [&](unsigned a, unsigned b) { return life(a) > life(b); },
+      [&](unsigned a, unsigned b) {
+        return double(buffers[a].bytes) * life(a) >
+               double(buffers[b].bytes) * life(b);
+      },
+      [&](unsigned a, unsigned b) {
+        return buffers[a].start < buffers[b].start;
+      },
+  };
+  SmallVector<int64_t> bestOffsets;
+  int64_t best = INT64_MAX;
+  for (const Key &key : keys) {
+    SmallVector<unsigned> order(buffers.size());
+    for (unsigned i = 0; i < order.size(); ++i)
+      order[i] = i;
+    // Ties: larger first, then earlier.
+    llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+      if (key(a, b) != key(b, a))
+        return key(a, b);
+      if (buffers[a].bytes != buffers[b].bytes)
+        return buffers[a].bytes > buffers[b].bytes;
+      return buffers[a].start < buffers[b].start;
+    });
+    int64_t arena = placeBestFit(buffers, fixed, order);
+    if (arena < best) {
+      best = arena;
+      bestOffsets.clear();
+      for (const Buffer &buf : buffers)
+        bestOffsets.push_back(buf.offset);
+    }
+  }
+  for (auto [buf, offset] : llvm::zip(buffers, bestOffsets))
+    buf.offset = offset;
+  return best;
 }
 
 LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
@@ -200,7 +243,7 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
     lowerBound = std::max(lowerBound, running);
   }
 
-  int64_t arena = placeBestFit(buffers);
+  int64_t arena = placeBuffers(buffers);
 
   for (BlockArgument arg : body.getArguments())
     func.setArgAttr(arg.getArgNumber(), attr::kOffset,
@@ -282,7 +325,7 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
                            0, last});
       constantOps.push_back(&op);
     }
-  int64_t extent = placeBestFit(constants, everything);
+  int64_t extent = placeBuffers(constants, everything);
   for (const Buffer &c : constants)
     persistent.push_back({c.offset, c.offset + c.bytes});
 
@@ -309,7 +352,7 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
             {alignTo(scratch, alignment), index[&op], index[&op]});
       }
   }
-  extent = std::max(extent, placeBestFit(buffers, persistent));
+  extent = std::max(extent, placeBuffers(buffers, persistent));
 
   for (auto [op, c] : llvm::zip(constantOps, constants))
     op->setAttr(attr::kOffsets, b.getDenseI64ArrayAttr({c.offset}));

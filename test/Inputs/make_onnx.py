@@ -91,6 +91,30 @@ def shapes():
     return helper.make_graph(nodes, "shapes", inputs, outputs, [init("w", [2, 4, 6])])
 
 
+def slice_to_end():
+    """The flatten torch exports for `x.view(-1, x.size(-1))` with a dynamic
+    batch: Shape -> Slice(starts -1, ends INT64_MAX) -> Squeeze -> Unsqueeze
+    -> Concat with -1 -> Reshape."""
+    c = lambda name, v: helper.make_node(
+        "Constant", [], [name], name=name,
+        value=numpy_helper.from_array(np.array(v, np.int64)))
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        c("starts", [-1]), c("ends", [np.iinfo(np.int64).max]), c("zero", [0]),
+        c("minus_one", [-1]),
+        helper.make_node("Slice", ["s", "starts", "ends", "zero"], ["last"], name="slice"),
+        helper.make_node("Squeeze", ["last", "zero"], ["d"], name="squeeze"),
+        helper.make_node("Unsqueeze", ["d", "zero"], ["d1"], name="unsqueeze"),
+        helper.make_node("Concat", ["minus_one", "d1"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"], name="flatten"),
+        helper.make_node("Mul", ["flat", "flat"], ["sq"], name="square"),
+        helper.make_node("ReduceSum", ["sq"], ["loss"], name="sum", keepdims=0),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 5])]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    return helper.make_graph(nodes, "slice_to_end", inputs, outputs, [])
+
+
 def unsupported():
     g = classifier(batch=4)
     g.node.insert(3, helper.make_node("LpNormalization", ["a"], ["a_norm"], name="my_norm"))
@@ -133,6 +157,8 @@ def main():
         save(regressor(), path)
     elif name == "shapes":
         save(shapes(), path)
+    elif name == "slice-to-end":
+        save(slice_to_end(), path)
     elif name == "unsupported":
         save(unsupported(), path)
     elif name == "external-inside":

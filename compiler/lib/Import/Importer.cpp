@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 
 using namespace mlir;
@@ -101,9 +102,13 @@ std::optional<std::vector<int64_t>> ImportContext::constInts(int i) const {
   auto k = knownTensors.find(node->input(i));
   if (k == knownTensors.end() || k->second.isFloat)
     return std::nullopt;
+  // Known values are doubles: INT64_MAX (Slice's "to the end") reads back
+  // as 2^63, which must saturate rather than overflow.
   std::vector<int64_t> out;
   for (double v : k->second.values)
-    out.push_back(static_cast<int64_t>(v));
+    out.push_back(v >= 0x1p63    ? std::numeric_limits<int64_t>::max()
+                  : v <= -0x1p63 ? std::numeric_limits<int64_t>::min()
+                                 : static_cast<int64_t>(v));
   return out;
 }
 
