@@ -318,13 +318,24 @@ llvm::Expected<KnownTensor> decodeTensor(const onnx::TensorProto &t) {
 }
 
 /// An f32 initializer as a resource blob (not printed inline: models are
-/// large).
-DenseResourceElementsAttr floatResource(Builder &b, const onnx::TensorProto &t,
-                                        const KnownTensor &k) {
-  SmallVector<float> data(k.values.begin(), k.values.end());
-  auto type = RankedTensorType::get(k.shape, b.getF32Type());
-  ArrayRef<char> bytes(reinterpret_cast<const char *>(data.data()),
-                       data.size() * sizeof(float));
+/// large), copied straight from the protobuf's bytes.
+llvm::Expected<DenseResourceElementsAttr>
+floatResource(Builder &b, const onnx::TensorProto &t) {
+  SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
+  int64_t count = 1;
+  for (int64_t d : shape)
+    count *= d;
+  ArrayRef<char> bytes;
+  if (t.has_raw_data())
+    bytes = ArrayRef<char>(t.raw_data().data(), t.raw_data().size());
+  else
+    bytes = ArrayRef<char>(
+        reinterpret_cast<const char *>(t.float_data().data()),
+        t.float_data_size() * sizeof(float));
+  if (bytes.size() != static_cast<size_t>(count) * sizeof(float))
+    return makeError("tensor '" + t.name() + "' holds the wrong number of " +
+                     "elements for its shape");
+  auto type = RankedTensorType::get(shape, b.getF32Type());
   return DenseResourceElementsAttr::get(
       type, t.name(),
       HeapAsmResourceBlob::allocateAndCopyWithAlign(bytes, alignof(float)));
@@ -521,21 +532,27 @@ mtc::importOnnxFile(MLIRContext &context, StringRef path,
   // gradient reaches to buffers); integer ones are compile-time constants.
   llvm::StringMap<KnownTensor> knownInits;
   for (const auto &t : graph.initializer()) {
-    auto decoded = decodeTensor(t);
-    if (!decoded)
-      return decoded.takeError();
-    if (!decoded->isFloat) {
+    if (t.data_type() != onnx::TensorProto::FLOAT) {
+      auto decoded = decodeTensor(t);
+      if (!decoded)
+        return decoded.takeError();
       knownInits[t.name()] = std::move(*decoded);
       continue;
     }
-    auto resource = floatResource(b, t, *decoded);
-    argTypes.push_back(resource.getType());
+    auto resource = floatResource(b, t);
+    if (!resource)
+      return resource.takeError();
+    argTypes.push_back(resource->getType());
     argAttrs.push_back(named(attr::role::kParam, t.name(),
-                             b.getNamedAttr(attr::kInit, resource)));
+                             b.getNamedAttr(attr::kInit, *resource)));
     argNames.push_back(t.name());
     // Small float initializers may also feed shape-like inputs.
-    if (decoded->values.size() <= 16)
+    if (resource->getType().getNumElements() <= 16) {
+      auto decoded = decodeTensor(t);
+      if (!decoded)
+        return decoded.takeError();
       knownInits[t.name()] = std::move(*decoded);
+    }
   }
 
   auto func = func::FuncOp::create(fileLoc, "forward",
