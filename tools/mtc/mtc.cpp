@@ -545,8 +545,8 @@ int runCompile(MLIRContext &context) {
   };
 
   // Plans at one micro-batch and, when that exceeds the budget, recomputes:
-  // aiming a little under the budget, since the arena's placement adds a
-  // few percent over the live bytes recomputation works with.
+  // aiming at the budget, then a little under it, since the arena's
+  // placement may add a little over the live bytes recomputation counts.
   struct Fitted {
     OwningOpRef<ModuleOp> differentiated; // before recomputation and plan
     OwningOpRef<ModuleOp> module;
@@ -578,7 +578,7 @@ int runCompile(MLIRContext &context) {
     f.floor = solveRemat(f.problem, 0).peak;
     if (f.floor > static_cast<int64_t>(*budget))
       return f;
-    for (double factor : {0.97, 0.93, 0.88, 0.8}) {
+    for (double factor : {1.0, 0.97, 0.93, 0.88, 0.8}) {
       int64_t target =
           std::max<int64_t>(f.floor, static_cast<int64_t>(*budget * factor));
       auto smaller = place(*f.differentiated, target, micro);
