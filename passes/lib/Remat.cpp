@@ -103,6 +103,7 @@ bool isBackward(Operation *op) {
   return op->hasAttr(attr::kBackward) || op->hasAttr(attr::kOptimizer) ||
          isa<func::ReturnOp>(op);
 }
+
 } // namespace
 
 RematProblem mtc::buildRematProblem(func::FuncOp func, int64_t alignment) {
@@ -182,7 +183,7 @@ public:
     if (problem.peak() > budget) {
       RematSolution solution = solveRemat(problem, budget);
       flops = solution.flops;
-      rewrite(func, solution);
+      rewrite(func, problem, solution);
     }
     OpBuilder b(func);
     func->setAttr(attr::kRematPeak,
@@ -191,10 +192,12 @@ public:
   }
 
 private:
-  void rewrite(func::FuncOp func, const RematSolution &solution);
+  void rewrite(func::FuncOp func, const RematProblem &problem,
+               const RematSolution &solution);
 };
 
-void RematPass::rewrite(func::FuncOp func, const RematSolution &solution) {
+void RematPass::rewrite(func::FuncOp func, const RematProblem &problem,
+                        const RematSolution &solution) {
   Block &body = func.getBody().front();
   std::vector<Operation *> ops;
   for (Operation &op : body)
@@ -210,7 +213,6 @@ void RematPass::rewrite(func::FuncOp func, const RematSolution &solution) {
       continue;
     producers.push_back(op);
   }
-  RematProblem problem = buildRematProblem(func, alignment);
   // Each recomputed value's clone and the op index it runs before. A clone
   // reads the clones of its inputs that run no later, else the originals.
   DenseMap<Value, std::pair<Value, int64_t>> clones;
