@@ -161,8 +161,20 @@ LogicalResult AutodiffPass::differentiate(func::FuncOp func) {
   DenseMap<Value, Value> grads;
   auto accumulate = [&](Value target, Value grad, Location loc) {
     auto [it, inserted] = grads.try_emplace(target, grad);
-    if (!inserted)
+    if (inserted)
+      return;
+    auto type = cast<RankedTensorType>(grad.getType());
+    if (type.getElementType().isF32()) {
       it->second = builder.create<AddOp>(loc, it->second, grad);
+      return;
+    }
+    // Low-precision gradients add in float32 and round once, as PyTorch's
+    // half-precision add does.
+    auto wide = type.clone(builder.getF32Type());
+    Value sum = builder.create<AddOp>(
+        loc, builder.create<ConvertOp>(loc, wide, it->second),
+        builder.create<ConvertOp>(loc, wide, grad));
+    it->second = builder.create<ConvertOp>(loc, type, sum);
   };
   Operation *lastForward = ret->getPrevNode();
   auto seedType = RankedTensorType::get({}, lossType.getElementType());

@@ -95,3 +95,29 @@ func.func @forward(%x: tensor<2x3x4xf32> {mtc.name = "x", mtc.role = "param"},
   %l = mtc.reduce_sum %y {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x3x4xf32>) -> tensor<f32>
   return %l, %nm, %nv : tensor<f32>, tensor<3xf32>, tensor<3xf32>
 }
+
+// -----
+
+// A value stored in bfloat16: its gradient is rounded to bfloat16 on the
+// way back (convert back to the input's type), and two bfloat16 gradients
+// add in float32 with one rounding.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[H:.+]] = mtc.convert %{{.+}} : tensor<4xf32> to tensor<4xbf16>
+// CHECK: %[[A:.+]] = mtc.convert %[[H]] : tensor<4xbf16> to tensor<4xf32>
+// CHECK: %[[B:.+]] = mtc.convert %[[H]] : tensor<4xbf16> to tensor<4xf32>
+// CHECK-DAG: %[[GA:.+]] = mtc.convert %{{.+}} {mtc.backward} : tensor<4xf32> to tensor<4xbf16>
+// CHECK-DAG: %[[GB:.+]] = mtc.convert %{{.+}} {mtc.backward} : tensor<4xf32> to tensor<4xbf16>
+// CHECK-DAG: %[[WA:.+]] = mtc.convert %[[GA]] {mtc.backward} : tensor<4xbf16> to tensor<4xf32>
+// CHECK-DAG: %[[WB:.+]] = mtc.convert %[[GB]] {mtc.backward} : tensor<4xbf16> to tensor<4xf32>
+// CHECK: %[[SUM:.+]] = mtc.add %{{.+}}, %{{.+}} {mtc.backward}
+// CHECK: %[[G:.+]] = mtc.convert %[[SUM]] {mtc.backward} : tensor<4xf32> to tensor<4xbf16>
+// CHECK: mtc.convert %[[G]] {mtc.backward} : tensor<4xbf16> to tensor<4xf32>
+func.func @forward(%w: tensor<4xf32> {mtc.name = "w", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %h = mtc.convert %w : tensor<4xf32> to tensor<4xbf16>
+  %a = mtc.convert %h : tensor<4xbf16> to tensor<4xf32>
+  %b = mtc.convert %h : tensor<4xbf16> to tensor<4xf32>
+  %p = mtc.mul %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %l = mtc.reduce_sum %p {axes = array<i64: 0>, keepdims = false} : (tensor<4xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -47,6 +47,21 @@ def build_module(name):
             nn.Linear(64, 128), nn.ReLU(),
             nn.Linear(128, 64), nn.Tanh(),
             nn.Linear(64, NUM_CLASSES)), (64,), 16
+    if name in ("mlp-fp16", "mlp-bf16"):
+        # Activations stored in 16 bits: ONNX Cast there and back, which
+        # mtc lowers to mtc.convert (round to nearest even); the gradients
+        # are rounded on the way back as PyTorch's autograd does.
+        import torch
+        dtype = torch.float16 if name == "mlp-fp16" else torch.bfloat16
+
+        class RoundTrip(nn.Module):
+            def forward(self, x):
+                return x.to(dtype).to(torch.float32)
+
+        return nn.Sequential(
+            nn.Linear(64, 128), nn.ReLU(), RoundTrip(),
+            nn.Linear(128, 64), nn.Tanh(), RoundTrip(),
+            nn.Linear(64, NUM_CLASSES)), (64,), 16
     if name == "cnn":
         return nn.Sequential(
             nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),     # 8x16x16
@@ -174,7 +189,8 @@ def compare_tensors(report, label, got, want, tol, names=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    ap.add_argument("--model", choices=["mlp", "mlp-fp16", "mlp-bf16", "cnn"],
+                    required=True)
     ap.add_argument("--mtc", required=True, help="path to the mtc driver")
     ap.add_argument("--work", required=True, help="scratch directory")
     ap.add_argument("--target", default="cpu")

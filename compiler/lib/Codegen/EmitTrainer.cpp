@@ -48,9 +48,38 @@ bool isBool(Value v) {
   return cast<RankedTensorType>(v.getType()).getElementType().isInteger(1);
 }
 
+/// Whether `v` is stored in 16 bits (bfloat16 or float16) and computed in
+/// float32.
+bool isLowPrecision(Value v) {
+  Type e = cast<RankedTensorType>(v.getType()).getElementType();
+  return e.isBF16() || e.isF16();
+}
+
 /// The C++ type of one element in the arena.
 StringRef cType(Value v) {
+  if (isLowPrecision(v))
+    return "uint16_t";
   return isFloat(v) ? "float" : isBool(v) ? "unsigned char" : "int64_t";
+}
+
+/// `raw` (an element of `v` as stored) as a float32 expression.
+std::string loadAsFloat(Value v, StringRef raw) {
+  Type e = cast<RankedTensorType>(v.getType()).getElementType();
+  if (e.isBF16())
+    return ("mtc::rt::bf16ToFloat(" + raw + ")").str();
+  if (e.isF16())
+    return ("mtc::rt::halfToFloat(" + raw + ")").str();
+  return raw.str();
+}
+
+/// The float32 expression `value` rounded to `v`'s storage.
+std::string storeAs(Value v, StringRef value) {
+  Type e = cast<RankedTensorType>(v.getType()).getElementType();
+  if (e.isBF16())
+    return ("mtc::rt::floatToBf16(" + value + ")").str();
+  if (e.isF16())
+    return ("mtc::rt::floatToHalf(" + value + ")").str();
+  return value.str();
 }
 
 /// Row-major strides of a shape, in elements.
@@ -212,9 +241,12 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
       }
       if (update.empty() && outShape[d] == 1)
         continue;
-      index += ("    { int64_t c = rest % " + Twine(outShape[d]) +
-                "; rest /= " + Twine(outShape[d]) + ";" + update + " }\n")
-                   .str();
+      if (update.empty()) // no operand strides this dim
+        index += ("    rest /= " + Twine(outShape[d]) + ";\n").str();
+      else
+        index += ("    { int64_t c = rest % " + Twine(outShape[d]) +
+                  "; rest /= " + Twine(outShape[d]) + ";" + update + " }\n")
+                     .str();
     }
   }
   for (auto [j, v] : llvm::enumerate(operands)) {
@@ -222,8 +254,10 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     std::string at = numel(v) == 1          ? "0"
                      : shapeOf(v) == outShape ? "i"
                                               : ("i" + Twine(j)).str();
-    loads += ("    const " + type + " in" + Twine(j) + " = in" + Twine(j) +
-              "p[" + at + "];\n")
+    std::string raw = ("in" + Twine(j) + "p[" + at + "]").str();
+    loads += ("    const " +
+              (isLowPrecision(v) ? StringRef("float") : type) + " in" +
+              Twine(j) + " = " + loadAsFloat(v, raw) + ";\n")
                  .str();
   }
 
@@ -246,7 +280,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     else
       k << "  for (int64_t i = 0; i < " << n << "; ++i) {\n";
   }
-  k << index << loads << "    out[i] = " << expr << ";\n"
+  k << index << loads << "    out[i] = " << storeAs(out, expr) << ";\n"
     << (parallel ? "  });\n" : "  }\n") << "}\n\n";
 
   std::string args;
@@ -273,7 +307,9 @@ void Emitter::emitStridedCopy(Value src, int64_t srcOffset,
     << "    const int64_t dstStrides[] = {" << list(dstStrides) << "};\n"
     << "    stridedCopy(ctx, " << rank << ", shape, " << ptr(src) << ", "
     << srcOffset << ", srcStrides, " << ptr(dst) << ", " << dstOffset
-    << ", dstStrides, " << (isFloat(src) ? 4 : 8) << ");\n  }\n";
+    << ", dstStrides, "
+    << (cast<RankedTensorType>(src.getType()).getElementTypeBitWidth() + 7) / 8
+    << ");\n  }\n";
 }
 
 std::string Emitter::convParams(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
@@ -447,6 +483,7 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](ExpOp) { unary("exp", "std::exp(in0)", "expf(in0)"); })
       .Case([&](LogOp) { unary("log", "std::log(in0)", "logf(in0)"); })
       .Case([&](NegOp) { unary("neg", "-in0", "-in0"); })
+      .Case([&](ConvertOp) { unary("convert", "in0", "in0"); })
       .Case([&](SqrtOp) { unary("sqrt", "std::sqrt(in0)", "sqrtf(in0)"); })
       .Case([&](AddOp) { binary("add", "in0 + in1"); })
       .Case([&](SubOp) { binary("sub", "in0 - in1"); })
@@ -986,6 +1023,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
      << "// Target: " << (cuda() ? "cuda" : "cpu") << ". One arena of "
      << arena.getInt() << " bytes, planned at compile time.\n"
      << "// Every pointer below is a fixed offset into that arena.\n\n"
+     << "#include \"mtc/runtime/Half.h\"\n"
      << "#include \"mtc/runtime/Kernels.h\"\n"
      << "#include \"mtc/runtime/Parallel.h\"\n"
      << "#include \"mtc/runtime/Trainer.h\"\n";

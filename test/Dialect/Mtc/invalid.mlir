@@ -211,3 +211,19 @@ func.func @select_condition(%c: tensor<4xf32>, %a: tensor<4xf32>) {
   %y = mtc.select %c, %a, %a : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @convert_shape(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{changes the shape: 'tensor<4x8xf32>' to 'tensor<32xbf16>'}}
+  %y = mtc.convert %x : tensor<4x8xf32> to tensor<32xbf16>
+  return
+}
+
+// -----
+
+func.func @low_precision_compute(%x: tensor<4xbf16>) {
+  // expected-error@+1 {{operand #0 must be statically shaped tensor of 32-bit float values}}
+  %y = mtc.relu %x : tensor<4xbf16>
+  return
+}

@@ -139,3 +139,14 @@ func.func @real_model_ops(%x: tensor<2x8x4x4xf32>, %g: tensor<8xf32>, %m: tensor
   %sg = mtc.slice_grad %dg {starts = array<i64: 1>, steps = array<i64: 2>} : (tensor<8xf32>) -> tensor<17xf32>
   return %er, %rm, %e, %dx, %de : tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<2x8x32xf32>, tensor<2x8x4x4xf32>, tensor<50x32xf32>
 }
+
+// CHECK-LABEL: func @convert
+// CHECK: mtc.convert %{{.+}} : tensor<4x8xf32> to tensor<4x8xbf16>
+// CHECK: mtc.convert %{{.+}} : tensor<4x8xbf16> to tensor<4x8xf32>
+// CHECK: mtc.convert %{{.+}} : tensor<4x8xf32> to tensor<4x8xf16>
+func.func @convert(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf16>) {
+  %h = mtc.convert %x : tensor<4x8xf32> to tensor<4x8xbf16>
+  %f = mtc.convert %h : tensor<4x8xbf16> to tensor<4x8xf32>
+  %g = mtc.convert %x : tensor<4x8xf32> to tensor<4x8xf16>
+  return %f, %g : tensor<4x8xf32>, tensor<4x8xf16>
+}

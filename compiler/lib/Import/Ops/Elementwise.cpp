@@ -86,7 +86,18 @@ LogicalResult importCast(ImportContext &ctx) {
   if (failed(x))
     return failure();
   int64_t to = ctx.intAttr("to", onnx::TensorProto::FLOAT);
-  Type from = cast<RankedTensorType>(x->getType()).getElementType();
+  auto type = cast<RankedTensorType>(x->getType());
+  Type from = type.getElementType();
+  // Between float32 and the 16-bit float formats: a rounding conversion.
+  Type target = to == onnx::TensorProto::FLOAT16    ? ctx.builder.getF16Type()
+                : to == onnx::TensorProto::BFLOAT16 ? ctx.builder.getBF16Type()
+                : to == onnx::TensorProto::FLOAT    ? ctx.builder.getF32Type()
+                                                    : Type();
+  if (target && isa<FloatType>(from) && from != target) {
+    ctx.bind(0, ctx.builder.create<ConvertOp>(ctx.loc(), type.clone(target),
+                                              *x));
+    return success();
+  }
   bool same = (to == onnx::TensorProto::FLOAT && from.isF32()) ||
               (to == onnx::TensorProto::INT64 && from.isInteger(64)) ||
               (to == onnx::TensorProto::BOOL && from.isInteger(1));

@@ -92,6 +92,13 @@ LogicalResult LogOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
   return success();
 }
 
+LogicalResult ConvertOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                       SmallVectorImpl<Value> &dx) {
+  dx.push_back(
+      b.create<ConvertOp>(getLoc(), getInput().getType(), dy[0]));
+  return success();
+}
+
 LogicalResult NegOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
                                    SmallVectorImpl<Value> &dx) {
   dx.push_back(b.create<NegOp>(getLoc(), getType(), dy[0]));

@@ -80,6 +80,29 @@ static LogicalResult emitOptionalError(std::optional<Location> loc,
 
 OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 
+LogicalResult ConvertOp::verify() {
+  if (getInput().getType().getShape() != getOutput().getType().getShape())
+    return emitOpError("changes the shape: ")
+           << getInput().getType() << " to " << getOutput().getType();
+  return success();
+}
+
+OpFoldResult ConvertOp::fold(FoldAdaptor) {
+  Value x = getInput();
+  if (x.getType() == getType())
+    return x;
+  // Through a wider type and back: exact.
+  if (auto inner = x.getDefiningOp<ConvertOp>()) {
+    Value source = inner.getInput();
+    auto width = [](Value v) {
+      return cast<RankedTensorType>(v.getType()).getElementTypeBitWidth();
+    };
+    if (source.getType() == getType() && width(x) > width(source))
+      return source;
+  }
+  return {};
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise binary ops
 //===----------------------------------------------------------------------===//

@@ -77,6 +77,29 @@ def Mtc_NegOp : Mtc_UnaryOp<"neg", "y = -x">;
 def Mtc_SqrtOp : Mtc_UnaryOp<"sqrt", "y = sqrt(x)">;
 def Mtc_ErfOp : Mtc_UnaryOp<"erf", "y = erf(x)">;
 
+def Mtc_ConvertOp : Mtc_DiffOp<"convert"> {
+  let summary = "Converts a float tensor between float32, bfloat16 and float16";
+  let description = [{
+    The same values in another storage precision: narrowing rounds to
+    nearest, ties to even (float16 overflows to infinity and keeps
+    subnormals), widening is exact. The gradient is converted back to the
+    input's precision, as PyTorch's autograd does for `.to(dtype)`.
+    `convert(convert(x))` back to `x`'s type folds to `x` when the middle
+    type is wider (exact round trip).
+
+    Example:
+
+    ```mlir
+    %h = mtc.convert %x : tensor<4x8xf32> to tensor<4x8xbf16>
+    ```
+  }];
+  let arguments = (ins Mtc_StorageFloatTensor:$input);
+  let results = (outs Mtc_StorageFloatTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `to` type($output)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
 def Mtc_ClipOp : Mtc_DiffOp<"clip", [SameOperandsAndResultType]> {
   let summary = "Elementwise clamp to [min, max] (ONNX Clip)";
   let description = [{
