@@ -17,6 +17,7 @@ void mtc::buildDifferentiatePipeline(OpPassManager &pm,
   // Gradient rules create many identical scalar constants.
   pm.addPass(createCSEPass());
   pm.addPass(createOptimizerPass(options.optimizer));
+  pm.addPass(createPrecisionPass(options.precision));
 }
 
 void mtc::buildPlacePipeline(OpPassManager &pm,

@@ -132,6 +132,14 @@ static cl::opt<std::string>
     reportPath("report", cl::desc("Write the memory report as JSON to FILE"),
                cl::value_desc("FILE.json"), cl::sub(compileCmd), cl::sub(planCmd),
                cl::cat(buildCat));
+static cl::opt<std::string> precisionName(
+    "precision",
+    cl::desc("Precision of GEMM operands: fp32, or bf16 / fp16 (operands "
+             "rounded to 16 bits, products accumulated in float32; "
+             "parameters, optimizer state, softmax, norms, reductions and "
+             "losses stay float32). Default fp32"),
+    cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"), cl::sub(compileCmd),
+    cl::sub(planCmd), cl::cat(trainCat));
 static cl::opt<std::string> microBatch(
     "micro-batch",
     cl::desc("Split each batch into micro-batches of N samples and "
@@ -425,6 +433,11 @@ int runCompile(MLIRContext &context) {
   pipeline.optimizer.eps = eps;
   pipeline.optimizer.accumulate = accumulate;
   pipeline.optimizer.keepGrads = keepGrads;
+  if (precisionName != "fp32" && precisionName != "bf16" &&
+      precisionName != "fp16")
+    return fail("unknown --precision '" + precisionName +
+                "' (expected fp32, bf16 or fp16)");
+  pipeline.precision.precision = precisionName;
 
   // Micro-batching rebinds the batch dim and accumulates over the batch.
   std::optional<int64_t> fullBatch;

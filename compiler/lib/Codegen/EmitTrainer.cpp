@@ -179,6 +179,10 @@ private:
   template <typename PoolOp>
   std::string poolParams(PoolOp op, Value in, Value out, bool includePad);
   std::string workspace(Operation *op) const;
+  /// Pointers to a GEMM's A and B as float32: the operands themselves, or
+  /// (16-bit operands) their widened copies in the op's workspace.
+  std::pair<std::string, std::string> gemmOperands(Operation *op, Value a,
+                                                   Value b);
   void emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis, bool log,
                        bool backward);
 };
@@ -227,12 +231,15 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   if (needIndex) {
     index += "    int64_t rest = i;\n";
     for (auto [j, v] : llvm::enumerate(operands))
-      index += ("    int64_t i" + Twine(j) + " = 0;\n").str();
+      if (shapeOf(v) != outShape && numel(v) != 1)
+        index += ("    int64_t i" + Twine(j) + " = 0;\n").str();
     SmallVector<int64_t> outStrides = stridesOf(outShape);
     for (int64_t d = outShape.size() - 1; d >= 0; --d) {
       std::string update;
       for (auto [j, v] : llvm::enumerate(operands)) {
         ArrayRef<int64_t> shape = shapeOf(v);
+        if (shape == outShape || numel(v) == 1)
+          continue; // indexed by i, or a scalar
         int64_t lead = outShape.size() - shape.size();
         if (d < lead || shape[d - lead] == 1)
           continue;
@@ -357,6 +364,23 @@ void Emitter::emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis,
              ", " + (log ? "true" : "false") + ")");
 }
 
+std::pair<std::string, std::string>
+Emitter::gemmOperands(Operation *op, Value a, Value b) {
+  if (!isLowPrecision(a))
+    return {ptr(a), ptr(b)};
+  std::string ws = workspace(op);
+  std::string storage =
+      cast<RankedTensorType>(a.getType()).getElementType().isBF16()
+          ? "Storage16::Bf16"
+          : "Storage16::F16";
+  std::string wa = ws, wb = "(" + ws + " + " + std::to_string(numel(a)) + ")";
+  emitCall("widen16(ctx, " + storage + ", " + ptr(a) + ", " +
+           std::to_string(numel(a)) + ", " + wa + ")");
+  emitCall("widen16(ctx, " + storage + ", " + ptr(b) + ", " +
+           std::to_string(numel(b)) + ", " + wb + ")");
+  return {wa, wb};
+}
+
 void Emitter::emitGemm(GemmOp op) {
   ArrayRef<int64_t> a = shapeOf(op.getA()), b = shapeOf(op.getB());
   bool ta = op.getTransA(), tb = op.getTransB();
@@ -367,11 +391,12 @@ void Emitter::emitGemm(GemmOp op) {
     emitElementwise(op, "gemm_bias", c, op.getOutput(), "in0");
     beta = op.getBeta().convertToFloat();
   }
+  auto [pa, pb] = gemmOperands(op, op.getA(), op.getB());
   emitCall(llvm::formatv("gemm(ctx, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, "
                          "{8}, {9}, {10}, {11}, {12})",
                          ta ? "true" : "false", tb ? "true" : "false", m, n, kk,
                          floatLiteral(op.getAlpha().convertToFloat()),
-                         ptr(op.getA()), a[1], ptr(op.getB()), b[1],
+                         pa, a[1], pb, b[1],
                          floatLiteral(beta), ptr(op.getOutput()), n)
                .str());
 }
@@ -399,6 +424,7 @@ void Emitter::emitMatMul(MatMulOp op) {
     return std::nullopt;
   };
   auto sa = batchStride(aBatch, aMat), sb = batchStride(bBatch, bMat);
+  auto [pa, pb] = gemmOperands(op, op.getA(), op.getB());
   // A full or fully broadcast batch is one strided-batched call; anything
   // else (e.g. [2,1,..] x [1,3,..]) loops over the output batch.
   if (sa && sb && (aBatch == batch || bBatch == batch || batch == 1)) {
@@ -406,7 +432,7 @@ void Emitter::emitMatMul(MatMulOp op) {
                  "gemmStridedBatched(ctx, {0}, {1}, {2}, {3}, {4}, 1.0f, {5}, "
                  "{6}, {7}, {8}, {9}, {10}, 0.0f, {11}, {12}, {13}, {14})",
                  ta ? "true" : "false", tb ? "true" : "false", m, n, kk,
-                 ptr(op.getA()), lda, *sa, ptr(op.getB()), ldb, *sb,
+                 pa, lda, *sa, pb, ldb, *sb,
                  ptr(op.getOutput()), n, m * n, batch)
                  .str());
     return;
@@ -435,8 +461,7 @@ void Emitter::emitMatMul(MatMulOp op) {
   s << llvm::formatv("    gemm(ctx, {0}, {1}, {2}, {3}, {4}, 1.0f, {5} + ao, "
                      "{6}, {7} + bo, {8}, 0.0f, {9} + bi * {10}, {3});\n",
                      ta ? "true" : "false", tb ? "true" : "false", m, n, kk,
-                     ptr(op.getA()), lda, ptr(op.getB()), ldb,
-                     ptr(op.getOutput()), m * n)
+                     pa, lda, pb, ldb, ptr(op.getOutput()), m * n)
     << "  }\n";
 }
 

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
@@ -53,6 +54,17 @@ void stridedCopyImpl(int rank, const int64_t *shape, const T *src,
 
 } // namespace
 
+void widen16(Context &, Storage16 storage, const uint16_t *x, int64_t n,
+             float *y) {
+  const bool parallel = n >= cpu::kParallelGrain;
+  if (storage == Storage16::Bf16)
+    cpu::parallelFor(0, n, parallel,
+                     [&](int64_t i) { y[i] = bf16ToFloat(x[i]); });
+  else
+    cpu::parallelFor(0, n, parallel,
+                     [&](int64_t i) { y[i] = halfToFloat(x[i]); });
+}
+
 void fill(Context &, float *y, int64_t n, float value) {
   const bool parallel = n >= cpu::kParallelGrain;
   cpu::parallelFor(0, n, parallel, [&](int64_t i) {
@@ -68,7 +80,8 @@ void copyBytes(Context &, void *dst, const void *src, uint64_t bytes) {
 void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
                  int64_t srcOffset, const int64_t *srcStrides, void *dst,
                  int64_t dstOffset, const int64_t *dstStrides, int elemBytes) {
-  if (rank < 0 || rank > kMaxRank || (elemBytes != 4 && elemBytes != 8)) {
+  if (rank < 0 || rank > kMaxRank ||
+      (elemBytes != 1 && elemBytes != 2 && elemBytes != 4 && elemBytes != 8)) {
     reportError(ctx, "stridedCopy: unsupported rank " + std::to_string(rank) +
                          " or element size " + std::to_string(elemBytes));
     return;
@@ -76,7 +89,15 @@ void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
   for (int i = 0; i < rank; ++i)
     if (shape[i] == 0)
       return;
-  if (elemBytes == 4)
+  if (elemBytes == 1)
+    stridedCopyImpl(rank, shape, static_cast<const uint8_t *>(src) + srcOffset,
+                    srcStrides, static_cast<uint8_t *>(dst) + dstOffset,
+                    dstStrides);
+  else if (elemBytes == 2)
+    stridedCopyImpl(rank, shape, static_cast<const uint16_t *>(src) + srcOffset,
+                    srcStrides, static_cast<uint16_t *>(dst) + dstOffset,
+                    dstStrides);
+  else if (elemBytes == 4)
     stridedCopyImpl(rank, shape, static_cast<const uint32_t *>(src) + srcOffset,
                     srcStrides, static_cast<uint32_t *>(dst) + dstOffset,
                     dstStrides);

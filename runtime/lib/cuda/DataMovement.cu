@@ -6,6 +6,7 @@
 
 #include "Launch.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
 #include <string>
@@ -45,7 +46,26 @@ __global__ void stridedCopyKernel(StridedCopyArgs args, int64_t total,
   }
 }
 
+template <bool Bf16>
+__global__ void widen16Kernel(const uint16_t *x, int64_t n, float *y) {
+  for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
+    y[i] = Bf16 ? bf16ToFloat(x[i]) : halfToFloat(x[i]);
+}
+
 } // namespace
+
+void widen16(Context &ctx, Storage16 storage, const uint16_t *x, int64_t n,
+             float *y) {
+  if (n <= 0)
+    return;
+  if (storage == Storage16::Bf16)
+    widen16Kernel<true><<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(
+        x, n, y);
+  else
+    widen16Kernel<false><<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(
+        x, n, y);
+  checkLaunch(ctx, "widen16Kernel");
+}
 
 void fill(Context &ctx, float *y, int64_t n, float value) {
   if (n <= 0)
@@ -66,7 +86,8 @@ void copyBytes(Context &ctx, void *dst, const void *src, uint64_t bytes) {
 void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
                  int64_t srcOffset, const int64_t *srcStrides, void *dst,
                  int64_t dstOffset, const int64_t *dstStrides, int elemBytes) {
-  if (rank < 0 || rank > kMaxRank || (elemBytes != 4 && elemBytes != 8)) {
+  if (rank < 0 || rank > kMaxRank ||
+      (elemBytes != 1 && elemBytes != 2 && elemBytes != 4 && elemBytes != 8)) {
     reportError(ctx, "stridedCopy: unsupported rank " + std::to_string(rank) +
                          " or element size " + std::to_string(elemBytes));
     return;
@@ -82,7 +103,15 @@ void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
   }
   if (total == 0)
     return;
-  if (elemBytes == 4)
+  if (elemBytes == 1)
+    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
+        args, total, static_cast<const uint8_t *>(src) + srcOffset,
+        static_cast<uint8_t *>(dst) + dstOffset);
+  else if (elemBytes == 2)
+    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
+        args, total, static_cast<const uint16_t *>(src) + srcOffset,
+        static_cast<uint16_t *>(dst) + dstOffset);
+  else if (elemBytes == 4)
     stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
         args, total, static_cast<const uint32_t *>(src) + srcOffset,
         static_cast<uint32_t *>(dst) + dstOffset);

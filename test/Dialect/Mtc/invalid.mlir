@@ -227,3 +227,12 @@ func.func @low_precision_compute(%x: tensor<4xbf16>) {
   %y = mtc.relu %x : tensor<4xbf16>
   return
 }
+
+// -----
+
+func.func @gemm_mixed_precision(%a: tensor<2x3xbf16>, %b: tensor<3x4xf32>) {
+  // expected-error@+2 {{gemm operands A and B are stored in different precisions}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = mtc.gemm %a, %b : (tensor<2x3xbf16>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  return
+}

@@ -106,6 +106,22 @@ int64_t ConvOp::getFlops() {
   int64_t bias = getBias() ? numel(getOutput()) : 0;
   return 2 * convMacs(shapeOf(getWeight()), shapeOf(getOutput())) + bias;
 }
+/// 16-bit GEMM operands are widened to float32 before the multiply (the
+/// CPU's BLAS, and the CUDA path until it uses 16-bit tensor cores).
+static int64_t widenedBytes(Value a, Value b) {
+  auto low = [](Value v) {
+    Type e = cast<RankedTensorType>(v.getType()).getElementType();
+    return e.isBF16() || e.isF16();
+  };
+  return low(a) ? 4 * (numel(a) + numel(b)) : 0;
+}
+
+int64_t GemmOp::getWorkspaceBytes() { return widenedBytes(getA(), getB()); }
+
+int64_t MatMulOp::getWorkspaceBytes() {
+  return widenedBytes(getA(), getB());
+}
+
 int64_t ConvOp::getWorkspaceBytes() {
   return rt::conv2dWorkspaceBytes(convParams(
       shapeOf(getInput()), shapeOf(getWeight()), shapeOf(getOutput()),

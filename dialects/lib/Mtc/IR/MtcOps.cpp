@@ -150,7 +150,12 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
   if (ka != kb)
     return emitOptionalError(loc, "gemm inner dimensions differ: " +
                                       Twine(ka) + " vs " + Twine(kb));
-  types.push_back(tensorOf({m, n}, elementOf(adaptor.getA())));
+  if (elementOf(adaptor.getA()) != elementOf(adaptor.getB()))
+    return emitOptionalError(loc, "gemm operands A and B are stored in "
+                                  "different precisions");
+  // 16-bit operands multiply exactly and accumulate in float32.
+  types.push_back(
+      tensorOf({m, n}, Float32Type::get(adaptor.getA().getContext())));
   return success();
 }
 
@@ -183,10 +188,14 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
   auto batch = broadcastShapes(a.drop_back(2), b.drop_back(2));
   if (failed(batch))
     return emitOptionalError(loc, "matmul batch dimensions do not broadcast");
+  if (elementOf(adaptor.getA()) != elementOf(adaptor.getB()))
+    return emitOptionalError(loc, "matmul operands are stored in different "
+                                  "precisions");
   SmallVector<int64_t> shape = *batch;
   shape.push_back(m);
   shape.push_back(n);
-  types.push_back(tensorOf(shape, elementOf(adaptor.getA())));
+  types.push_back(
+      tensorOf(shape, Float32Type::get(adaptor.getA().getContext())));
   return success();
 }
 

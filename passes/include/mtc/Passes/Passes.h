@@ -22,15 +22,17 @@ namespace mtc {
 struct TrainPipelineOptions {
   AutodiffPassOptions autodiff;
   OptimizerPassOptions optimizer;
+  PrecisionPassOptions precision;
   RematPassOptions remat;
   MemoryPlanPassOptions memoryPlan;
 };
 
-/// import output -> autodiff -> cse -> optimizer -> remat -> memory plan.
+/// import output -> autodiff -> cse -> optimizer -> precision -> remat ->
+/// memory plan.
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 
-/// Its first half: autodiff -> cse -> optimizer.
+/// Its first half: autodiff -> cse -> optimizer -> precision.
 void buildDifferentiatePipeline(mlir::OpPassManager &pm,
                                 const TrainPipelineOptions &options);
 

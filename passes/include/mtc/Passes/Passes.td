@@ -85,6 +85,26 @@ def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
 // Memory
 //===----------------------------------------------------------------------===//
 
+def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
+  let summary = "Run GEMMs on bfloat16 or float16 operands";
+  let description = [{
+    In `@train_step` and `@eval_step`, converts both operands of every
+    `mtc.gemm` and `mtc.matmul` (forward and backward) to the chosen 16-bit
+    format; the product accumulates in float32 and the result stays
+    float32, as does everything else (softmax, norms, reductions, losses,
+    parameters and optimizer state). Each value is converted once, before
+    its first GEMM, and the copy serves every later GEMM: a parameter is
+    converted once per step, an activation the backward GEMMs need is
+    saved in 16 bits. `precision=fp32` changes nothing.
+
+    Example: `mtc-opt --mtc-precision="precision=bf16"`
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", "\"fp32\"",
+           "fp32, bf16 or fp16">,
+  ];
+}
+
 def RematPass : Pass<"mtc-remat", "mlir::ModuleOp"> {
   let summary = "Recompute activations so the step fits a memory budget";
   let description = [{

@@ -261,13 +261,22 @@ void countCorrect(Context &ctx, int64_t n, int64_t c, int64_t d,
 //===----------------------------------------------------------------------===//
 
 void fill(Context &ctx, float *y, int64_t n, float value);
+
+/// How a 16-bit float tensor is stored.
+enum class Storage16 : int { Bf16 = 0, F16 = 1 };
+
+/// y[i] = x[i] widened to float32 (exact), for `n` 16-bit values: the
+/// operands of a GEMM whose inputs are stored in 16 bits, which then
+/// multiplies exactly and accumulates in float32.
+void widen16(Context &ctx, Storage16 storage, const uint16_t *x, int64_t n,
+             float *y);
 /// Copies `bytes` bytes (any dtype).
 void copyBytes(Context &ctx, void *dst, const void *src, uint64_t bytes);
 
 /// dst[dstOffset + sum_i idx_i * dstStrides[i]] =
 ///     src[srcOffset + sum_i idx_i * srcStrides[i]] for every index of
 /// `shape` (strides in elements). Covers transpose, slice and the interior of
-/// pad. elemBytes is 4 or 8.
+/// pad. elemBytes is 1, 2, 4 or 8.
 void stridedCopy(Context &ctx, int rank, const int64_t *shape,
                  const void *src, int64_t srcOffset, const int64_t *srcStrides,
                  void *dst, int64_t dstOffset, const int64_t *dstStrides,

@@ -234,7 +234,8 @@ def Mtc_ReluGradOp : Mtc_ComputeOp<"relu_grad", [SameOperandsAndResultType]> {
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def Mtc_GemmOp : Mtc_DiffOp<"gemm", [InferTypeOpAdaptor]> {
+def Mtc_GemmOp : Mtc_DiffOp<"gemm", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
   let summary = "General matrix multiply (ONNX Gemm)";
   let description = [{
     `Y = alpha * op(A) * op(B) + beta * C`, with `op` transposing when
@@ -248,7 +249,7 @@ def Mtc_GemmOp : Mtc_DiffOp<"gemm", [InferTypeOpAdaptor]> {
            tensor<128x64xf32>, tensor<128xf32>) -> tensor<16x128xf32>
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$a, Mtc_FloatTensor:$b,
+  let arguments = (ins Mtc_StorageFloatTensor:$a, Mtc_StorageFloatTensor:$b,
                    Optional<Mtc_FloatTensor>:$c,
                    DefaultValuedAttr<BoolAttr, "false">:$transA,
                    DefaultValuedAttr<BoolAttr, "false">:$transB,
@@ -260,7 +261,8 @@ def Mtc_GemmOp : Mtc_DiffOp<"gemm", [InferTypeOpAdaptor]> {
   let hasVerifier = 1;
 }
 
-def Mtc_MatMulOp : Mtc_DiffOp<"matmul", [InferTypeOpAdaptor]> {
+def Mtc_MatMulOp : Mtc_DiffOp<"matmul", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
   let summary = "Batched matrix product with broadcasting (ONNX MatMul)";
   let description = [{
     NumPy `matmul`: the last two dims are multiplied, leading dims broadcast;
@@ -275,7 +277,7 @@ def Mtc_MatMulOp : Mtc_DiffOp<"matmul", [InferTypeOpAdaptor]> {
            -> tensor<2x3x5xf32>
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$a, Mtc_FloatTensor:$b,
+  let arguments = (ins Mtc_StorageFloatTensor:$a, Mtc_StorageFloatTensor:$b,
                    DefaultValuedAttr<BoolAttr, "false">:$transpose_a,
                    DefaultValuedAttr<BoolAttr, "false">:$transpose_b);
   let results = (outs Mtc_FloatTensor:$output);

@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""--precision bf16/fp16 against PyTorch's autocast and against fp32 training.
+
+For each model (an MLP, and the zoo's transformer encoder and GPT decoder,
+test/zoo/models.py):
+
+1. one SGD step of the trainer compiled with `--precision bf16 --keep-grads`:
+   its gradients against PyTorch's under
+   `torch.autocast(device_type="cpu", dtype=torch.bfloat16)` on the same
+   batch (bar: 2e-2 relative, ||a - b|| / ||b|| per parameter); the
+   trainer's and autocast's distances from PyTorch's fp32 gradients are
+   printed for scale;
+2. 100 steps of the trainers compiled with --precision fp32, bf16 and fp16
+   on the same data: the bf16 and fp16 losses follow the fp32 ones within
+   2% (relative, at every step).
+
+Prints one line per check and "SUMMARY ... PASS|FAIL"; exits 1 on failure.
+Usage: check_precision.py --mtc PATH --work DIR [--models mlp,transformer,gpt]
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "zoo"))
+import mtc_testlib as tl  # noqa: E402
+
+GRAD_BAR = 2e-2
+TRAJECTORY_BAR = 0.02
+STEPS = 100
+
+
+def mlp_spec():
+    import torch.nn as nn
+
+    class Spec:
+        name = "mlp"
+        batch = 16
+        loss = None
+        sgd = {"lr": 0.05}
+
+        @staticmethod
+        def build(dropout=0.0):
+            import torch
+            torch.manual_seed(0)
+            return nn.Sequential(
+                nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.Tanh(),
+                nn.Linear(64, 10))
+
+        @staticmethod
+        def make_data(n):
+            rng = np.random.default_rng(0)
+            return {"input": rng.standard_normal((n, 64)).astype(np.float32),
+                    "target": rng.integers(0, 10, n).astype(np.int64)}
+    return Spec
+
+
+def spec_of(name):
+    if name == "mlp":
+        return mlp_spec()
+    import models
+    return models.get(name)
+
+
+def check_model(args, name, failures):
+    import torch
+    spec = spec_of(name)
+    work = os.path.join(args.work, name)
+    data_dir = os.path.join(work, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    data = spec.make_data(max(64, spec.batch * 4))
+    for k, v in data.items():
+        np.save(os.path.join(data_dir, k + ".npy"), v)
+    x = torch.from_numpy(data["input"][:spec.batch])
+    y = torch.from_numpy(data["target"][:spec.batch])
+    onnx_path = os.path.join(work, name + ".onnx")
+    tl.export_with_loss(spec.build(0.0), x, y, onnx_path, loss=spec.loss)
+    lr = spec.sgd["lr"]
+
+    # 1. One step's gradients against autocast.
+    trainer = tl.mtc_compile(args.mtc, onnx_path, os.path.join(work, "bf16-1"),
+                             ["--precision", "bf16", "--keep-grads",
+                              "--lr", repr(lr)])
+    grads_path = os.path.join(work, "bf16.grads")
+    tl.run_trainer(trainer, 1, data=data_dir, dump_grads=grads_path)
+    ours = tl.read_safetensors(grads_path)[0]
+
+    def torch_grads(autocast):
+        wrapper = tl.make_loss_wrapper(spec.build(0.0), spec.loss)
+        wrapper.train()
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16,
+                            enabled=autocast):
+            loss = wrapper(x, y)[0]
+        loss.float().backward()
+        return {n: p.grad.detach().double().numpy()
+                for n, p in wrapper.named_parameters()}
+
+    auto, fp32 = torch_grads(True), torch_grads(False)
+    worst = (0.0, None)
+    for pname, ref in auto.items():
+        key = pname if pname in ours else pname + ".grad"
+        if key not in ours:
+            failures.append("%s: no gradient for %s in --dump-grads" %
+                            (name, pname))
+            continue
+        err = tl.rel_err(ours[key], ref)
+        if err > worst[0]:
+            worst = (err, pname)
+        if err > GRAD_BAR:
+            failures.append("%s: gradient of %s %.3e from autocast (bar %g)"
+                            % (name, pname, err, GRAD_BAR))
+    ours_fp32 = max(tl.rel_err(ours[p if p in ours else p + ".grad"], fp32[p])
+                    for p in fp32 if (p in ours or p + ".grad" in ours))
+    auto_fp32 = max(tl.rel_err(auto[p], fp32[p]) for p in fp32)
+    print("%s: bf16 gradients vs torch.autocast(bf16): worst %.3e (%s); "
+          "vs fp32: mtc %.3e, autocast %.3e" % (name, worst[0], worst[1],
+                                               ours_fp32, auto_fp32))
+
+    # 2. Loss trajectories.
+    losses = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        trainer = tl.mtc_compile(args.mtc, onnx_path,
+                                 os.path.join(work, precision),
+                                 ["--precision", precision, "--lr", repr(lr)])
+        metrics = os.path.join(work, precision + ".jsonl")
+        tl.run_trainer(trainer, STEPS, data=data_dir, metrics=metrics)
+        losses[precision] = tl.read_losses(metrics, STEPS)
+    for precision in ("bf16", "fp16"):
+        dev = np.abs(losses[precision] - losses["fp32"]) / np.abs(
+            losses["fp32"])
+        step = int(np.argmax(dev))
+        print("%s: %s losses vs fp32 over %d steps: worst %.3f%% (step %d; "
+              "fp32 %.4f -> %.4f)" % (name, precision, STEPS,
+                                      100 * dev[step], step + 1,
+                                      losses["fp32"][0], losses["fp32"][-1]))
+        if dev[step] > TRAJECTORY_BAR:
+            failures.append("%s: %s loss at step %d is %.2f%% off fp32" %
+                            (name, precision, step + 1, 100 * dev[step]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mtc", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--models", default="mlp,transformer,gpt")
+    args = ap.parse_args()
+    import torch
+    torch.set_num_threads(1)
+    failures = []
+    for name in args.models.split(","):
+        check_model(args, name, failures)
+    for f in failures:
+        print("FAIL: " + f)
+    print("SUMMARY precision: %s" % ("FAIL" if failures else "PASS"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
