@@ -110,9 +110,11 @@ static cl::opt<std::string>
                cl::value_desc("cpu|cuda"), cl::init("cpu"),
                cl::sub(compileCmd), cl::cat(buildCat));
 static cl::opt<std::string>
-    arch("arch", cl::desc("CUDA architecture for --target cuda: sm_80 or "
-                          "sm_90"),
-         cl::value_desc("sm_80|sm_90"), cl::init("sm_80"), cl::sub(compileCmd),
+    arch("arch", cl::desc("CUDA architecture for --target cuda: sm_75 "
+                          "(T4; no bfloat16), sm_80 or sm_90 (the CUDA 13 "
+                          "toolkit no longer builds for sm_70)"),
+         cl::value_desc("sm_75|sm_80|sm_90"), cl::init("sm_80"),
+         cl::sub(compileCmd),
          cl::cat(buildCat));
 static cl::opt<std::string>
     memBudget("mem-budget",
@@ -404,8 +406,16 @@ int runCompile(MLIRContext &context) {
     target = Target::Cuda;
   else
     return fail("unknown --target '" + targetName + "' (expected cpu or cuda)");
-  if (target == Target::Cuda && arch != "sm_80" && arch != "sm_90")
-    return fail("unsupported --arch '" + arch + "' (expected sm_80 or sm_90)");
+  if (target == Target::Cuda && arch == "sm_70")
+    return fail("--arch sm_70 is not supported: the CUDA 13 toolkit no "
+                "longer builds for Volta (use sm_75 or newer)");
+  if (target == Target::Cuda && arch != "sm_75" && arch != "sm_80" &&
+      arch != "sm_90")
+    return fail("unsupported --arch '" + arch +
+                "' (expected sm_75, sm_80 or sm_90)");
+  if (target == Target::Cuda && arch == "sm_75" && precisionName == "bf16")
+    return fail("--precision bf16 needs sm_80 or newer (sm_75 has no "
+                "bfloat16 arithmetic); use --precision fp16 on sm_75");
   std::optional<uint64_t> budget;
   if (!memBudget.empty()) {
     auto parsed = parseMemorySize(memBudget);
