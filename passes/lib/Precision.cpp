@@ -55,11 +55,22 @@ public:
     for (StringRef name : {"train_step", attr::kEvalFunction.data()})
       if (auto func = module.lookupSymbol<func::FuncOp>(name))
         convertGemmOperands(func, low);
+    if (auto step = module.lookupSymbol<func::FuncOp>("train_step"))
+      storeSavedActivations(step, low);
   }
 
 private:
   void convertGemmOperands(func::FuncOp func, Type low);
+  void storeSavedActivations(func::FuncOp func, Type low);
 };
+
+bool isBackwardOp(Operation *op) {
+  return op->hasAttr(attr::kBackward) || op->hasAttr(attr::kOptimizer) ||
+         isa<func::ReturnOp>(op);
+}
+
+/// Activations smaller than this stay float32 (statistics, scalars).
+constexpr int64_t kMinStoredElements = 4096;
 
 void PrecisionPass::convertGemmOperands(func::FuncOp func, Type low) {
   DenseMap<Value, Value> copies;
@@ -84,6 +95,69 @@ void PrecisionPass::convertGemmOperands(func::FuncOp func, Type low) {
       narrow(op, op->getOpOperand(1));
     }
   });
+}
+
+/// A forward value the backward pass reads (outside GEMMs, which already
+/// read 16-bit copies) is kept in 16 bits between its last forward use and
+/// its first backward use: rounded after the last forward use, widened back
+/// to float32 right before the first backward use. The float32 original
+/// dies after the forward pass; the window in between holds half the bytes.
+void PrecisionPass::storeSavedActivations(func::FuncOp func, Type low) {
+  Block &body = func.getBody().front();
+  DenseMap<Operation *, int64_t> index;
+  for (auto [i, op] : llvm::enumerate(body))
+    index[&op] = i;
+  SmallVector<Value> saved;
+  for (Operation &op : body.without_terminator()) {
+    if (isBackwardOp(&op) || isa<ConstantOp, ConvertOp>(op) ||
+        op.getNumResults() == 0)
+      continue;
+    // Only primary results: auxiliary ones (statistics, log-probabilities)
+    // stay float32.
+    Value v = op.getResult(0);
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (!type || !type.getElementType().isF32() ||
+        type.getNumElements() < kMinStoredElements)
+      continue;
+    bool forwardUse = false, backwardUse = false, returned = false;
+    for (Operation *user : v.getUsers()) {
+      returned |= isa<func::ReturnOp>(user);
+      (isBackwardOp(user) ? backwardUse : forwardUse) = true;
+    }
+    if (backwardUse && !returned)
+      saved.push_back(v);
+  }
+  for (Value v : saved) {
+    Operation *lastForward = v.getDefiningOp(), *firstBackward = nullptr;
+    for (Operation *user : v.getUsers()) {
+      if (isBackwardOp(user)) {
+        if (!firstBackward || index[user] < index[firstBackward])
+          firstBackward = user;
+      } else if (index[user] > index[lastForward]) {
+        lastForward = user;
+      }
+    }
+    auto type = cast<RankedTensorType>(v.getType());
+    OpBuilder b(lastForward->getContext());
+    // The 16-bit copy a forward GEMM already reads serves; else round after
+    // the last forward use.
+    Value stored;
+    for (Operation *user : v.getUsers())
+      if (auto convert = dyn_cast<ConvertOp>(user))
+        if (!isBackwardOp(convert) && convert.getType() == type.clone(low))
+          stored = convert;
+    if (!stored) {
+      b.setInsertionPointAfter(lastForward);
+      stored = b.create<ConvertOp>(v.getLoc(), type.clone(low), v);
+    }
+    b.setInsertionPoint(firstBackward);
+    auto widened = b.create<ConvertOp>(v.getLoc(), type, stored);
+    widened->setAttr(attr::kBackward, b.getUnitAttr());
+    v.replaceUsesWithIf(widened, [&](OpOperand &use) {
+      return use.getOwner() != stored.getDefiningOp() &&
+             use.getOwner() != widened && isBackwardOp(use.getOwner());
+    });
+  }
 }
 
 } // namespace

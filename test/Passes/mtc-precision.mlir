@@ -51,3 +51,32 @@ func.func @forward(%q: tensor<2x4x8xf32> {mtc.name = "q", mtc.role = "param"},
   %l = mtc.reduce_sum %s {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x4x4xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// A saved activation (tanh's output, read by its gradient) of 4096 or more
+// elements is kept in 16 bits between the passes: rounded after its last
+// forward use, widened right before its first backward use. Smaller ones
+// stay float32.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[H:.+]] = mtc.tanh %{{.+}} : tensor<64x64xf32>
+// CHECK-NEXT: %[[L:.+]] = mtc.reduce_sum %[[H]]
+// CHECK-NEXT: %[[S:.+]] = mtc.convert %[[H]] : tensor<64x64xf32> to tensor<64x64xbf16>
+// CHECK-NEXT: %[[HS:.+]] = mtc.tanh %{{.+}} : tensor<8x8xf32>
+// CHECK-NOT: mtc.convert %[[HS]]
+// CHECK: %[[W:.+]] = mtc.convert %[[S]] {mtc.backward} : tensor<64x64xbf16> to tensor<64x64xf32>
+// CHECK-NEXT: mtc.mul %[[W]], %[[W]] {mtc.backward}
+// CHECK-NOT: mtc.mul %[[H]]
+// CHECK: return
+// FP32-LABEL: func.func @train_step
+// FP32-NOT: mtc.convert
+func.func @forward(%x: tensor<64x64xf32> {mtc.name = "x", mtc.role = "param"},
+                   %y: tensor<8x8xf32> {mtc.name = "y", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %h = mtc.tanh %x : tensor<64x64xf32>
+  %l = mtc.reduce_sum %h {axes = array<i64: 0, 1>, keepdims = false} : (tensor<64x64xf32>) -> tensor<f32>
+  %hs = mtc.tanh %y : tensor<8x8xf32>
+  %ls = mtc.reduce_sum %hs {axes = array<i64: 0, 1>, keepdims = false} : (tensor<8x8xf32>) -> tensor<f32>
+  %sum = mtc.add %l, %ls : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  return %sum : tensor<f32>
+}

@@ -40,7 +40,7 @@ def mlp_spec():
 
     class Spec:
         name = "mlp"
-        batch = 16
+        batch = 64  # activations big enough to be stored in 16 bits
         loss = None
         sgd = {"lr": 0.05}
 
@@ -64,7 +64,10 @@ def spec_of(name):
     if name == "mlp":
         return mlp_spec()
     import models
-    return models.get(name)
+    spec = models.get(name)
+    # A batch whose activations are big enough to be stored in 16 bits.
+    spec.batch = 32
+    return spec
 
 
 def check_model(args, name, failures):

@@ -95,7 +95,10 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
     parameters and optimizer state). Each value is converted once, before
     its first GEMM, and the copy serves every later GEMM: a parameter is
     converted once per step, an activation the backward GEMMs need is
-    saved in 16 bits. `precision=fp32` changes nothing.
+    saved in 16 bits. In `@train_step`, every other forward value of 4096
+    or more elements that the backward pass reads is kept in 16 bits
+    between the passes (rounded after its last forward use, widened back
+    right before its first backward use). `precision=fp32` changes nothing.
 
     Example: `mtc-opt --mtc-precision="precision=bf16"`
   }];
