@@ -16,6 +16,7 @@ test/zoo/models.py):
 
 Prints one line per check and "SUMMARY ... PASS|FAIL"; exits 1 on failure.
 Usage: check_precision.py --mtc PATH --work DIR [--models mlp,transformer,gpt]
+                          [--target cpu|cuda]
 """
 
 import argparse
@@ -88,7 +89,7 @@ def check_model(args, name, failures):
     # 1. One step's gradients against autocast.
     trainer = tl.mtc_compile(args.mtc, onnx_path, os.path.join(work, "bf16-1"),
                              ["--precision", "bf16", "--keep-grads",
-                              "--lr", repr(lr)])
+                              "--lr", repr(lr)], target=args.target)
     grads_path = os.path.join(work, "bf16.grads")
     tl.run_trainer(trainer, 1, data=data_dir, dump_grads=grads_path)
     ours = tl.read_safetensors(grads_path)[0]
@@ -129,7 +130,8 @@ def check_model(args, name, failures):
     for precision in ("fp32", "bf16", "fp16"):
         trainer = tl.mtc_compile(args.mtc, onnx_path,
                                  os.path.join(work, precision),
-                                 ["--precision", precision, "--lr", repr(lr)])
+                                 ["--precision", precision, "--lr", repr(lr)],
+                                 target=args.target)
         metrics = os.path.join(work, precision + ".jsonl")
         tl.run_trainer(trainer, STEPS, data=data_dir, metrics=metrics)
         losses[precision] = tl.read_losses(metrics, STEPS)
@@ -151,6 +153,7 @@ def main():
     ap.add_argument("--mtc", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--models", default="mlp,transformer,gpt")
+    ap.add_argument("--target", default="cpu", help="cpu or cuda")
     args = ap.parse_args()
     import torch
     torch.set_num_threads(1)
