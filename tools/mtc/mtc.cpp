@@ -463,6 +463,9 @@ int runCompile(MLIRContext &context) {
                   "dimension; --batch-dim names it when it is not '" +
                   batchDim + "')");
     fullBatch = it->second;
+    if (microBatch == "auto" && !budget)
+      return fail("--micro-batch auto needs --mem-budget (it picks the "
+                  "micro-batch that fits the budget)");
     if (microBatch != "auto") {
       if (StringRef(microBatch).getAsInteger(10, fixedMicro) ||
           fixedMicro <= 0)
