@@ -14,17 +14,12 @@
 #ifndef MTC_RUNTIME_LIB_KERNELCOMMON_H
 #define MTC_RUNTIME_LIB_KERNELCOMMON_H
 
+#include "mtc/runtime/Half.h" // MTC_HOST_DEVICE
 #include "mtc/runtime/Kernels.h"
 
 #include <cmath>
 #include <cstdint>
 #include <string>
-
-#ifdef __CUDACC__
-#define MTC_HOST_DEVICE __host__ __device__
-#else
-#define MTC_HOST_DEVICE
-#endif
 
 namespace mtc::rt {
 

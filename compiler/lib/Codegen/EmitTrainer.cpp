@@ -62,24 +62,23 @@ StringRef cType(Value v) {
   return isFloat(v) ? "float" : isBool(v) ? "unsigned char" : "int64_t";
 }
 
+/// `expr` wrapped in the conversion `v`'s storage needs (none for float32):
+/// one of Half.h's bfloat16 / float16 functions.
+std::string throughStorage(Value v, StringRef bf16Fn, StringRef f16Fn,
+                           StringRef expr) {
+  Type e = cast<RankedTensorType>(v.getType()).getElementType();
+  StringRef fn = e.isBF16() ? bf16Fn : e.isF16() ? f16Fn : StringRef();
+  return fn.empty() ? expr.str() : ("mtc::rt::" + fn + "(" + expr + ")").str();
+}
+
 /// `raw` (an element of `v` as stored) as a float32 expression.
 std::string loadAsFloat(Value v, StringRef raw) {
-  Type e = cast<RankedTensorType>(v.getType()).getElementType();
-  if (e.isBF16())
-    return ("mtc::rt::bf16ToFloat(" + raw + ")").str();
-  if (e.isF16())
-    return ("mtc::rt::halfToFloat(" + raw + ")").str();
-  return raw.str();
+  return throughStorage(v, "bf16ToFloat", "halfToFloat", raw);
 }
 
 /// The float32 expression `value` rounded to `v`'s storage.
 std::string storeAs(Value v, StringRef value) {
-  Type e = cast<RankedTensorType>(v.getType()).getElementType();
-  if (e.isBF16())
-    return ("mtc::rt::floatToBf16(" + value + ")").str();
-  if (e.isF16())
-    return ("mtc::rt::floatToHalf(" + value + ")").str();
-  return value.str();
+  return throughStorage(v, "floatToBf16", "floatToHalf", value);
 }
 
 /// Row-major strides of a shape, in elements.
