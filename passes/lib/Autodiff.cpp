@@ -178,8 +178,20 @@ LogicalResult AutodiffPass::differentiate(func::FuncOp func) {
   };
   Operation *lastForward = ret->getPrevNode();
   auto seedType = RankedTensorType::get({}, lossType.getElementType());
-  grads[loss] = builder.create<ConstantOp>(
-      loss.getLoc(), DenseElementsAttr::get(seedType, 1.0f));
+  if (lossScaling) {
+    // The trainer writes the scale before each step.
+    unsigned index = func.getNumArguments();
+    NamedAttribute attrs[] = {
+        builder.getNamedAttr(attr::kRole,
+                             builder.getStringAttr(attr::role::kLossScale)),
+        builder.getNamedAttr(attr::kName, builder.getStringAttr("loss_scale"))};
+    (void)func.insertArgument(index, seedType,
+                              builder.getDictionaryAttr(attrs), loss.getLoc());
+    grads[loss] = func.getArgument(index);
+  } else {
+    grads[loss] = builder.create<ConstantOp>(
+        loss.getLoc(), DenseElementsAttr::get(seedType, 1.0f));
+  }
 
   SmallVector<Operation *> forwardOps;
   for (Operation &op : body.without_terminator())

@@ -13,6 +13,8 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
+
 namespace mtc {
 #define GEN_PASS_DEF_OPTIMIZERPASS
 #include "mtc/Passes/Passes.h.inc"
@@ -48,6 +50,16 @@ private:
                          StringRef role = attr::role::kState);
 };
 
+/// The `loss_scale` argument autodiff seeds the backward pass with, if any.
+BlockArgument lossScaleArgument(func::FuncOp func) {
+  for (BlockArgument arg : func.getArguments())
+    if (auto role = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                      attr::kRole);
+        role && role.getValue() == attr::role::kLossScale)
+      return arg;
+  return nullptr;
+}
+
 LogicalResult OptimizerPass::verifyOptions(func::FuncOp func) {
   if (optimizer != "sgd" && optimizer != "adamw")
     return func.emitError() << "unknown optimizer '" << optimizer
@@ -61,6 +73,12 @@ LogicalResult OptimizerPass::verifyOptions(func::FuncOp func) {
     return func.emitError("AdamW betas must lie in [0, 1)");
   if (accumulate < 1)
     return func.emitError("accumulate must be at least 1");
+  if (!(lossScaleInit > 0) || !std::isfinite(double(lossScaleInit)) ||
+      !(lossScaleGrowth >= 1) || !(lossScaleBackoff > 0) ||
+      !(lossScaleBackoff <= 1) || lossScaleInterval < 1)
+    return func.emitError(
+        "loss scaling needs an initial scale > 0, growth >= 1, backoff in "
+        "(0, 1] and an interval of at least 1 step");
   return success();
 }
 
@@ -98,8 +116,9 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
          b.getNamedAttr(attr::kTied, b.getI64IntegerAttr(arg))}));
   };
 
-  FloatAttr lrAttr = b.getF64FloatAttr(lr);
-  FloatAttr wdAttr = b.getF64FloatAttr(weightDecay);
+  // The gradient each update consumes (the accumulated mean under
+  // accumulation), by parameter argument.
+  SmallVector<std::pair<unsigned, Value>> consumed;
   unsigned numGrads = func.getNumResults();
   for (unsigned i = 0; i < numGrads; ++i) {
     auto role = func.getResultAttrOfType<StringAttr>(i, attr::kRole);
@@ -107,27 +126,58 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
       continue;
     auto owner = func.getResultAttrOfType<IntegerAttr>(i, attr::kOwner);
     unsigned p = owner.getInt();
-    Value param = func.getArgument(p);
     Value grad = ret.getOperand(i);
-    Location loc = param.getLoc();
     if (accumulate > 1) {
       BlockArgument acc =
           addState(func, p, "grad_accum", attr::role::kAccumulator);
       auto accumulated = b.create<AccumulateGradOp>(
-          loc, grad.getType(), acc, grad, b.getI64IntegerAttr(accumulate));
+          func.getArgument(p).getLoc(), grad.getType(), acc, grad,
+          b.getI64IntegerAttr(accumulate));
       accumulated->setAttr(attr::kOptimizer, b.getUnitAttr());
       grad = accumulated;
       // The reported gradient is the accumulated mean.
       results[i] = grad;
       tied(grad, acc.getArgNumber());
     }
+    consumed.push_back({p, grad});
+  }
+
+  // Loss scaling: one check of every gradient before any update.
+  Value status;
+  if (BlockArgument scale = lossScaleArgument(func)) {
+    SmallVector<Value> grads;
+    for (auto [p, grad] : consumed)
+      grads.push_back(grad);
+    auto check = b.create<GradCheckOp>(scale.getLoc(), scale, grads);
+    check->setAttr(attr::kBackward, b.getUnitAttr());
+    if (accumulate > 1)
+      check->setAttr(attr::kLastMicroBatch, b.getUnitAttr());
+    status = check;
+    results.push_back(status);
+    resultAttrs.push_back(b.getDictionaryAttr({b.getNamedAttr(
+        attr::kRole, b.getStringAttr(attr::role::kGradStatus))}));
+    func->setAttr(
+        attr::kLossScaling,
+        b.getDictionaryAttr(
+            {b.getNamedAttr("init", b.getF64FloatAttr(lossScaleInit)),
+             b.getNamedAttr("growth", b.getF64FloatAttr(lossScaleGrowth)),
+             b.getNamedAttr("backoff", b.getF64FloatAttr(lossScaleBackoff)),
+             b.getNamedAttr("interval",
+                            b.getI64IntegerAttr(lossScaleInterval))}));
+  }
+
+  FloatAttr lrAttr = b.getF64FloatAttr(lr);
+  FloatAttr wdAttr = b.getF64FloatAttr(weightDecay);
+  for (auto [p, grad] : consumed) {
+    Value param = func.getArgument(p);
+    Location loc = param.getLoc();
     Operation *update;
     if (optimizer == "adamw") {
       BlockArgument m = addState(func, p, "exp_avg");
       BlockArgument v = addState(func, p, "exp_avg_sq");
       update = b.create<AdamWUpdateOp>(
           loc, TypeRange{param.getType(), param.getType(), param.getType()},
-          param, grad, m, v, lrAttr, b.getF64FloatAttr(beta1),
+          param, grad, m, v, status, lrAttr, b.getF64FloatAttr(beta1),
           b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps), wdAttr);
       tied(update->getResult(0), p);
       tied(update->getResult(1), m.getArgNumber());
@@ -136,13 +186,13 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
       BlockArgument buf = addState(func, p, "momentum");
       update = b.create<SgdMomentumUpdateOp>(
           loc, TypeRange{param.getType(), param.getType()}, param, grad, buf,
-          lrAttr, b.getF64FloatAttr(momentum), wdAttr,
+          status, lrAttr, b.getF64FloatAttr(momentum), wdAttr,
           b.getBoolAttr(nesterov));
       tied(update->getResult(0), p);
       tied(update->getResult(1), buf.getArgNumber());
     } else {
-      update = b.create<SgdUpdateOp>(loc, param.getType(), param, grad, lrAttr,
-                                     wdAttr);
+      update = b.create<SgdUpdateOp>(loc, param.getType(), param, grad, status,
+                                     lrAttr, wdAttr);
       tied(update->getResult(0), p);
     }
     update->setAttr(attr::kOptimizer, b.getUnitAttr());

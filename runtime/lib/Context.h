@@ -27,8 +27,12 @@
 namespace mtc::rt {
 
 struct Context {
-  /// Optimizer step, 1 on the first step (0 before training starts).
+  /// Training step, 1 on the first step (0 before training starts).
   int64_t step = 0;
+  /// Optimizer steps taken including this one: the step's count for AdamW's
+  /// bias corrections and SGD's first momentum step. Equal to `step` except
+  /// under loss scaling, whose skipped steps are not optimizer steps.
+  int64_t optimizerStep = 0;
   /// Micro-batch within the optimizer step (gradient accumulation).
   int64_t microBatch = 0;
   uint64_t seed = 0;

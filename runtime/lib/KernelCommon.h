@@ -190,6 +190,19 @@ MTC_HOST_DEVICE inline int64_t reducedOffset(const ReducePlan &plan,
 // operation by operation (same rounding order), with the scalar factors
 // computed once on the host in double as Python does.
 
+/// Loss scaling (null status without): whether mtc.grad_check found an inf
+/// or NaN gradient, and the factor that unscales the gradients.
+MTC_HOST_DEVICE inline bool skipsStep(const float *gradStatus) {
+  return gradStatus && gradStatus[1] != 0.0f;
+}
+MTC_HOST_DEVICE inline float gradUnscale(const float *gradStatus) {
+  return gradStatus ? gradStatus[0] : 1.0f;
+}
+/// 1 / scale in double, rounded to float, as PyTorch's GradScaler forms it.
+MTC_HOST_DEVICE inline float inverseLossScale(float scale) {
+  return static_cast<float>(1.0 / static_cast<double>(scale));
+}
+
 struct SgdScalars {
   float lr, momentum, weightDecay;
   bool nesterov;

@@ -37,16 +37,32 @@ Status MetricsWriter::open(const std::string &path) {
   return Status::success();
 }
 
-Status MetricsWriter::write(int64_t step, float loss, double timeMs) {
-  if (!file)
-    return Status::success();
-  int n = std::fprintf(file,
-                       "{\"step\":%" PRId64 ",\"loss\":%s,\"time_ms\":%.3f}\n",
-                       step, formatFloatExact(loss).c_str(), timeMs);
-  if (n < 0 || std::fflush(file) != 0)
+// Written with fprintf into the stream: the step loop allocates nothing.
+Status MetricsWriter::finishLine(int written) {
+  if (written < 0 || std::fflush(file) != 0)
     return Status::error("cannot write metrics file '" + filePath +
                          "': " + std::strerror(errno));
   return Status::success();
+}
+
+Status MetricsWriter::write(int64_t step, float loss, double timeMs) {
+  if (!file)
+    return Status::success();
+  return finishLine(std::fprintf(
+      file, "{\"step\":%" PRId64 ",\"loss\":%s,\"time_ms\":%.3f}\n", step,
+      formatFloatExact(loss).c_str(), timeMs));
+}
+
+Status MetricsWriter::write(int64_t step, float loss, double timeMs,
+                            float lossScale, bool skipped) {
+  if (!file)
+    return Status::success();
+  return finishLine(std::fprintf(
+      file,
+      "{\"step\":%" PRId64 ",\"loss\":%s,\"time_ms\":%.3f,"
+      "\"loss_scale\":%s,\"skipped\":%s}\n",
+      step, formatFloatExact(loss).c_str(), timeMs,
+      formatFloatExact(lossScale).c_str(), skipped ? "true" : "false"));
 }
 
 Status MetricsWriter::close() {

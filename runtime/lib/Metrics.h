@@ -20,8 +20,11 @@ namespace mtc::rt {
 /// and reads them (NaN, Infinity, -Infinity).
 std::string formatFloatExact(float value);
 
-/// Writes {"step":K,"loss":L,"time_ms":T} per line. Each line is flushed so
-/// that a run that is killed keeps the metrics of the steps it finished.
+/// Writes {"step":K,"loss":L,"time_ms":T} per line, and under loss scaling
+/// also "loss_scale" (the scale the step ran with) and "skipped" (whether
+/// its gradients overflowed, so that it changed nothing). Each line is
+/// flushed so that a run that is killed keeps the metrics of the steps it
+/// finished.
 class MetricsWriter {
 public:
   MetricsWriter() = default;
@@ -32,10 +35,14 @@ public:
   /// Creates (truncates) the file.
   Status open(const std::string &path);
   Status write(int64_t step, float loss, double timeMs);
+  Status write(int64_t step, float loss, double timeMs, float lossScale,
+               bool skipped);
   Status close();
   bool isOpen() const { return file != nullptr; }
 
 private:
+  Status finishLine(int written);
+
   std::FILE *file = nullptr;
   std::string filePath;
 };

@@ -19,6 +19,7 @@
 
 #include "Context.h"
 #include "Device.h"
+#include "LossScaler.h"
 #include "Metrics.h"
 
 #include "mtc/runtime/Npy.h"
@@ -349,6 +350,7 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
   if (desc.initSize > 0 && !desc.initData)
     return bug("initSize is set but initData is null");
   lossIndex = -1;
+  int lossScales = 0, gradStatuses = 0;
   std::map<std::string, int> checkpointNames, inputNames;
   for (int i = 0; i < desc.numTensors; ++i) {
     const TensorDesc &t = desc.tensors[i];
@@ -407,6 +409,16 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
       if (t.dtype != DType::F32 || t.bytes != 8)
         return bug(what + "the evaluation counts must be 2 float32 values");
       break;
+    case Role::LossScale:
+      if (t.dtype != DType::F32 || t.bytes != 4)
+        return bug(what + "the loss scale must be a float32 scalar");
+      ++lossScales;
+      break;
+    case Role::GradStatus:
+      if (t.dtype != DType::F32 || t.bytes != 8)
+        return bug(what + "the gradient status must be 2 float32 values");
+      ++gradStatuses;
+      break;
     case Role::Loss:
       if (lossIndex >= 0)
         return bug("more than one loss tensor");
@@ -431,6 +443,15 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
   }
   if (lossIndex < 0 && !desc.inference)
     return bug("no loss tensor");
+  const int scaled = desc.lossScaling.enabled ? 1 : 0;
+  if (lossScales != scaled || gradStatuses != scaled)
+    return bug("loss scaling needs exactly one loss scale and one gradient "
+               "status tensor, and they need loss scaling");
+  if (scaled && !(desc.lossScaling.init > 0 && desc.lossScaling.growth >= 1 &&
+                  desc.lossScaling.backoff > 0 &&
+                  desc.lossScaling.backoff <= 1 &&
+                  desc.lossScaling.interval >= 1))
+    return bug("invalid loss scaling policy");
   return Status::success();
 }
 
@@ -577,11 +598,45 @@ Status loadInitialValues(Context &ctx, const ModelDesc &desc,
   return Status::success();
 }
 
+/// Reads what a checkpoint says about the step counters and the loss scale
+/// (written by --save) beyond the training step.
+Status restoreStepState(const SafetensorsReader &checkpoint,
+                        const std::string &where, int64_t startStep,
+                        int64_t &optimizerSteps, const ModelDesc &desc,
+                        LossScaler &scaler) {
+  const auto &meta = checkpoint.metadata();
+  optimizerSteps = startStep;
+  if (auto it = meta.find("optimizer_step"); it != meta.end())
+    if (!parseSigned(it->second, optimizerSteps) || optimizerSteps < 0 ||
+        optimizerSteps > startStep)
+      return Status::error(where + ": metadata \"optimizer_step\" is not a "
+                           "step count up to \"step\": '" + it->second + "'");
+  if (!desc.lossScaling.enabled)
+    return Status::success();
+  auto scale = meta.find("loss_scale");
+  auto clean = meta.find("loss_scale_clean_steps");
+  if (scale == meta.end() || clean == meta.end()) {
+    printWarning(where + " has no loss scale; starting from " +
+                 formatFloatExact(scaler.scale()));
+    return Status::success();
+  }
+  char *end = nullptr;
+  double value = std::strtod(scale->second.c_str(), &end);
+  int64_t cleanSteps = 0;
+  if (end == scale->second.c_str() || *end != '\0' || !(value > 0) ||
+      !std::isfinite(static_cast<float>(value)) ||
+      !parseSigned(clean->second, cleanSteps) || cleanSteps < 0)
+    return Status::error(where + ": invalid loss scale metadata ('" +
+                         scale->second + "', '" + clean->second + "')");
+  scaler.restore(static_cast<float>(value), cleanSteps);
+  return Status::success();
+}
+
 /// Copies the tensors with the given roles to host buffers and writes them.
 Status writeTensors(Context &ctx, const ModelDesc &desc, unsigned char *arena,
                     const std::string &path, bool grads,
                     const std::map<std::string, std::string> &metadata,
-                    int &count) {
+                    int &count, float gradUnscale = 1.0f) {
   std::vector<std::vector<unsigned char>> buffers;
   std::vector<SafetensorsEntry> entries;
   buffers.reserve(desc.numTensors);
@@ -597,6 +652,14 @@ Status writeTensors(Context &ctx, const ModelDesc &desc, unsigned char *arena,
                                       arena + t.offset, t.bytes);
         !s.ok())
       return s;
+    if (grads && gradUnscale != 1.0f) {
+      // Loss-scaled gradients, reported as the gradients of the loss.
+      if (Status s = device::synchronize(ctx); !s.ok())
+        return s;
+      float *g = reinterpret_cast<float *>(buffers.back().data());
+      for (uint64_t k = 0; k < t.bytes / sizeof(float); ++k)
+        g[k] *= gradUnscale;
+    }
     SafetensorsEntry e;
     // Gradients are stored under their parameter's name so that the file
     // lines up with the parameters (and with PyTorch's named_parameters).
@@ -733,6 +796,14 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   Context ctx;
   ctx.seed = opts.seed;
   const TensorDesc &lossTensor = desc.tensors[lossIndex];
+  const TensorDesc *lossScaleTensor = nullptr, *gradStatusTensor = nullptr;
+  for (int i = 0; i < desc.numTensors; ++i) {
+    if (desc.tensors[i].role == Role::LossScale)
+      lossScaleTensor = &desc.tensors[i];
+    if (desc.tensors[i].role == Role::GradStatus)
+      gradStatusTensor = &desc.tensors[i];
+  }
+  LossScaler scaler(desc.lossScaling);
 
   const struct {
     const char *flag;
@@ -825,6 +896,8 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   }
 
   int64_t startStep = 0;
+  // Optimizer steps taken: the training steps minus the skipped ones.
+  int64_t optimizerSteps = 0;
   if (!opts.loadPath.empty()) {
     SafetensorsReader checkpoint;
     if (Status s = checkpoint.open(opts.loadPath); !s.ok()) {
@@ -883,6 +956,13 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
     } else {
       printWarning(where + " has no \"step\" metadata; counting steps from 0");
     }
+    optimizerSteps = startStep;
+    if (Status s = restoreStepState(checkpoint, where, startStep,
+                                    optimizerSteps, desc, scaler);
+        !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
     std::printf("mtc trainer: loaded %s (step %" PRId64 ")\n",
                 opts.loadPath.c_str(), startStep);
   }
@@ -912,9 +992,27 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   float loss = std::numeric_limits<float>::quiet_NaN();
   Clock::time_point loopStart = Clock::now();
   const int64_t micro = desc.accumulateSteps > 0 ? desc.accumulateSteps : 1;
+  int64_t skipped = 0;
+  float stepScale = scaler.scale();
+  if (lossScaleTensor)
+    std::printf("mtc trainer: dynamic loss scaling from %g (x%g after %" PRId64
+                " clean steps, x%g and the step skipped on overflow)\n",
+                static_cast<double>(scaler.scale()), desc.lossScaling.growth,
+                desc.lossScaling.interval, desc.lossScaling.backoff);
   for (int64_t i = 0; i < opts.steps; ++i) {
     Clock::time_point stepStart = Clock::now();
     ctx.step = startStep + i + 1;
+    ctx.optimizerStep = optimizerSteps + 1;
+    stepScale = scaler.scale();
+    if (lossScaleTensor) {
+      if (Status s = device::copyToDevice(ctx, arena + lossScaleTensor->offset,
+                                          &stepScale, sizeof(float));
+          !s.ok()) {
+        printError("step " + std::to_string(ctx.step) + ": " + s.message());
+        return kExitFailure;
+      }
+    }
+    float status[2] = {0.0f, 0.0f};
     // With gradient accumulation one optimizer step consumes `micro`
     // consecutive batches; the loss reported is their mean, the loss of
     // the whole step.
@@ -934,6 +1032,9 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
 
       Status s = device::copyToHost(ctx, &loss, arena + lossTensor.offset,
                                     sizeof(float));
+      if (s.ok() && gradStatusTensor && m + 1 == micro)
+        s = device::copyToHost(ctx, status, arena + gradStatusTensor->offset,
+                               sizeof(status));
       if (s.ok())
         s = device::synchronize(ctx);
       if (!s.ok()) {
@@ -956,17 +1057,35 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
     }
     if (micro > 1)
       loss = static_cast<float>(stepLoss / static_cast<double>(micro));
+    const bool overflow = status[1] != 0.0f;
+    if (overflow)
+      ++skipped;
+    else
+      ++optimizerSteps;
+    if (lossScaleTensor)
+      scaler.update(overflow);
     double stepMs = secondsSince(stepStart) * 1000.0;
-    if (Status ms = metrics.write(ctx.step, loss, stepMs); !ms.ok()) {
+    Status ms = lossScaleTensor
+                    ? metrics.write(ctx.step, loss, stepMs, stepScale, overflow)
+                    : metrics.write(ctx.step, loss, stepMs);
+    if (!ms.ok()) {
       printError(ms.message());
       return kExitFailure;
     }
     if (ctx.step % opts.logEvery == 0 || i + 1 == opts.steps) {
-      std::printf("step %" PRId64 " loss %.7g (%.3f s)\n", ctx.step,
+      std::printf("step %" PRId64 " loss %.7g (%.3f s)", ctx.step,
                   static_cast<double>(loss), secondsSince(loopStart));
+      if (lossScaleTensor)
+        std::printf(" loss scale %g, %" PRId64 " skipped",
+                    static_cast<double>(scaler.scale()), skipped);
+      std::printf("\n");
       std::fflush(stdout);
     }
   }
+  if (lossScaleTensor && opts.steps > 0)
+    std::printf("mtc trainer: %" PRId64 " of %" PRId64
+                " steps skipped on inf/NaN gradients; loss scale now %g\n",
+                skipped, opts.steps, static_cast<double>(scaler.scale()));
   if (opts.steps > 0) {
     double total = secondsSince(loopStart);
     std::printf("mtc trainer: %" PRId64 " steps in %.3f s (%.2f steps/s)\n",
@@ -982,7 +1101,13 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   if (!opts.savePath.empty()) {
     int count = 0;
     std::map<std::string, std::string> meta{
-        {"format", "mtc"}, {"step", std::to_string(finalStep)}};
+        {"format", "mtc"},
+        {"step", std::to_string(finalStep)},
+        {"optimizer_step", std::to_string(optimizerSteps)}};
+    if (lossScaleTensor) {
+      meta["loss_scale"] = formatFloatExact(scaler.scale());
+      meta["loss_scale_clean_steps"] = std::to_string(scaler.cleanSteps());
+    }
     if (Status s = writeTensors(ctx, desc, arena, opts.savePath,
                                 /*grads=*/false, meta, count);
         !s.ok()) {
@@ -1024,8 +1149,13 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
     int count = 0;
     std::map<std::string, std::string> meta{
         {"loss", formatFloatExact(loss)}, {"step", std::to_string(finalStep)}};
+    float unscale = 1.0f;
+    if (lossScaleTensor) {
+      meta["loss_scale"] = formatFloatExact(stepScale);
+      unscale = static_cast<float>(1.0 / static_cast<double>(stepScale));
+    }
     if (Status s = writeTensors(ctx, desc, arena, opts.dumpGradsPath,
-                                /*grads=*/true, meta, count);
+                                /*grads=*/true, meta, count, unscale);
         !s.ok()) {
       printError(s.message());
       return kExitFailure;

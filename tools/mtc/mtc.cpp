@@ -37,6 +37,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <initializer_list>
 #include <thread>
 #include <map>
 
@@ -142,6 +144,33 @@ static cl::opt<std::string> precisionName(
              "losses stay float32). Default fp32"),
     cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"), cl::sub(compileCmd),
     cl::sub(planCmd), cl::cat(trainCat));
+static cl::opt<std::string> lossScale(
+    "loss-scale",
+    cl::desc("Dynamic loss scaling: the backward pass runs on loss * scale, "
+             "a step whose gradients overflow (inf/NaN) is skipped and "
+             "halves the scale, 2000 clean steps double it. auto (default): "
+             "on with --precision fp16, off otherwise"),
+    cl::value_desc("auto|dynamic|off"), cl::init("auto"), cl::sub(compileCmd),
+    cl::sub(planCmd), cl::cat(trainCat));
+static cl::opt<double> lossScaleInit(
+    "loss-scale-init", cl::desc("Initial loss scale (default 65536)"),
+    cl::init(65536.0), cl::sub(compileCmd), cl::sub(planCmd),
+    cl::cat(trainCat));
+static cl::opt<double> lossScaleGrowth(
+    "loss-scale-growth",
+    cl::desc("Factor the loss scale grows by after --loss-scale-interval "
+             "clean steps in a row (default 2)"),
+    cl::init(2.0), cl::sub(compileCmd), cl::sub(planCmd), cl::cat(trainCat));
+static cl::opt<double> lossScaleBackoff(
+    "loss-scale-backoff",
+    cl::desc("Factor the loss scale shrinks by on an overflowing, skipped "
+             "step (default 0.5)"),
+    cl::init(0.5), cl::sub(compileCmd), cl::sub(planCmd), cl::cat(trainCat));
+static cl::opt<int64_t> lossScaleInterval(
+    "loss-scale-interval",
+    cl::desc("Clean steps in a row before the loss scale grows (default "
+             "2000)"),
+    cl::init(2000), cl::sub(compileCmd), cl::sub(planCmd), cl::cat(trainCat));
 static cl::opt<std::string> microBatch(
     "micro-batch",
     cl::desc("Split each batch into micro-batches of N samples and "
@@ -448,6 +477,33 @@ int runCompile(MLIRContext &context) {
     return fail("unknown --precision '" + precisionName +
                 "' (expected fp32, bf16 or fp16)");
   pipeline.precision.precision = precisionName;
+  if (lossScale != "auto" && lossScale != "dynamic" && lossScale != "off")
+    return fail("unknown --loss-scale '" + lossScale +
+                "' (expected auto, dynamic or off)");
+  bool scaling = lossScale == "dynamic" ||
+                 (lossScale == "auto" && precisionName == "fp16");
+  if (!scaling || forwardOnly)
+    for (const cl::Option *o :
+         std::initializer_list<const cl::Option *>{
+             &lossScaleInit, &lossScaleGrowth, &lossScaleBackoff,
+             &lossScaleInterval})
+      if (o->getNumOccurrences())
+        return fail("--" + o->ArgStr.str() +
+                    " needs loss scaling (--precision fp16, or --loss-scale "
+                    "dynamic)");
+  if (!(lossScaleInit > 0) || !std::isfinite(float(lossScaleInit)))
+    return fail("--loss-scale-init must be a positive float32 value");
+  if (!(lossScaleGrowth >= 1))
+    return fail("--loss-scale-growth must be at least 1");
+  if (!(lossScaleBackoff > 0 && lossScaleBackoff <= 1))
+    return fail("--loss-scale-backoff must lie in (0, 1]");
+  if (lossScaleInterval < 1)
+    return fail("--loss-scale-interval must be at least 1");
+  pipeline.autodiff.lossScaling = scaling;
+  pipeline.optimizer.lossScaleInit = lossScaleInit;
+  pipeline.optimizer.lossScaleGrowth = lossScaleGrowth;
+  pipeline.optimizer.lossScaleBackoff = lossScaleBackoff;
+  pipeline.optimizer.lossScaleInterval = lossScaleInterval;
 
   // Micro-batching rebinds the batch dim and accumulates over the batch.
   std::optional<int64_t> fullBatch;

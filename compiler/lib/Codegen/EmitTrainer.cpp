@@ -155,6 +155,10 @@ private:
   /// A typed pointer expression into the arena.
   std::string ptr(Value v) const;
   std::string ptrAt(int64_t offset, StringRef type) const;
+  /// The loss-scaling status an update reads, or "nullptr" without one.
+  std::string statusPtr(Value status) const {
+    return status ? ptr(status) : "nullptr";
+  }
 
   void emitOp(Operation *op);
   void emitOpBody(Operation *op);
@@ -703,13 +707,20 @@ void Emitter::emitOpBody(Operation *op) {
                  ", " + ptr(a.getGrad()) + ", " +
                  std::to_string(a.getCount()) + ")");
       })
+      .Case([&](GradCheckOp c) {
+        emitCall("gradCheckBegin(ctx, " + ptr(c.getLossScale()) + ", " +
+                 ptr(c.getStatus()) + ")");
+        for (Value g : c.getGrads())
+          emitCall("gradCheck(ctx, " + std::to_string(numel(g)) + ", " +
+                   ptr(g) + ", " + ptr(c.getStatus()) + ")");
+      })
       .Case([&](SgdUpdateOp u) {
         emitCall("sgdUpdate(ctx, " + std::to_string(numel(u.getParam())) +
                  ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) +
                  ", nullptr, " + doubleLiteral(u.getLr().convertToDouble()) +
                  ", 0.0, " +
                  doubleLiteral(u.getWeightDecay().convertToDouble()) +
-                 ", false)");
+                 ", false, " + statusPtr(u.getGradStatus()) + ")");
       })
       .Case([&](SgdMomentumUpdateOp u) {
         emitCall("sgdUpdate(ctx, " + std::to_string(numel(u.getParam())) +
@@ -718,7 +729,8 @@ void Emitter::emitOpBody(Operation *op) {
                  doubleLiteral(u.getLr().convertToDouble()) + ", " +
                  doubleLiteral(u.getMomentum().convertToDouble()) + ", " +
                  doubleLiteral(u.getWeightDecay().convertToDouble()) + ", " +
-                 (u.getNesterov() ? "true" : "false") + ")");
+                 (u.getNesterov() ? "true" : "false") + ", " +
+                 statusPtr(u.getGradStatus()) + ")");
       })
       .Case([&](AdamWUpdateOp u) {
         emitCall("adamwUpdate(ctx, " + std::to_string(numel(u.getParam())) +
@@ -728,7 +740,8 @@ void Emitter::emitOpBody(Operation *op) {
                  doubleLiteral(u.getBeta1().convertToDouble()) + ", " +
                  doubleLiteral(u.getBeta2().convertToDouble()) + ", " +
                  doubleLiteral(u.getEps().convertToDouble()) + ", " +
-                 doubleLiteral(u.getWeightDecay().convertToDouble()) + ")");
+                 doubleLiteral(u.getWeightDecay().convertToDouble()) + ", " +
+                 statusPtr(u.getGradStatus()) + ")");
       })
       .Case([&](ErfOp) { unary("erf", "std::erf(in0)", "erff(in0)"); })
       .Case([&](ClipOp c) {
@@ -903,6 +916,8 @@ const char *roleEnum(StringRef role) {
     return "Role::State";
   if (role == attr::role::kAccumulator)
     return "Role::Accumulator";
+  if (role == attr::role::kLossScale)
+    return "Role::LossScale";
   return "Role::Input";
 }
 
@@ -1027,6 +1042,22 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
             tableIndexOfArg.lookup(
                 func.getResultAttrOfType<IntegerAttr>(i, attr::kOwner)
                     .getInt()));
+    else if (role.getValue() == attr::role::kGradStatus)
+      entry("grad_status", "Role::GradStatus", v, offsetOf(v), -1);
+  }
+  std::string lossScaling;
+  if (auto policy = func->getAttrOfType<DictionaryAttr>(attr::kLossScaling)) {
+    auto factor = [&](StringRef key) {
+      return doubleLiteral(policy.getAs<FloatAttr>(key).getValueAsDouble());
+    };
+    lossScaling = "  desc.lossScaling.enabled = true;\n"
+                  "  desc.lossScaling.init = " + factor("init") + ";\n"
+                  "  desc.lossScaling.growth = " + factor("growth") + ";\n"
+                  "  desc.lossScaling.backoff = " + factor("backoff") + ";\n"
+                  "  desc.lossScaling.interval = " +
+                  std::to_string(
+                      policy.getAs<IntegerAttr>("interval").getInt()) +
+                  ";\n";
   }
 
   std::string exportTable;
@@ -1110,7 +1141,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
                                       .getInt()) +
                    ";\n"
              : std::string())
-     << (eval ? "  desc.evalStep = evalStep;\n" : "")
+     << (eval ? "  desc.evalStep = evalStep;\n" : "") << lossScaling
      << "  return trainerMain(argc, argv, desc);\n"
      << "}\n";
   return llvm::Error::success();

@@ -11,30 +11,63 @@
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Trainer.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
 namespace mtc::rt {
 
 void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
                float *momentumBuf, double lr, double momentum,
-               double weightDecay, bool nesterov) {
+               double weightDecay, bool nesterov, const float *gradStatus) {
+  if (skipsStep(gradStatus))
+    return;
+  const float unscale = gradUnscale(gradStatus);
   SgdScalars s{static_cast<float>(lr), static_cast<float>(momentum),
                static_cast<float>(weightDecay), nesterov,
-               stepCounter(ctx) <= 1};
+               ctx.optimizerStep <= 1};
   float *buf = momentum != 0.0 ? momentumBuf : nullptr;
   const bool parallel = n >= cpu::kParallelGrain;
   cpu::parallelFor(0, n, parallel, [&](int64_t i) {
-    sgdElement(p[i], g[i], buf ? buf + i : nullptr, s);
+    sgdElement(p[i], g[i] * unscale, buf ? buf + i : nullptr, s);
   });
 }
 
 void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
                  float *v, double lr, double beta1, double beta2, double eps,
-                 double weightDecay) {
+                 double weightDecay, const float *gradStatus) {
+  if (skipsStep(gradStatus))
+    return;
+  const float unscale = gradUnscale(gradStatus);
   AdamwScalars s =
-      adamwScalars(stepCounter(ctx), lr, beta1, beta2, eps, weightDecay);
+      adamwScalars(ctx.optimizerStep, lr, beta1, beta2, eps, weightDecay);
   const bool parallel = n >= cpu::kParallelGrain;
   cpu::parallelFor(0, n, parallel, [&](int64_t i) {
-    adamwElement(p[i], g[i], m[i], v[i], s);
+    adamwElement(p[i], g[i] * unscale, m[i], v[i], s);
   });
+}
+
+void gradCheckBegin(Context &, const float *lossScale, float *status) {
+  status[0] = inverseLossScale(*lossScale);
+  status[1] = 0.0f;
+}
+
+void gradCheck(Context &, int64_t n, const float *g, float *status) {
+  // Chunks report independently; any one that finds a bad value sets the
+  // flag, which nothing else writes during the check.
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::atomic<bool> bad{false};
+  cpu::parallelFor(0, chunks, n >= cpu::kParallelGrain, [&](int64_t c) {
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    bool found = false;
+    for (int64_t i = c * kChunk; i < end; ++i)
+      found |= !std::isfinite(g[i]);
+    if (found)
+      bad.store(true, std::memory_order_relaxed);
+  });
+  if (bad.load(std::memory_order_relaxed))
+    status[1] = 1.0f;
 }
 
 void accumulateGradient(Context &ctx, int64_t n, float *acc, const float *g,

@@ -20,16 +20,38 @@ namespace mtc::rt {
 
 namespace {
 
+// The loss-scaling status lives on the device (written by gradCheck on the
+// same stream), so the skip decision needs no host synchronization.
 __global__ void sgdKernel(int64_t n, float *p, const float *g, float *buf,
-                          SgdScalars s) {
+                          SgdScalars s, const float *status) {
+  if (skipsStep(status))
+    return;
+  const float unscale = gradUnscale(status);
   for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
-    sgdElement(p[i], g[i], buf ? buf + i : nullptr, s);
+    sgdElement(p[i], g[i] * unscale, buf ? buf + i : nullptr, s);
 }
 
 __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
-                            float *v, AdamwScalars s) {
+                            float *v, AdamwScalars s, const float *status) {
+  if (skipsStep(status))
+    return;
+  const float unscale = gradUnscale(status);
   for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
-    adamwElement(p[i], g[i], m[i], v[i], s);
+    adamwElement(p[i], g[i] * unscale, m[i], v[i], s);
+}
+
+__global__ void gradCheckBeginKernel(const float *lossScale, float *status) {
+  status[0] = inverseLossScale(*lossScale);
+  status[1] = 0.0f;
+}
+
+__global__ void gradCheckKernel(int64_t n, const float *g, float *status) {
+  bool found = false;
+  for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
+    found |= !isfinite(g[i]);
+  // Every writer writes the same value.
+  if (__syncthreads_or(found) && threadIdx.x == 0)
+    status[1] = 1.0f;
 }
 
 __global__ void accumulateKernel(int64_t n, float *acc, const float *g,
@@ -54,27 +76,41 @@ void accumulateGradient(Context &ctx, int64_t n, float *acc, const float *g,
 
 void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
                float *momentumBuf, double lr, double momentum,
-               double weightDecay, bool nesterov) {
+               double weightDecay, bool nesterov, const float *gradStatus) {
   if (n <= 0)
     return;
   SgdScalars s{static_cast<float>(lr), static_cast<float>(momentum),
                static_cast<float>(weightDecay), nesterov,
-               stepCounter(ctx) <= 1};
+               ctx.optimizerStep <= 1};
   float *buf = momentum != 0.0 ? momentumBuf : nullptr;
-  sgdKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, buf, s);
+  sgdKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, buf, s,
+                                                               gradStatus);
   checkLaunch(ctx, "sgdKernel");
 }
 
 void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
                  float *v, double lr, double beta1, double beta2, double eps,
-                 double weightDecay) {
+                 double weightDecay, const float *gradStatus) {
   if (n <= 0)
     return;
   AdamwScalars s =
-      adamwScalars(stepCounter(ctx), lr, beta1, beta2, eps, weightDecay);
-  adamwKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, m, v,
-                                                                 s);
+      adamwScalars(ctx.optimizerStep, lr, beta1, beta2, eps, weightDecay);
+  adamwKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(
+      n, p, g, m, v, s, gradStatus);
   checkLaunch(ctx, "adamwKernel");
+}
+
+void gradCheckBegin(Context &ctx, const float *lossScale, float *status) {
+  gradCheckBeginKernel<<<1, 1, 0, ctx.stream>>>(lossScale, status);
+  checkLaunch(ctx, "gradCheckBeginKernel");
+}
+
+void gradCheck(Context &ctx, int64_t n, const float *g, float *status) {
+  if (n <= 0)
+    return;
+  gradCheckKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, g,
+                                                                     status);
+  checkLaunch(ctx, "gradCheckKernel");
 }
 
 } // namespace mtc::rt

@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 using namespace mtc::rt;
@@ -278,12 +279,12 @@ TEST_F(Kernels, SgdMomentumAndAdamW) {
   float *p = upload<float>({1.0f});
   float *g = upload<float>({0.5f});
   float *buf = upload<float>({0.0f});
-  ctx.step = 1;
-  sgdUpdate(ctx, 1, p, g, buf, 0.1f, 0.9f, 0.0f, false);
+  ctx.optimizerStep = 1;
+  sgdUpdate(ctx, 1, p, g, buf, 0.1f, 0.9f, 0.0f, false, nullptr);
   expectNear(download(p, 1), {0.95f});
   expectNear(download(buf, 1), {0.5f});
-  ctx.step = 2;
-  sgdUpdate(ctx, 1, p, g, buf, 0.1f, 0.9f, 0.0f, false);
+  ctx.optimizerStep = 2;
+  sgdUpdate(ctx, 1, p, g, buf, 0.1f, 0.9f, 0.0f, false, nullptr);
   expectNear(download(buf, 1), {0.95f});
   expectNear(download(p, 1), {0.855f});
 
@@ -293,9 +294,52 @@ TEST_F(Kernels, SgdMomentumAndAdamW) {
   float *gq = upload<float>({0.3f, -2.0f});
   float *m = upload<float>({0.0f, 0.0f});
   float *v = upload<float>({0.0f, 0.0f});
-  ctx.step = 1;
-  adamwUpdate(ctx, 2, q, gq, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f);
+  ctx.optimizerStep = 1;
+  adamwUpdate(ctx, 2, q, gq, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, nullptr);
   expectNear(download(q, 2), {0.999f - 0.01f, 0.999f + 0.01f}, 1e-6f);
+}
+
+TEST_F(Kernels, GradCheckFindsInfAndNaN) {
+  float *scale = upload<float>({1024.0f});
+  float *status = upload<float>({-1.0f, -1.0f});
+  std::vector<float> big(100000, 3.0f);
+  float *g = upload<float>(big);
+  gradCheckBegin(ctx, scale, status);
+  gradCheck(ctx, static_cast<int64_t>(big.size()), g, status);
+  expectNear(download(status, 2), {1.0f / 1024.0f, 0.0f}, 0.0f);
+  for (float bad : {std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    big[77777] = bad;
+    float *h = upload<float>(big);
+    gradCheckBegin(ctx, scale, status);
+    gradCheck(ctx, static_cast<int64_t>(big.size()), g, status);
+    gradCheck(ctx, static_cast<int64_t>(big.size()), h, status);
+    gradCheck(ctx, static_cast<int64_t>(big.size()), g, status);
+    expectNear(download(status, 2), {1.0f / 1024.0f, 1.0f}, 0.0f);
+  }
+}
+
+TEST_F(Kernels, UpdatesUnscaleOrSkip) {
+  // A clean status unscales: SGD with g * 2^-4.
+  float *p = upload<float>({1.0f, 2.0f});
+  float *g = upload<float>({16.0f, -32.0f});
+  float *clean = upload<float>({0.0625f, 0.0f});
+  ctx.optimizerStep = 1;
+  sgdUpdate(ctx, 2, p, g, nullptr, 0.5, 0.0, 0.0, false, clean);
+  expectNear(download(p, 2), {0.5f, 3.0f}, 0.0f);
+  // An overflow status leaves parameter and state untouched.
+  float *skip = upload<float>({0.0625f, 1.0f});
+  float *buf = upload<float>({7.0f, 8.0f});
+  sgdUpdate(ctx, 2, p, g, buf, 0.5, 0.9, 0.1, true, skip);
+  expectNear(download(p, 2), {0.5f, 3.0f}, 0.0f);
+  expectNear(download(buf, 2), {7.0f, 8.0f}, 0.0f);
+  float *m = upload<float>({0.25f, 0.5f});
+  float *v = upload<float>({0.125f, 1.0f});
+  adamwUpdate(ctx, 2, p, g, m, v, 0.01, 0.9, 0.999, 1e-8, 0.1, skip);
+  expectNear(download(p, 2), {0.5f, 3.0f}, 0.0f);
+  expectNear(download(m, 2), {0.25f, 0.5f}, 0.0f);
+  expectNear(download(v, 2), {0.125f, 1.0f}, 0.0f);
 }
 
 } // namespace

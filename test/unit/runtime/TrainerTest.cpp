@@ -36,7 +36,8 @@ void squareStep(Context &ctx, unsigned char *arena) {
   *loss = w[0] * w[0] + w[1] * w[1];
   grad[0] = 2 * w[0];
   grad[1] = 2 * w[1];
-  sgdUpdate(ctx, 2, w, grad, nullptr, kLearningRate, 0.0f, 0.0f, false);
+  sgdUpdate(ctx, 2, w, grad, nullptr, kLearningRate, 0.0f, 0.0f, false,
+            nullptr);
 }
 
 const TensorDesc kTensors[] = {

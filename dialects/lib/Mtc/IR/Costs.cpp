@@ -65,6 +65,12 @@ MTC_ELEMENTWISE_FLOPS(SliceOp, 0)
 int64_t SgdUpdateOp::getFlops() { return 4 * numel(getParam()); }
 int64_t SgdMomentumUpdateOp::getFlops() { return 7 * numel(getParam()); }
 int64_t AdamWUpdateOp::getFlops() { return 14 * numel(getParam()); }
+int64_t GradCheckOp::getFlops() {
+  int64_t n = 0;
+  for (Value g : getGrads())
+    n += numel(g);
+  return n;
+}
 
 int64_t GemmOp::getFlops() {
   ArrayRef<int64_t> a = shapeOf(getA());

@@ -29,6 +29,10 @@ def AutodiffPass : Pass<"mtc-autodiff", "mlir::ModuleOp"> {
     patterns); frozen ones get no gradient (and so no optimizer state). A
     pattern that matches no parameter is an error.
 
+    `loss-scaling` seeds the backward pass with a new float32 scalar
+    argument `loss_scale` (role "loss_scale", written by the trainer before
+    each step) instead of 1, so every gradient is that of `loss * scale`.
+
     Example: `mtc-opt --mtc-autodiff="freeze=encoder.*" model.mlir`
   }];
   let dependentDialects = ["::mtc::MtcDialect"];
@@ -39,6 +43,8 @@ def AutodiffPass : Pass<"mtc-autodiff", "mlir::ModuleOp"> {
                "Glob patterns of parameter names to keep frozen (buffers)">,
     ListOption<"train", "train", "std::string",
                "Glob patterns of the only parameter names to train">,
+    Option<"lossScaling", "loss-scaling", "bool", "false",
+           "Seed the backward pass with a loss_scale argument instead of 1">,
   ];
 }
 
@@ -59,6 +65,15 @@ def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
     gradient memory does not scale with the model. `keep-grads` keeps the
     gradients as results instead (and the updates at the end).
 
+    When `@train_step` has a `loss_scale` argument (autodiff's
+    `loss-scaling`), the gradients are scaled: an `mtc.grad_check` reads
+    every gradient the updates consume and yields [1 / scale, overflow]
+    (also a result of the step, role "grad_status"); each update unscales
+    its gradient with it and changes nothing when a gradient is inf or NaN.
+    So the updates wait for the last gradient. The trainer's scale policy
+    (`loss-scale-growth`, `loss-scale-backoff`, `loss-scale-interval`,
+    initial `loss-scale-init`) is recorded on the function.
+
     Example: `mtc-opt --mtc-optimizer="optimizer=adamw lr=0.001"`
   }];
   let dependentDialects = ["::mtc::MtcDialect"];
@@ -78,6 +93,14 @@ def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
     Option<"keepGrads", "keep-grads", "bool", "false",
            "Keep every gradient until the end of the step (as results), "
            "for the trainer's --dump-grads">,
+    Option<"lossScaleInit", "loss-scale-init", "double", "65536.0",
+           "Initial loss scale (with a loss_scale argument)">,
+    Option<"lossScaleGrowth", "loss-scale-growth", "double", "2.0",
+           "Factor the scale grows by after loss-scale-interval clean steps">,
+    Option<"lossScaleBackoff", "loss-scale-backoff", "double", "0.5",
+           "Factor the scale shrinks by on an overflowing (skipped) step">,
+    Option<"lossScaleInterval", "loss-scale-interval", "int64_t", "2000",
+           "Consecutive clean steps before the scale grows">,
   ];
 }
 

@@ -296,19 +296,31 @@ void accumulateGradient(Context &ctx, int64_t n, float *acc, const float *g,
 // floats: scalar factors such as 1 - beta2 are formed in double before they
 // meet float32 data.
 
+// Loss scaling: `gradStatus` is the step's gradCheck status (null without
+// loss scaling). The updates then use g * gradStatus[0] as the gradient, and
+// change nothing at all when gradStatus[1] is set (an inf or NaN gradient:
+// the step is skipped). Steps count optimizer steps actually taken.
+
 /// PyTorch SGD: d = g + wd * p; with momentum, buf = momentum * buf + d
-/// (buf = d on the first step, i.e. ctx step 1); nesterov: d = d + momentum *
-/// buf, else d = buf; p -= lr * d. momentumBuf is null when momentum == 0.
+/// (buf = d on the first optimizer step); nesterov: d = d + momentum * buf,
+/// else d = buf; p -= lr * d. momentumBuf is null when momentum == 0.
 void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
                float *momentumBuf, double lr, double momentum,
-               double weightDecay, bool nesterov);
+               double weightDecay, bool nesterov, const float *gradStatus);
 
 /// PyTorch AdamW: p *= 1 - lr * wd; m = b1 m + (1-b1) g;
 /// v = b2 v + (1-b2) g^2; p -= lr / (1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) +
-/// eps), t being the step counter of the context (1 on the first step).
+/// eps), t being the optimizer step of the context (1 on the first).
 void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
                  float *v, double lr, double beta1, double beta2, double eps,
-                 double weightDecay);
+                 double weightDecay, const float *gradStatus);
+
+/// Starts the gradient check of a loss-scaled step: status = [1 / scale
+/// (in double, rounded to float), 0]. `lossScale` is the float32 scalar the
+/// backward pass was seeded with.
+void gradCheckBegin(Context &ctx, const float *lossScale, float *status);
+/// Sets status[1] to 1 when some element of g is inf or NaN.
+void gradCheck(Context &ctx, int64_t n, const float *g, float *status);
 
 } // namespace mtc::rt
 

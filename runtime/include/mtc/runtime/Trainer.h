@@ -45,6 +45,12 @@ enum class Role : int {
   Accumulator = 9,
   /// a graph output of an inference program (ModelDesc::inference)
   Output = 10,
+  /// the loss scale (f32 scalar) the backward pass is seeded with; the
+  /// trainer writes it before each step (ModelDesc::lossScaling)
+  LossScale = 11,
+  /// [1 / loss scale, 1 if a gradient overflowed] (2 x f32), valid after a
+  /// loss-scaled step; the updates skipped the step when [1] is set
+  GradStatus = 12,
 };
 
 struct TensorDesc {
@@ -63,6 +69,18 @@ struct TensorDesc {
 struct ExportWeight {
   int tensor;
   uint64_t offset;
+};
+
+/// Dynamic loss scaling: the scale starts at `init`, is multiplied by
+/// `backoff` after a step whose gradients overflowed (that step changes no
+/// parameter and no optimizer state), and by `growth` after `interval`
+/// consecutive clean steps, as PyTorch's GradScaler does.
+struct LossScaling {
+  bool enabled = false;
+  double init = 65536.0;
+  double growth = 2.0;
+  double backoff = 0.5;
+  int64_t interval = 2000;
 };
 
 struct ModelDesc {
@@ -85,6 +103,8 @@ struct ModelDesc {
   /// Micro-batches per optimizer step: `step` runs this many times per step
   /// (each on the next batch), and the optimizer updates on the last one.
   int64_t accumulateSteps = 1;
+  /// Loss scaling of the step (with a LossScale and a GradStatus tensor).
+  LossScaling lossScaling;
   /// An inference program (`mtc compile --forward-only`): `step` runs the
   /// model forward once on whole input arrays and the Output tensors are
   /// written as .npy files; no training.

@@ -53,6 +53,9 @@ constexpr llvm::StringLiteral kLowerBound = "mtc.lower_bound";
 constexpr llvm::StringLiteral kEvalFunction = "eval_step";
 /// Function: summary of the optimizer, for the trainer's banner.
 constexpr llvm::StringLiteral kOptimizerSummary = "mtc.optimizer_summary";
+/// Function: the dynamic loss scaling policy of the trainer, a dictionary
+/// {init, growth, backoff : f64, interval : i64}.
+constexpr llvm::StringLiteral kLossScaling = "mtc.loss_scaling";
 
 namespace role {
 constexpr llvm::StringLiteral kParam = "param";
@@ -64,6 +67,11 @@ constexpr llvm::StringLiteral kInput = "input";
 constexpr llvm::StringLiteral kLoss = "loss";
 constexpr llvm::StringLiteral kGrad = "grad";
 constexpr llvm::StringLiteral kUpdate = "update";
+/// Argument: the loss scale the backward pass is seeded with (a float32
+/// scalar the trainer writes before each step).
+constexpr llvm::StringLiteral kLossScale = "loss_scale";
+/// Result: the mtc.grad_check status of the step, [1 / scale, overflow].
+constexpr llvm::StringLiteral kGradStatus = "grad_status";
 /// Results of the evaluation function: the loss and the number of correct
 /// predictions of the batch.
 constexpr llvm::StringLiteral kEvalLoss = "eval_loss";

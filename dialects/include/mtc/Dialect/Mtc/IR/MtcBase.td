@@ -45,5 +45,14 @@ def Mtc_AnyTensor : StaticShapeTensorOf<[F32, I64, I1]>;
 /// Floating-point tensors in any storage precision mtc supports: float32,
 /// and bfloat16 / float16 (stored in 16 bits, computed in float32).
 def Mtc_StorageFloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
+/// The gradient status of a loss-scaled step (mtc.grad_check):
+/// [1 / loss scale, 1 if a gradient is inf or NaN else 0].
+def Mtc_GradStatusTensor : Type<
+    And<[TensorOf<[F32]>.predicate,
+         CPred<"::llvm::cast<::mlir::ShapedType>($_self).hasStaticShape()">,
+         CPred<"::llvm::cast<::mlir::ShapedType>($_self).getShape() == "
+               "::llvm::ArrayRef<int64_t>{2}">]>,
+    "tensor<2xf32>", "::mlir::TensorType">,
+  BuildableType<"::mlir::RankedTensorType::get({2}, $_builder.getF32Type())">;
 
 #endif // MTC_DIALECT_MTC_IR_MTCBASE_TD

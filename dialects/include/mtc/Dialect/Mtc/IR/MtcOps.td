@@ -983,6 +983,42 @@ def Mtc_CountCorrectOp : Mtc_ComputeOp<"count_correct"> {
 //
 // Hyperparameters are f64, as PyTorch's are Python floats: factors such as
 // 1 - beta2 must be formed from the exact values before meeting f32 data.
+//
+// Under loss scaling the gradients are those of `loss * scale`: the updates
+// then take the step's `mtc.grad_check` status, multiply each gradient by
+// its 1 / scale, and leave parameter and state untouched when the status
+// flags an inf or NaN gradient (the step is skipped).
+
+def Mtc_GradCheckOp : Mtc_ComputeOp<"grad_check"> {
+  let summary = "Overflow check of loss-scaled gradients";
+  let description = [{
+    `status = [1 / loss_scale, any gradient not finite ? 1 : 0]`, the
+    inverse computed in double and rounded to float32 (as PyTorch's
+    GradScaler does). `loss_scale` is the scale the backward pass was seeded
+    with; the optimizer updates read `status` to unscale the gradients and
+    to skip the step on overflow, and the trainer reads it to adjust the
+    scale.
+
+    Example:
+
+    ```mlir
+    %s = mtc.grad_check %scale, %g0, %g1
+           : tensor<f32>, tensor<10x64xf32>, tensor<10xf32>
+    ```
+  }];
+  let arguments = (ins 0DTensorOf<[F32]>:$loss_scale,
+                   Variadic<Mtc_FloatTensor>:$grads);
+  let results = (outs Mtc_GradStatusTensor:$status);
+  let assemblyFormat = "$loss_scale `,` $grads attr-dict `:` type($loss_scale) "
+                       "`,` type($grads)";
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$lossScale, "::mlir::ValueRange":$grads), [{
+      build($_builder, $_state,
+            ::mlir::RankedTensorType::get({2}, $_builder.getF32Type()),
+            lossScale, grads);
+    }]>
+  ];
+}
 
 def Mtc_AccumulateGradOp : Mtc_ComputeOp<"accumulate_grad",
     [AllTypesMatch<["accumulator", "grad", "output"]>]> {
@@ -1021,9 +1057,11 @@ def Mtc_SgdUpdateOp : Mtc_ComputeOp<"sgd_update",
     ```
   }];
   let arguments = (ins Mtc_FloatTensor:$param, Mtc_FloatTensor:$grad,
+                   Optional<Mtc_GradStatusTensor>:$grad_status,
                    F64Attr:$lr, DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
   let results = (outs Mtc_FloatTensor:$new_param);
-  let assemblyFormat = "$param `,` $grad attr-dict `:` type($param)";
+  let assemblyFormat = "$param `,` $grad (`status` $grad_status^)? attr-dict "
+                       "`:` type($param)";
 }
 
 def Mtc_SgdMomentumUpdateOp : Mtc_ComputeOp<"sgd_momentum_update",
@@ -1043,14 +1081,15 @@ def Mtc_SgdMomentumUpdateOp : Mtc_ComputeOp<"sgd_momentum_update",
     ```
   }];
   let arguments = (ins Mtc_FloatTensor:$param, Mtc_FloatTensor:$grad,
-                   Mtc_FloatTensor:$momentum_buffer, F64Attr:$lr,
+                   Mtc_FloatTensor:$momentum_buffer,
+                   Optional<Mtc_GradStatusTensor>:$grad_status, F64Attr:$lr,
                    F64Attr:$momentum,
                    DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
                    DefaultValuedAttr<BoolAttr, "false">:$nesterov);
   let results = (outs Mtc_FloatTensor:$new_param,
                       Mtc_FloatTensor:$new_momentum_buffer);
-  let assemblyFormat =
-      "$param `,` $grad `,` $momentum_buffer attr-dict `:` type($param)";
+  let assemblyFormat = "$param `,` $grad `,` $momentum_buffer "
+                       "(`status` $grad_status^)? attr-dict `:` type($param)";
 }
 
 def Mtc_AdamWUpdateOp : Mtc_ComputeOp<"adamw_update",
@@ -1072,12 +1111,13 @@ def Mtc_AdamWUpdateOp : Mtc_ComputeOp<"adamw_update",
   }];
   let arguments = (ins Mtc_FloatTensor:$param, Mtc_FloatTensor:$grad,
                    Mtc_FloatTensor:$exp_avg, Mtc_FloatTensor:$exp_avg_sq,
+                   Optional<Mtc_GradStatusTensor>:$grad_status,
                    F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
                    DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
   let results = (outs Mtc_FloatTensor:$new_param, Mtc_FloatTensor:$new_exp_avg,
                       Mtc_FloatTensor:$new_exp_avg_sq);
   let assemblyFormat = "$param `,` $grad `,` $exp_avg `,` $exp_avg_sq "
-                       "attr-dict `:` type($param)";
+                       "(`status` $grad_status^)? attr-dict `:` type($param)";
 }
 
 #endif // MTC_DIALECT_MTC_IR_MTCOPS_TD
