@@ -16,7 +16,10 @@ Steps, each printed with its figures:
   4. 16-bit storage: the MLP with activations rounded through bf16 / fp16
      (mtc.convert) on both targets, and --precision bf16 / fp16 on the cuda
      target (check_precision.py: gradients against torch.autocast, loss
-     trajectories against fp32).
+     trajectories against fp32);
+  5. fp16 dynamic loss scaling on the cuda target (check_loss_scaling.py:
+     gradients against PyTorch's float16 step, skipped steps and resumed
+     runs bitwise, an injected overflow skipped).
 Exit status 0 only when everything passes.
 """
 
@@ -123,6 +126,17 @@ def main():
                             os.path.join(args.work, "precision.log"))
         lines = [l.strip() for l in out.splitlines() if "worst" in l]
         results.append((f"--precision bf16/fp16 on {args.device_target}", rc == 0,
+                        "; ".join(lines) + f" ({secs:.1f}s)"))
+
+    if not args.models or "loss-scaling" in args.models.split(","):
+        scaling = os.path.join(HERE, "..", "e2e", "check_loss_scaling.py")
+        rc, secs, out = run([sys.executable, scaling, "--mtc", args.mtc,
+                             "--work", os.path.join(args.work, "loss-scaling"),
+                             "--target", args.device_target],
+                            os.path.join(args.work, "loss-scaling.log"))
+        lines = [l.split(":")[0] + ": " + ("ok" if "FAIL" not in l else l)
+                 for l in out.splitlines() if l and not l.startswith("SUMMARY")]
+        results.append((f"fp16 loss scaling on {args.device_target}", rc == 0,
                         "; ".join(lines) + f" ({secs:.1f}s)"))
 
     print("\nmtc GPU check")
