@@ -93,6 +93,8 @@ void PrecisionPass::convertGemmOperands(func::FuncOp func, Type low) {
     if (isa<GemmOp, MatMulOp>(op)) {
       narrow(op, op->getOpOperand(0));
       narrow(op, op->getOpOperand(1));
+      if (nativeGemm)
+        op->setAttr(attr::kNative16BitGemm, UnitAttr::get(op->getContext()));
     }
   });
 }

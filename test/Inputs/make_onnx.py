@@ -52,6 +52,28 @@ def classifier(batch="batch", out_first="loss"):
     return helper.make_graph(nodes, "classifier", inputs, outputs, inits)
 
 
+def attention_scores():
+    """Batched MatMuls: x @ Wq and x @ Wk (a shared [8, 8] weight), then
+    q @ k^T per batch; the scores' row mean classifies into 4 classes."""
+    nodes = [
+        helper.make_node("MatMul", ["input", "wq"], ["q"], name="q"),
+        helper.make_node("MatMul", ["input", "wk"], ["k"], name="k"),
+        helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+        helper.make_node("ReduceMean", ["s"], ["logits"], name="mean", axes=[2],
+                         keepdims=0),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "target"], ["loss"],
+                         name="xent", reduction="mean"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 4, 8]),
+        helper.make_tensor_value_info("target", TensorProto.INT64, [2]),
+    ]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    return helper.make_graph(nodes, "attention_scores", inputs, outputs,
+                             [init("wq", [8, 8], 7), init("wk", [8, 8], 8)])
+
+
 def logits_only():
     """The classifier without its loss: the first output is the logits."""
     g = classifier(batch=4)
@@ -151,6 +173,8 @@ def main():
         g = classifier(batch=4)
         g.node[-1].attribute.append(helper.make_attribute("ignore_index", -100))
         save(g, path)
+    elif name == "attention-scores":
+        save(attention_scores(), path)
     elif name == "logits-only":
         save(logits_only(), path)
     elif name == "regressor":

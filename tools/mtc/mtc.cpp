@@ -141,8 +141,10 @@ static cl::opt<std::string> precisionName(
     cl::desc("Precision of GEMM operands: fp32, or bf16 / fp16 (operands "
              "rounded to 16 bits, products accumulated in float32; "
              "parameters, optimizer state, softmax, norms, reductions and "
-             "losses stay float32). Default fp32"),
-    cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"), cl::sub(compileCmd),
+             "losses stay float32). auto (default): bf16 for --target cuda "
+             "on sm_80 and newer, fp32 otherwise"),
+    cl::value_desc("auto|fp32|bf16|fp16"), cl::init("auto"),
+    cl::sub(compileCmd),
     cl::sub(planCmd), cl::cat(trainCat));
 static cl::opt<std::string> lossScale(
     "loss-scale",
@@ -442,7 +444,11 @@ int runCompile(MLIRContext &context) {
       arch != "sm_90")
     return fail("unsupported --arch '" + arch +
                 "' (expected sm_75, sm_80 or sm_90)");
-  if (target == Target::Cuda && arch == "sm_75" && precisionName == "bf16")
+  // Tensor cores with bfloat16 from Ampere on; fp32 elsewhere.
+  std::string precision = precisionName;
+  if (precision == "auto")
+    precision = target == Target::Cuda && arch != "sm_75" ? "bf16" : "fp32";
+  if (target == Target::Cuda && arch == "sm_75" && precision == "bf16")
     return fail("--precision bf16 needs sm_80 or newer (sm_75 has no "
                 "bfloat16 arithmetic); use --precision fp16 on sm_75");
   std::optional<uint64_t> budget;
@@ -472,16 +478,18 @@ int runCompile(MLIRContext &context) {
   pipeline.optimizer.eps = eps;
   pipeline.optimizer.accumulate = accumulate;
   pipeline.optimizer.keepGrads = keepGrads;
-  if (precisionName != "fp32" && precisionName != "bf16" &&
-      precisionName != "fp16")
+  if (precision != "fp32" && precision != "bf16" && precision != "fp16")
     return fail("unknown --precision '" + precisionName +
-                "' (expected fp32, bf16 or fp16)");
-  pipeline.precision.precision = precisionName;
+                "' (expected auto, fp32, bf16 or fp16)");
+  pipeline.precision.precision = precision;
+  // cuBLAS multiplies 16-bit operands on the tensor cores; the CPU's BLAS
+  // needs them widened.
+  pipeline.precision.nativeGemm = target == Target::Cuda;
   if (lossScale != "auto" && lossScale != "dynamic" && lossScale != "off")
     return fail("unknown --loss-scale '" + lossScale +
                 "' (expected auto, dynamic or off)");
   bool scaling = lossScale == "dynamic" ||
-                 (lossScale == "auto" && precisionName == "fp16");
+                 (lossScale == "auto" && precision == "fp16");
   if (!scaling || forwardOnly)
     for (const cl::Option *o :
          std::initializer_list<const cl::Option *>{
@@ -899,7 +907,13 @@ int runCompile(MLIRContext &context) {
   if (noBuild) {
     std::string path =
         outputPath + (target == Target::Cuda ? ".cu" : ".cpp");
+    // As a build does, create the output's directory.
+    llvm::StringRef dir = llvm::sys::path::parent_path(outputPath);
     std::error_code ec;
+    if (!dir.empty())
+      ec = llvm::sys::fs::create_directories(dir);
+    if (ec)
+      return fail("cannot create '" + dir + "': " + ec.message());
     llvm::raw_fd_ostream src(path, ec);
     if (ec)
       return fail("cannot write '" + path + "': " + ec.message());

@@ -182,10 +182,15 @@ private:
   template <typename PoolOp>
   std::string poolParams(PoolOp op, Value in, Value out, bool includePad);
   std::string workspace(Operation *op) const;
-  /// Pointers to a GEMM's A and B as float32: the operands themselves, or
-  /// (16-bit operands) their widened copies in the op's workspace.
-  std::pair<std::string, std::string> gemmOperands(Operation *op, Value a,
-                                                   Value b);
+  /// How a GEMM is called: the runtime function family ("gemm", or
+  /// "gemm16" for 16-bit operands the target reads directly, then with
+  /// `storage` as its first argument after ctx) and the A and B pointers
+  /// (the operands themselves, or 16-bit operands widened into the op's
+  /// workspace).
+  struct GemmCall {
+    std::string function, storage, a, b;
+  };
+  GemmCall gemmOperands(Operation *op, Value a, Value b);
   void emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis, bool log,
                        bool backward);
 };
@@ -367,21 +372,25 @@ void Emitter::emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis,
              ", " + (log ? "true" : "false") + ")");
 }
 
-std::pair<std::string, std::string>
-Emitter::gemmOperands(Operation *op, Value a, Value b) {
+Emitter::GemmCall Emitter::gemmOperands(Operation *op, Value a, Value b) {
   if (!isLowPrecision(a))
-    return {ptr(a), ptr(b)};
-  std::string ws = workspace(op);
+    return {"gemm", "", ptr(a), ptr(b)};
   std::string storage =
       cast<RankedTensorType>(a.getType()).getElementType().isBF16()
           ? "Storage16::Bf16"
           : "Storage16::F16";
+  if (op->hasAttr(attr::kNative16BitGemm)) {
+    if (!cuda() && error.empty())
+      error = "16-bit GEMM operands without widening need the cuda target";
+    return {"gemm16", storage + ", ", ptr(a), ptr(b)};
+  }
+  std::string ws = workspace(op);
   std::string wa = ws, wb = "(" + ws + " + " + std::to_string(numel(a)) + ")";
   emitCall("widen16(ctx, " + storage + ", " + ptr(a) + ", " +
            std::to_string(numel(a)) + ", " + wa + ")");
   emitCall("widen16(ctx, " + storage + ", " + ptr(b) + ", " +
            std::to_string(numel(b)) + ", " + wb + ")");
-  return {wa, wb};
+  return {"gemm", "", wa, wb};
 }
 
 void Emitter::emitGemm(GemmOp op) {
@@ -394,13 +403,13 @@ void Emitter::emitGemm(GemmOp op) {
     emitElementwise(op, "gemm_bias", c, op.getOutput(), "in0");
     beta = op.getBeta().convertToFloat();
   }
-  auto [pa, pb] = gemmOperands(op, op.getA(), op.getB());
-  emitCall(llvm::formatv("gemm(ctx, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, "
-                         "{8}, {9}, {10}, {11}, {12})",
+  GemmCall g = gemmOperands(op, op.getA(), op.getB());
+  emitCall(llvm::formatv("{13}(ctx, {14}{0}, {1}, {2}, {3}, {4}, {5}, {6}, "
+                         "{7}, {8}, {9}, {10}, {11}, {12})",
                          ta ? "true" : "false", tb ? "true" : "false", m, n, kk,
-                         floatLiteral(op.getAlpha().convertToFloat()),
-                         pa, a[1], pb, b[1],
-                         floatLiteral(beta), ptr(op.getOutput()), n)
+                         floatLiteral(op.getAlpha().convertToFloat()), g.a,
+                         a[1], g.b, b[1], floatLiteral(beta),
+                         ptr(op.getOutput()), n, g.function, g.storage)
                .str());
 }
 
@@ -427,16 +436,16 @@ void Emitter::emitMatMul(MatMulOp op) {
     return std::nullopt;
   };
   auto sa = batchStride(aBatch, aMat), sb = batchStride(bBatch, bMat);
-  auto [pa, pb] = gemmOperands(op, op.getA(), op.getB());
+  GemmCall g = gemmOperands(op, op.getA(), op.getB());
   // A full or fully broadcast batch is one strided-batched call; anything
   // else (e.g. [2,1,..] x [1,3,..]) loops over the output batch.
   if (sa && sb && (aBatch == batch || bBatch == batch || batch == 1)) {
     emitCall(llvm::formatv(
-                 "gemmStridedBatched(ctx, {0}, {1}, {2}, {3}, {4}, 1.0f, {5}, "
-                 "{6}, {7}, {8}, {9}, {10}, 0.0f, {11}, {12}, {13}, {14})",
-                 ta ? "true" : "false", tb ? "true" : "false", m, n, kk,
-                 pa, lda, *sa, pb, ldb, *sb,
-                 ptr(op.getOutput()), n, m * n, batch)
+                 "{15}StridedBatched(ctx, {16}{0}, {1}, {2}, {3}, {4}, 1.0f, "
+                 "{5}, {6}, {7}, {8}, {9}, {10}, 0.0f, {11}, {12}, {13}, {14})",
+                 ta ? "true" : "false", tb ? "true" : "false", m, n, kk, g.a,
+                 lda, *sa, g.b, ldb, *sb, ptr(op.getOutput()), n, m * n, batch,
+                 g.function, g.storage)
                  .str());
     return;
   }
@@ -461,10 +470,11 @@ void Emitter::emitMatMul(MatMulOp op) {
     s << "    { int64_t c = rest % " << yBatch[d] << "; rest /= " << yBatch[d]
       << "; ao += c * " << aStrides[d] << "; bo += c * " << bStrides[d]
       << "; }\n";
-  s << llvm::formatv("    gemm(ctx, {0}, {1}, {2}, {3}, {4}, 1.0f, {5} + ao, "
-                     "{6}, {7} + bo, {8}, 0.0f, {9} + bi * {10}, {3});\n",
+  s << llvm::formatv("    {11}(ctx, {12}{0}, {1}, {2}, {3}, {4}, 1.0f, {5} + "
+                     "ao, {6}, {7} + bo, {8}, 0.0f, {9} + bi * {10}, {3});\n",
                      ta ? "true" : "false", tb ? "true" : "false", m, n, kk,
-                     pa, lda, pb, ldb, ptr(op.getOutput()), m * n)
+                     g.a, lda, g.b, ldb, ptr(op.getOutput()), m * n,
+                     g.function, g.storage)
     << "  }\n";
 }
 

@@ -14,6 +14,7 @@
 
 #include "Launch.h"
 
+#include "mtc/runtime/Cuda.h"
 #include "mtc/runtime/Kernels.h"
 
 #include <climits>
@@ -50,6 +51,18 @@ __global__ void gemmScaleKernel(int64_t m, int64_t n, float beta, float *c,
 
 cublasOperation_t opOf(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+cudaDataType_t dataTypeOf(Storage16 storage) {
+  return storage == Storage16::Bf16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+/// The k == 0 case of every GEMM entry point: C = beta * C.
+void scaleOnly(Context &ctx, int64_t m, int64_t n, float beta, float *c,
+               int64_t ldc) {
+  gemmScaleKernel<<<cuda::gridFor(m * n), cuda::kBlock, 0, ctx.stream>>>(
+      m, n, beta, c, ldc);
+  checkLaunch(ctx, "gemmScaleKernel");
+}
+
 } // namespace
 
 void gemm(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
@@ -59,12 +72,8 @@ void gemm(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
     return;
   if (m == 0 || n == 0)
     return;
-  if (k == 0) {
-    gemmScaleKernel<<<cuda::gridFor(m * n), cuda::kBlock, 0, ctx.stream>>>(
-        m, n, beta, c, ldc);
-    checkLaunch(ctx, "gemmScaleKernel");
-    return;
-  }
+  if (k == 0)
+    return scaleOnly(ctx, m, n, beta, c, ldc);
   cuda::checkBlas(ctx,
                   cublasSgemm(ctx.blas, opOf(transB), opOf(transA),
                               static_cast<int>(n), static_cast<int>(m),
@@ -98,6 +107,58 @@ void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
                       strideA, &beta, c, static_cast<int>(ldc), strideC,
                       static_cast<int>(batch)),
                   "gemmStridedBatched");
+}
+
+// 16-bit operands, float32 results: cublasGemmEx with float32 compute (no
+// reduced-precision accumulation), which runs on the tensor cores.
+
+void gemm16(Context &ctx, Storage16 storage, bool transA, bool transB,
+            int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+            int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+            int64_t ldc) {
+  if (!fitsBlasInt(ctx, "gemm16", {m, n, k, lda, ldb, ldc}))
+    return;
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0)
+    return scaleOnly(ctx, m, n, beta, c, ldc);
+  cudaDataType_t type = dataTypeOf(storage);
+  cuda::checkBlas(
+      ctx,
+      cublasGemmEx(ctx.blas, opOf(transB), opOf(transA), static_cast<int>(n),
+                   static_cast<int>(m), static_cast<int>(k), &alpha, b, type,
+                   static_cast<int>(ldb), a, type, static_cast<int>(lda),
+                   &beta, c, CUDA_R_32F, static_cast<int>(ldc),
+                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "gemm16");
+}
+
+void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
+                          bool transB, int64_t m, int64_t n, int64_t k,
+                          float alpha, const uint16_t *a, int64_t lda,
+                          int64_t strideA, const uint16_t *b, int64_t ldb,
+                          int64_t strideB, float beta, float *c, int64_t ldc,
+                          int64_t strideC, int64_t batch) {
+  if (!fitsBlasInt(ctx, "gemm16StridedBatched",
+                   {m, n, k, lda, ldb, ldc, batch}))
+    return;
+  if (m == 0 || n == 0 || batch == 0)
+    return;
+  if (k == 0) {
+    for (int64_t i = 0; i < batch; ++i)
+      scaleOnly(ctx, m, n, beta, c + i * strideC, ldc);
+    return;
+  }
+  cudaDataType_t type = dataTypeOf(storage);
+  cuda::checkBlas(
+      ctx,
+      cublasGemmStridedBatchedEx(
+          ctx.blas, opOf(transB), opOf(transA), static_cast<int>(n),
+          static_cast<int>(m), static_cast<int>(k), &alpha, b, type,
+          static_cast<int>(ldb), strideB, a, type, static_cast<int>(lda),
+          strideA, &beta, c, CUDA_R_32F, static_cast<int>(ldc), strideC,
+          static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "gemm16StridedBatched");
 }
 
 } // namespace mtc::rt

@@ -15,8 +15,12 @@
 
 #include "KernelTestFixture.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Trainer.h"
+#ifdef MTC_RUNTIME_CUDA
+#include "mtc/runtime/Cuda.h"
+#endif
 
 #include <gtest/gtest.h>
 
@@ -298,6 +302,58 @@ TEST_F(Kernels, SgdMomentumAndAdamW) {
   adamwUpdate(ctx, 2, q, gq, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, nullptr);
   expectNear(download(q, 2), {0.999f - 0.01f, 0.999f + 0.01f}, 1e-6f);
 }
+
+#ifdef MTC_RUNTIME_CUDA
+// cuBLAS on 16-bit operands (tensor cores, float32 accumulation) against
+// the exact products of the same 16-bit values summed in double.
+TEST_F(Kernels, Gemm16MatchesWidenedOperands) {
+  const int64_t m = 37, n = 29, k = 300, batch = 3;
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    auto narrow = [&](float v) {
+      return storage == Storage16::Bf16 ? floatToBf16(v) : floatToHalf(v);
+    };
+    auto widen = [&](uint16_t h) {
+      return storage == Storage16::Bf16 ? bf16ToFloat(h) : halfToFloat(h);
+    };
+    std::vector<uint16_t> a(batch * m * k), b(k * n);
+    for (size_t i = 0; i < a.size(); ++i)
+      a[i] = narrow(std::sin(0.37f * float(i)));
+    for (size_t i = 0; i < b.size(); ++i)
+      b[i] = narrow(std::cos(0.11f * float(i)));
+    for (bool transB : {false, true}) {
+      // B is [k, n], or [n, k] read transposed; shared by every batch
+      // (stride 0) in the batched call.
+      float *c = upload<float>(std::vector<float>(batch * m * n, 7.0f));
+      float *c1 = upload<float>(std::vector<float>(m * n, 1.0f));
+      const uint16_t *da = upload<uint16_t>(a), *db = upload<uint16_t>(b);
+      int64_t ldb = transB ? k : n;
+      gemm16StridedBatched(ctx, storage, false, transB, m, n, k, 1.0f, da, k,
+                           m * k, db, ldb, 0, 0.0f, c, n, m * n, batch);
+      gemm16(ctx, storage, false, transB, m, n, k, 0.5f, da, k, db, ldb, 2.0f,
+             c1, n);
+      std::vector<float> got = download(c, batch * m * n);
+      std::vector<float> got1 = download(c1, m * n);
+      for (int64_t bi = 0; bi < batch; ++bi)
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double want = 0.0, magnitude = 0.0;
+            for (int64_t p = 0; p < k; ++p) {
+              double term = double(widen(a[(bi * m + i) * k + p])) *
+                            double(widen(b[transB ? j * k + p : p * n + j]));
+              want += term;
+              magnitude += std::abs(term);
+            }
+            // Float32 accumulation of k exact products, in any order:
+            // within k * 2^-24 * sum |terms| (plus the final scaling).
+            double tol = double(k) * std::ldexp(magnitude, -24) + 1e-6;
+            EXPECT_NEAR(got[(bi * m + i) * n + j], want, tol);
+            if (bi == 0)
+              EXPECT_NEAR(got1[i * n + j], 0.5 * want + 2.0, tol);
+          }
+    }
+  }
+}
+#endif
 
 TEST_F(Kernels, GradCheckFindsInfAndNaN) {
   float *scale = upload<float>({1024.0f});

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
 #include "mtc/Dialect/Mtc/IR/MtcOps.h"
 #include "mtc/runtime/Kernels.h"
 
@@ -113,19 +114,23 @@ int64_t ConvOp::getFlops() {
   return 2 * convMacs(shapeOf(getWeight()), shapeOf(getOutput())) + bias;
 }
 /// 16-bit GEMM operands are widened to float32 before the multiply (the
-/// CPU's BLAS, and the CUDA path until it uses 16-bit tensor cores).
-static int64_t widenedBytes(Value a, Value b) {
+/// CPU's BLAS), unless the target multiplies them directly (cuBLAS).
+static int64_t widenedBytes(Operation *op, Value a, Value b) {
   auto low = [](Value v) {
     Type e = cast<RankedTensorType>(v.getType()).getElementType();
     return e.isBF16() || e.isF16();
   };
-  return low(a) ? 4 * (numel(a) + numel(b)) : 0;
+  if (!low(a) || op->hasAttr(attr::kNative16BitGemm))
+    return 0;
+  return 4 * (numel(a) + numel(b));
 }
 
-int64_t GemmOp::getWorkspaceBytes() { return widenedBytes(getA(), getB()); }
+int64_t GemmOp::getWorkspaceBytes() {
+  return widenedBytes(*this, getA(), getB());
+}
 
 int64_t MatMulOp::getWorkspaceBytes() {
-  return widenedBytes(getA(), getB());
+  return widenedBytes(*this, getA(), getB());
 }
 
 int64_t ConvOp::getWorkspaceBytes() {

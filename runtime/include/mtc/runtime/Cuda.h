@@ -14,8 +14,25 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace mtc::rt {
 struct Context;
+enum class Storage16 : int; // Kernels.h
+/// gemm() and gemmStridedBatched() (Kernels.h) on operands A and B both
+/// stored in 16 bits (`storage`): cuBLAS multiplies them on the tensor cores
+/// with float32 accumulation into the float32 C. Strides and leading
+/// dimensions count elements.
+void gemm16(Context &ctx, Storage16 storage, bool transA, bool transB,
+            int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+            int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+            int64_t ldc);
+void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
+                          bool transB, int64_t m, int64_t n, int64_t k,
+                          float alpha, const uint16_t *a, int64_t lda,
+                          int64_t strideA, const uint16_t *b, int64_t ldb,
+                          int64_t strideB, float beta, float *c, int64_t ldc,
+                          int64_t strideC, int64_t batch);
 /// The stream every kernel of the step runs on.
 cudaStream_t cudaStreamOf(Context &ctx);
 /// Reports a failed launch (cudaGetLastError) with the kernel's name; the

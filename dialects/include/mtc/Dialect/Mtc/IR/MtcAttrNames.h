@@ -40,6 +40,9 @@ constexpr llvm::StringLiteral kRecompute = "mtc.recompute";
 /// Function: the peak the recomputation reached, and the FLOPs it adds.
 constexpr llvm::StringLiteral kRematPeak = "mtc.remat_peak";
 constexpr llvm::StringLiteral kRecomputeFlops = "mtc.recompute_flops";
+/// Op: a GEMM with 16-bit operands that the target multiplies directly
+/// (cuBLAS on the tensor cores), so it needs no scratch to widen them.
+constexpr llvm::StringLiteral kNative16BitGemm = "mtc.native_16bit_gemm";
 /// Op: created by the optimizer pass.
 constexpr llvm::StringLiteral kOptimizer = "mtc.optimizer";
 /// Memory plan: argument byte offset; op result byte offsets; op scratch
