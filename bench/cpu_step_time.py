@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""CPU training step time and peak RSS: the mtc trainer against PyTorch eager.
+
+For each zoo model (test/zoo/models.py, exported with dropout p = 0) at a
+bench batch, both sides train the same model on the same data with AdamW
+(the zoo's hyperparameters) with the same number of threads
+(`--threads`, default: all cores; PyTorch through torch.set_num_threads,
+the trainer through OMP_NUM_THREADS):
+
+* step time: the median wall time of steps 3..N (the first two warm up
+  caches and allocators), the trainer's from its --metrics (`time_ms`,
+  which includes the batch copy), PyTorch's measured around zero_grad +
+  forward + backward + step in the child;
+* peak RSS: of the trainer process, and of the PyTorch child minus a child
+  that only imports torch and builds the model (the training increment).
+
+The ratios are mtc / PyTorch (below 1: mtc is faster / smaller), from one
+run on one machine. Prints a Markdown table; `--doc FILE` also writes it
+with this explanation (docs/bench-cpu.md is made this way).
+
+Usage: cpu_step_time.py --mtc PATH --work DIR [--models a,b] [--threads N]
+                        [--steps N] [--precision fp32|bf16] [--doc FILE]
+Run with /usr/bin/python3 (torch, torchvision, onnx, numpy).
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import remat_budgets as rb  # noqa: E402  (zoo access, RSS measurement)
+
+# Batches that keep a step between ~10 ms and ~1 s on a small CPU.
+BATCH = {"resnet18": 32, "mobilenetv2": 32, "transformer": 32, "gpt": 32,
+         "vit": 32}
+
+
+def thread_env(threads):
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": "1",
+                "OPENBLAS_NUM_THREADS": "1"})
+    return env
+
+
+def spec_of(zl, name):
+    spec = zl.models.get(name)
+    spec.batch = BATCH.get(name, spec.batch)
+    return spec
+
+
+def torch_child(name, data_dir, steps, threads):
+    """Trains the zoo model for `steps` AdamW steps (0: only builds it);
+    prints the step times and ru_maxrss (KiB)."""
+    import resource
+
+    import numpy as np
+    import torch
+    zl = rb._zoo()
+    torch.set_num_threads(threads)
+    spec = spec_of(zl, name)
+    wrapper = zl.tl.make_loss_wrapper(spec.build(0.0), spec.loss)
+    wrapper.train()
+    times = []
+    if steps > 0:
+        x_all = np.load(os.path.join(data_dir, "input.npy"))
+        y_all = np.load(os.path.join(data_dir, "target.npy"))
+        opt = torch.optim.AdamW(wrapper.parameters(), **spec.adamw)
+        n = len(x_all)
+        for i in range(steps):
+            start = time.perf_counter()
+            idx = [(i * spec.batch + j) % n for j in range(spec.batch)]
+            x = torch.from_numpy(x_all[idx])
+            y = torch.from_numpy(y_all[idx])
+            opt.zero_grad()
+            loss = wrapper(x, y)[0]
+            loss.backward()
+            opt.step()
+            times.append(1000.0 * (time.perf_counter() - start))
+    print("STEP_MS " + " ".join("%.3f" % t for t in times))
+    print("MAXRSS_KIB %d" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def measured(argv, env):
+    """(peak RSS KiB, stdout) of argv run under bench/rss_wrap.py."""
+    wrapper = os.path.join(HERE, "rss_wrap.py")
+    r = subprocess.run([sys.executable, "-S", wrapper, "--keep-stdout"] + argv,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, env=env)
+    m = re.search(r"MAXRSS_KIB (\d+)\s*$", r.stdout)
+    if r.returncode != 0 or not m:
+        raise RuntimeError("%s failed (%d): %s" % (
+            " ".join(argv), r.returncode, r.stderr.strip()[-400:]))
+    return int(m.group(1)), r.stdout
+
+
+def median_after_warmup(times):
+    times = times[2:] if len(times) > 4 else times
+    return statistics.median(times)
+
+
+def bench_model(args, name):
+    import numpy as np
+    zl = rb._zoo()
+    spec = spec_of(zl, name)
+    work = os.path.join(args.work, name)
+    data_dir = os.path.join(work, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    data = spec.make_data(max(16, 4 * spec.batch))
+    for k, v in data.items():
+        np.save(os.path.join(data_dir, k + ".npy"), v)
+    onnx_path = os.path.join(work, name + ".onnx")
+    zl.export(spec, 0.0, onnx_path, data)
+    env = thread_env(args.threads)
+
+    exe = os.path.join(work, "trainer")
+    cmd = [args.mtc, "compile", onnx_path, "--optimizer", "adamw",
+           "--lr", repr(spec.adamw["lr"]),
+           "--weight-decay", repr(spec.adamw["weight_decay"]),
+           "--precision", args.precision, "--report", exe + ".json",
+           "-o", exe]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError("mtc compile failed: " + r.stderr[-400:])
+    with open(exe + ".json") as f:
+        arena = json.load(f)["total_bytes"]
+    metrics = os.path.join(work, "metrics.jsonl")
+    mtc_kib, _ = measured([exe, "--data", data_dir, "--steps",
+                           str(args.steps), "--metrics", metrics], env)
+    with open(metrics) as f:
+        mtc_times = [json.loads(line)["time_ms"] for line in f if line.strip()]
+
+    child = [sys.executable, os.path.abspath(__file__), "--torch-child", name,
+             data_dir]
+    base_kib, _ = measured(child + ["0", str(args.threads)], env)
+    torch_kib, out = measured(child + [str(args.steps), str(args.threads)],
+                              env)
+    torch_times = [float(t) for t in
+                   re.search(r"STEP_MS (.*)", out).group(1).split()]
+    res = {"name": name, "batch": spec.batch,
+           "mtc_ms": median_after_warmup(mtc_times),
+           "torch_ms": median_after_warmup(torch_times),
+           "mtc_rss": mtc_kib * 1024, "arena": arena,
+           "torch_rss": (torch_kib - base_kib) * 1024}
+    print("  %-12s batch %3d: mtc %.1f ms/step, PyTorch %.1f ms/step (x%.2f); "
+          "RSS mtc %s MiB, PyTorch +%s MiB" % (
+              name, spec.batch, res["mtc_ms"], res["torch_ms"],
+              res["mtc_ms"] / res["torch_ms"], rb.mib(res["mtc_rss"]),
+              rb.mib(res["torch_rss"])), flush=True)
+    return res
+
+
+def table(results):
+    out = ["| model (batch) | mtc ms/step | PyTorch ms/step | time ratio | "
+           "mtc peak RSS MiB (arena) | PyTorch training RSS MiB | RSS ratio |",
+           "|---|---|---|---|---|---|---|"]
+    for r in results:
+        out.append("| %s (%d) | %.1f | %.1f | %.2f | %s (%s) | %s | %.2f |" % (
+            r["name"], r["batch"], r["mtc_ms"], r["torch_ms"],
+            r["mtc_ms"] / r["torch_ms"], rb.mib(r["mtc_rss"]),
+            rb.mib(r["arena"]), rb.mib(r["torch_rss"]),
+            r["mtc_rss"] / r["torch_rss"] if r["torch_rss"] > 0 else 0.0))
+    return "\n".join(out)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--torch-child":
+        torch_child(sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                    int(sys.argv[5]))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mtc", required=True, help="the mtc executable")
+    ap.add_argument("--work", required=True, help="scratch directory")
+    ap.add_argument("--models",
+                    default="resnet18,mobilenetv2,transformer,gpt,vit")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--doc", help="also write the table here (Markdown)")
+    args = ap.parse_args()
+    args.mtc = os.path.abspath(args.mtc)
+    os.makedirs(args.work, exist_ok=True)
+    print("threads %d, %d steps, precision %s" % (args.threads, args.steps,
+                                                  args.precision), flush=True)
+    results = [bench_model(args, name) for name in args.models.split(",")]
+    text = table(results)
+    print(text)
+    if args.doc:
+        with open(args.doc, "w") as f:
+            f.write("# CPU step time and memory: mtc vs PyTorch eager\n\n")
+            f.write("Made by `/usr/bin/python3 bench/cpu_step_time.py --mtc "
+                    "build/bin/mtc --work DIR --doc docs/bench-cpu.md` "
+                    "(%d threads, %d AdamW steps, %s, CPU: %s).\n\n" % (
+                        args.threads, args.steps, args.precision,
+                        cpu_name()))
+            f.write(__doc__.split("\n\n", 1)[1].split("\nUsage:")[0] + "\n")
+            f.write(text + "\n")
+    return 0
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return "%s, %d cores" % (line.split(":", 1)[1].strip(),
+                                             os.cpu_count())
+    except OSError:
+        pass
+    return "%d cores" % os.cpu_count()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
