@@ -23,6 +23,8 @@ void mtc::buildDifferentiatePipeline(OpPassManager &pm,
 void mtc::buildPlacePipeline(OpPassManager &pm,
                              const TrainPipelineOptions &options) {
   pm.addPass(createRematPass(options.remat));
+  if (options.fusion)
+    pm.addPass(createFusionPass());
   pm.addPass(createMemoryPlanPass(options.memoryPlan));
 }
 

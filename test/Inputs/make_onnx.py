@@ -74,6 +74,34 @@ def attention_scores():
                              [init("wq", [8, 8], 7), init("wk", [8, 8], 8)])
 
 
+def gelu_mlp():
+    """Gemm -> GELU written out as ONNX exports it (Div, Erf, Add, Mul, Mul)
+    -> Gemm -> SoftmaxCrossEntropyLoss: chains of elementwise ops forward
+    and backward."""
+    nodes = [
+        helper.make_node("Gemm", ["input", "fc1.weight", "fc1.bias"], ["h"], name="fc1",
+                         transB=1),
+        helper.make_node("Div", ["h", "sqrt2"], ["hs"], name="div"),
+        helper.make_node("Erf", ["hs"], ["e"], name="erf"),
+        helper.make_node("Add", ["e", "one"], ["e1"], name="add"),
+        helper.make_node("Mul", ["h", "e1"], ["m"], name="mul"),
+        helper.make_node("Mul", ["m", "half"], ["a"], name="mul_half"),
+        helper.make_node("Gemm", ["a", "fc2.weight", "fc2.bias"], ["logits"], name="fc2",
+                         transB=1),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "target"], ["loss"],
+                         name="xent", reduction="mean"),
+    ]
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, [4, 8]),
+              helper.make_tensor_value_info("target", TensorProto.INT64, [4])]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    consts = [numpy_helper.from_array(np.array(v, dtype=np.float32), n)
+              for n, v in (("sqrt2", 1.4142135), ("one", 1.0), ("half", 0.5))]
+    return helper.make_graph(nodes, "gelu_mlp", inputs, outputs,
+                             [init("fc1.weight", [16, 8], 1), init("fc1.bias", [16], 2),
+                              init("fc2.weight", [3, 16], 3), init("fc2.bias", [3], 4)]
+                             + consts)
+
+
 def logits_only():
     """The classifier without its loss: the first output is the logits."""
     g = classifier(batch=4)
@@ -175,6 +203,8 @@ def main():
         save(g, path)
     elif name == "attention-scores":
         save(attention_scores(), path)
+    elif name == "gelu-mlp":
+        save(gelu_mlp(), path)
     elif name == "logits-only":
         save(logits_only(), path)
     elif name == "regressor":

@@ -209,6 +209,11 @@ static cl::opt<bool> forwardOnly(
              "model forward once on <input>.npy files and writes "
              "<output>.npy files (no autodiff, no optimizer)"),
     cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
+static cl::opt<bool> noFusion(
+    "no-fusion",
+    cl::desc("Do not fuse chains of elementwise ops into single kernels "
+             "(for comparisons; fusion changes no result)"),
+    cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> verbose("v", cl::desc("Print the build commands"),
                              cl::sub(compileCmd), cl::cat(buildCat));
 
@@ -478,6 +483,7 @@ int runCompile(MLIRContext &context) {
   pipeline.optimizer.eps = eps;
   pipeline.optimizer.accumulate = accumulate;
   pipeline.optimizer.keepGrads = keepGrads;
+  pipeline.fusion = !noFusion;
   if (precision != "fp32" && precision != "bf16" && precision != "fp16")
     return fail("unknown --precision '" + precisionName +
                 "' (expected auto, fp32, bf16 or fp16)");
@@ -617,6 +623,8 @@ int runCompile(MLIRContext &context) {
     if (forwardOnly) {
       MemoryPlanPassOptions plan;
       plan.function = "forward";
+      if (pipeline.fusion)
+        pm.addPass(createFusionPass());
       pm.addPass(createMemoryPlanPass(plan));
     } else {
       TrainPipelineOptions withRemat = pipelineFor(micro);

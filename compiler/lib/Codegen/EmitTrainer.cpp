@@ -166,7 +166,16 @@ private:
   /// An elementwise kernel over `out`: `expr` reads operand j as `in<j>`
   /// (already indexed with broadcasting).
   void emitElementwise(Operation *op, StringRef name, ValueRange operands,
-                       Value out, StringRef expr);
+                       Value out, StringRef expr, StringRef statements = "");
+  /// The scalar expression of an elementwise op over its operands' values
+  /// `in0`, `in1`, ... (float32 for floats whatever their storage), and a
+  /// name for its kernel; none for other ops.
+  struct ElementwiseExpr {
+    std::string name, expr;
+  };
+  std::optional<ElementwiseExpr> elementwiseExpr(Operation *op) const;
+  /// A fused chain as one loop / kernel.
+  void emitFused(FusedOp op);
   void emitCall(const Twine &call) { s << "  " << call << ";\n"; }
 
   void emitGemm(GemmOp op);
@@ -220,7 +229,8 @@ std::string Emitter::workspace(Operation *op) const {
 }
 
 void Emitter::emitElementwise(Operation *op, StringRef name,
-                              ValueRange operands, Value out, StringRef expr) {
+                              ValueRange operands, Value out, StringRef expr,
+                              StringRef statements) {
   std::string kernel = ("k" + Twine(opIndex) + "_" + name).str();
   ArrayRef<int64_t> outShape = shapeOf(out);
   int64_t n = numel(out);
@@ -295,7 +305,8 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     else
       k << "  for (int64_t i = 0; i < " << n << "; ++i) {\n";
   }
-  k << index << loads << "    out[i] = " << storeAs(out, expr) << ";\n"
+  k << index << loads << statements << "    out[i] = " << storeAs(out, expr)
+    << ";\n"
     << (parallel ? "  });\n" : "  }\n") << "}\n\n";
 
   std::string args;
@@ -491,6 +502,96 @@ void Emitter::emitOp(Operation *op) {
     s << "  }\n";
 }
 
+std::optional<Emitter::ElementwiseExpr>
+Emitter::elementwiseExpr(Operation *op) const {
+  auto math = [&](StringRef name, StringRef cpuExpr, StringRef cudaExpr) {
+    return ElementwiseExpr{name.str(), (cuda() ? cudaExpr : cpuExpr).str()};
+  };
+  auto same = [&](StringRef name, StringRef expr) {
+    return ElementwiseExpr{name.str(), expr.str()};
+  };
+  return llvm::TypeSwitch<Operation *, std::optional<ElementwiseExpr>>(op)
+      .Case([&](ReluOp) { return same("relu", "in0 > 0.0f ? in0 : 0.0f"); })
+      .Case([&](TanhOp) { return math("tanh", "std::tanh(in0)", "tanhf(in0)"); })
+      .Case([&](SigmoidOp) {
+        return math("sigmoid", "1.0f / (1.0f + std::exp(-in0))",
+                    "1.0f / (1.0f + expf(-in0))");
+      })
+      .Case([&](ExpOp) { return math("exp", "std::exp(in0)", "expf(in0)"); })
+      .Case([&](LogOp) { return math("log", "std::log(in0)", "logf(in0)"); })
+      .Case([&](NegOp) { return same("neg", "-in0"); })
+      .Case([&](ConvertOp) { return same("convert", "in0"); })
+      .Case([&](SqrtOp) { return math("sqrt", "std::sqrt(in0)", "sqrtf(in0)"); })
+      .Case([&](ErfOp) { return math("erf", "std::erf(in0)", "erff(in0)"); })
+      .Case([&](AddOp) { return same("add", "in0 + in1"); })
+      .Case([&](SubOp) { return same("sub", "in0 - in1"); })
+      .Case([&](MulOp) { return same("mul", "in0 * in1"); })
+      .Case([&](DivOp) { return same("div", "in0 / in1"); })
+      .Case([&](ReluGradOp) {
+        return same("relu_grad", "in1 > 0.0f ? in0 : 0.0f");
+      })
+      .Case([&](ExpandOp) { return same("expand", "in0"); })
+      .Case([&](ClipOp c) {
+        std::string lo = floatLiteral(c.getMin().convertToFloat());
+        std::string hi = floatLiteral(c.getMax().convertToFloat());
+        return same("clip", "in0 < " + lo + " ? " + lo + " : (in0 > " + hi +
+                                " ? " + hi + " : in0)");
+      })
+      .Case([&](ClipGradOp c) {
+        std::string lo = floatLiteral(c.getMin().convertToFloat());
+        std::string hi = floatLiteral(c.getMax().convertToFloat());
+        return same("clip_grad",
+                    "(in1 >= " + lo + " && in1 <= " + hi + ") ? in0 : 0.0f");
+      })
+      .Case([&](SelectOp) { return same("select", "in0 ? in1 : in2"); })
+      .Case([&](CompareOp c) {
+        StringRef p = c.getPredicate();
+        std::string symbol = p == "eq" ? "==" : p == "lt" ? "<" : ">";
+        return same("compare", "(in0 " + symbol + " in1) ? 1 : 0");
+      })
+      .Case([&](NotOp) { return same("not", "in0 ? 0 : 1"); })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+void Emitter::emitFused(FusedOp op) {
+  // One loop: each op of the body becomes a lambda over its operands'
+  // values (loaded inputs in<j>, or earlier temporaries t<k>), so its
+  // expression keeps its own in<j> names.
+  Block &body = op.getBody().front();
+  DenseMap<Value, std::string> names;
+  for (BlockArgument arg : body.getArguments())
+    names[arg] = "in" + std::to_string(arg.getArgNumber());
+  std::string statements, kernel = "fused";
+  int temps = 0;
+  for (Operation &inner : body.without_terminator()) {
+    std::optional<ElementwiseExpr> e = elementwiseExpr(&inner);
+    if (!e) {
+      if (error.empty())
+        error = ("mtc.fused holds a non-elementwise op " +
+                 inner.getName().getStringRef())
+                    .str();
+      return;
+    }
+    std::string params, args;
+    for (auto [j, operand] : llvm::enumerate(inner.getOperands())) {
+      params += (j ? ", auto in" : "auto in") + std::to_string(j);
+      args += (j ? ", " : "") + names[operand];
+    }
+    Value result = inner.getResult(0);
+    std::string value = "[](" + params + ") { return " + e->expr + "; }(" +
+                        args + ")";
+    // A 16-bit intermediate is rounded as storing it would round it.
+    if (isLowPrecision(result) && result != op.getYielded())
+      value = loadAsFloat(result, storeAs(result, value));
+    std::string temp = "t" + std::to_string(temps++);
+    statements += "    const float " + temp + " = " + value + ";\n";
+    names[result] = temp;
+    kernel += "_" + e->name;
+  }
+  emitElementwise(op, kernel, op.getInputs(), op.getOutput(),
+                  names[op.getYielded()], statements);
+}
+
 void Emitter::emitOpBody(Operation *op) {
   std::string node = nodeName(op->getLoc());
   s << "  // " << op->getName();
@@ -502,35 +603,15 @@ void Emitter::emitOpBody(Operation *op) {
     s << " [backward]";
   s << "\n";
 
-  auto unary = [&](StringRef name, StringRef cpuExpr, StringRef cudaExpr) {
-    emitElementwise(op, name, op->getOperand(0), op->getResult(0),
-                    cuda() ? cudaExpr : cpuExpr);
-  };
-  auto binary = [&](StringRef name, StringRef expr) {
-    emitElementwise(op, name, op->getOperands(), op->getResult(0), expr);
-  };
+  if (std::optional<ElementwiseExpr> e = elementwiseExpr(op)) {
+    emitElementwise(op, e->name, op->getOperands(), op->getResult(0),
+                    e->expr);
+    return;
+  }
 
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](ConstantOp) { s << "  // (initialized at start-up)\n"; })
-      .Case([&](ReluOp) { unary("relu", "in0 > 0.0f ? in0 : 0.0f", "in0 > 0.0f ? in0 : 0.0f"); })
-      .Case([&](TanhOp) { unary("tanh", "std::tanh(in0)", "tanhf(in0)"); })
-      .Case([&](SigmoidOp) {
-        unary("sigmoid", "1.0f / (1.0f + std::exp(-in0))",
-              "1.0f / (1.0f + expf(-in0))");
-      })
-      .Case([&](ExpOp) { unary("exp", "std::exp(in0)", "expf(in0)"); })
-      .Case([&](LogOp) { unary("log", "std::log(in0)", "logf(in0)"); })
-      .Case([&](NegOp) { unary("neg", "-in0", "-in0"); })
-      .Case([&](ConvertOp) { unary("convert", "in0", "in0"); })
-      .Case([&](SqrtOp) { unary("sqrt", "std::sqrt(in0)", "sqrtf(in0)"); })
-      .Case([&](AddOp) { binary("add", "in0 + in1"); })
-      .Case([&](SubOp) { binary("sub", "in0 - in1"); })
-      .Case([&](MulOp) { binary("mul", "in0 * in1"); })
-      .Case([&](DivOp) { binary("div", "in0 / in1"); })
-      .Case([&](ReluGradOp) { binary("relu_grad", "in1 > 0.0f ? in0 : 0.0f"); })
-      .Case([&](ExpandOp e) {
-        emitElementwise(op, "expand", e.getInput(), e.getOutput(), "in0");
-      })
+      .Case([&](FusedOp f) { emitFused(f); })
       .Case([&](GemmOp g) { emitGemm(g); })
       .Case([&](MatMulOp m) { emitMatMul(m); })
       .Case([&](ConvOp c) {
@@ -753,28 +834,6 @@ void Emitter::emitOpBody(Operation *op) {
                  doubleLiteral(u.getWeightDecay().convertToDouble()) + ", " +
                  statusPtr(u.getGradStatus()) + ")");
       })
-      .Case([&](ErfOp) { unary("erf", "std::erf(in0)", "erff(in0)"); })
-      .Case([&](ClipOp c) {
-        std::string lo = floatLiteral(c.getMin().convertToFloat());
-        std::string hi = floatLiteral(c.getMax().convertToFloat());
-        unary("clip", "in0 < " + lo + " ? " + lo + " : (in0 > " + hi + " ? " +
-                          hi + " : in0)",
-              "in0 < " + lo + " ? " + lo + " : (in0 > " + hi + " ? " + hi +
-                  " : in0)");
-      })
-      .Case([&](ClipGradOp c) {
-        std::string lo = floatLiteral(c.getMin().convertToFloat());
-        std::string hi = floatLiteral(c.getMax().convertToFloat());
-        binary("clip_grad",
-               "(in1 >= " + lo + " && in1 <= " + hi + ") ? in0 : 0.0f");
-      })
-      .Case([&](SelectOp) { binary("select", "in0 ? in1 : in2"); })
-      .Case([&](CompareOp c) {
-        StringRef p = c.getPredicate();
-        std::string symbol = p == "eq" ? "==" : p == "lt" ? "<" : ">";
-        binary("compare", "(in0 " + symbol + " in1) ? 1 : 0");
-      })
-      .Case([&](NotOp) { unary("not", "in0 ? 0 : 1", "in0 ? 0 : 1"); })
       .Case([&](BatchNormTrainOp bn) {
         ArrayRef<int64_t> x = shapeOf(bn.getInput());
         int64_t inner = numel(bn.getInput()) / (x[0] * x[1]);

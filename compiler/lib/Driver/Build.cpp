@@ -156,9 +156,13 @@ llvm::Error mtc::buildTrainer(const std::string &source,
     return host.takeError();
   std::string include = "-I" MTC_RUNTIME_INCLUDE_DIR;
   std::string libDir = MTC_RUNTIME_LIB_DIR;
+  // No contraction of a * b + c into fused multiply-adds: each expression
+  // rounds as written, so a fused kernel computes exactly what the ops it
+  // replaces did, on any host.
   if (!cuda)
     return run(*host,
-               {"-O2", "-std=c++17", "-fopenmp", include, sourcePath, asmPath,
+               {"-O2", "-std=c++17", "-ffp-contract=off", "-fopenmp", include,
+                sourcePath, asmPath,
                 libDir + "/libmtc_runtime_cpu.a", "-lopenblas", "-lm", "-o",
                 out},
                options.verbose);

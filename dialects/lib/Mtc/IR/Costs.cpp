@@ -66,6 +66,13 @@ MTC_ELEMENTWISE_FLOPS(SliceOp, 0)
 int64_t SgdUpdateOp::getFlops() { return 4 * numel(getParam()); }
 int64_t SgdMomentumUpdateOp::getFlops() { return 7 * numel(getParam()); }
 int64_t AdamWUpdateOp::getFlops() { return 14 * numel(getParam()); }
+int64_t FusedOp::getFlops() {
+  int64_t flops = 0;
+  for (Operation &op : getBody().front().without_terminator())
+    if (auto cost = dyn_cast<CostOpInterface>(op))
+      flops += cost.getFlops();
+  return flops;
+}
 int64_t GradCheckOp::getFlops() {
   int64_t n = 0;
   for (Value g : getGrads())

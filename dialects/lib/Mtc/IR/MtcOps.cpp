@@ -699,4 +699,26 @@ LogicalResult SoftmaxCrossEntropyOp::verify() {
 }
 
 #define GET_OP_CLASSES
+LogicalResult FusedOp::verify() {
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError("has ") << getInputs().size() << " inputs but its body "
+                               << body.getNumArguments() << " arguments";
+  for (auto [input, arg] : llvm::zip(getInputs(), body.getArguments()))
+    if (input.getType() != arg.getType())
+      return emitOpError("input of type ")
+             << input.getType() << " binds a body argument of type "
+             << arg.getType();
+  if (getYielded().getType() != getOutput().getType())
+    return emitOpError("yields ") << getYielded().getType() << " but returns "
+                                  << getOutput().getType();
+  for (Operation &op : body.without_terminator())
+    for (Value r : op.getResults())
+      if (cast<ShapedType>(r.getType()).getShape() !=
+          getOutput().getType().getShape())
+        return op.emitOpError("inside mtc.fused must produce the fused "
+                              "result's shape");
+  return success();
+}
+
 #include "mtc/Dialect/Mtc/IR/MtcOps.cpp.inc"

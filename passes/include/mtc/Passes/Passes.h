@@ -24,11 +24,13 @@ struct TrainPipelineOptions {
   OptimizerPassOptions optimizer;
   PrecisionPassOptions precision;
   RematPassOptions remat;
+  /// Elementwise fusion (`mtc compile --no-fusion` turns it off).
+  bool fusion = true;
   MemoryPlanPassOptions memoryPlan;
 };
 
 /// import output -> autodiff -> cse -> optimizer -> precision -> remat ->
-/// memory plan.
+/// fusion -> memory plan.
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 
@@ -36,7 +38,8 @@ void buildTrainPipeline(mlir::OpPassManager &pm,
 void buildDifferentiatePipeline(mlir::OpPassManager &pm,
                                 const TrainPipelineOptions &options);
 
-/// Its second half: remat -> memory plan (run once per budget tried).
+/// Its second half: remat -> fusion -> memory plan (run once per budget
+/// tried).
 void buildPlacePipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 

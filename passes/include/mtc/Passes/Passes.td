@@ -134,6 +134,29 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
   ];
 }
 
+def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
+  let summary = "Fuse chains of elementwise ops into single kernels";
+  let description = [{
+    In `@train_step`, `@eval_step` and `@forward`: every run of two or more
+    consecutive elementwise ops (relu, tanh, sigmoid, exp, log, neg, sqrt,
+    erf, convert, add, sub, mul, div, relu_grad, expand, clip, clip_grad,
+    select) of one phase, whose results share one shape, each using a value
+    of the run, and of which only the last result is read elsewhere,
+    becomes one `mtc.fused` op in place of the last one. Its body holds the
+    ops; code generation makes it one loop (one CUDA kernel) that keeps the
+    intermediates in registers, so they take no memory. Consecutive ops
+    only, so no value is read later than before. Runs after recomputation
+    and before the memory plan.
+
+    Example: `mtc-opt --mtc-fuse-elementwise`
+  }];
+  let dependentDialects = ["::mtc::MtcDialect"];
+  let statistics = [
+    Statistic<"numFused", "fused-kernels", "Fused kernels created">,
+    Statistic<"numFusedOps", "fused-ops", "Elementwise ops fused">,
+  ];
+}
+
 def RematPass : Pass<"mtc-remat", "mlir::ModuleOp"> {
   let summary = "Recompute activations so the step fits a memory budget";
   let description = [{

@@ -45,6 +45,9 @@ def Mtc_AnyTensor : StaticShapeTensorOf<[F32, I64, I1]>;
 /// Floating-point tensors in any storage precision mtc supports: float32,
 /// and bfloat16 / float16 (stored in 16 bits, computed in float32).
 def Mtc_StorageFloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
+/// Inputs of fused elementwise kernels: floats in any storage precision and
+/// masks.
+def Mtc_StorageOrMaskTensor : StaticShapeTensorOf<[F32, BF16, F16, I1]>;
 /// The gradient status of a loss-scaled step (mtc.grad_check):
 /// [1 / loss scale, 1 if a gradient is inf or NaN else 0].
 def Mtc_GradStatusTensor : Type<

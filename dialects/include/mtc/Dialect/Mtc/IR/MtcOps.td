@@ -1120,4 +1120,52 @@ def Mtc_AdamWUpdateOp : Mtc_ComputeOp<"adamw_update",
                        "(`status` $grad_status^)? attr-dict `:` type($param)";
 }
 
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+def Mtc_FusedOp : Mtc_Op<"fused", [Pure, IsolatedFromAbove,
+    SingleBlock,
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface>]> {
+  let summary = "A chain of elementwise ops run as one kernel";
+  let description = [{
+    The body computes the result from the inputs (its block arguments) with
+    elementwise ops whose results all have the result's shape; inputs may
+    broadcast to it. Code generation emits one loop (one CUDA kernel) that
+    loads each input once per element, keeps the intermediates in registers
+    and stores only the result, so the intermediates take no memory.
+    Created by `mtc-fuse-elementwise` after recomputation is decided.
+
+    Example:
+
+    ```mlir
+    %y = mtc.fused %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32> {
+    ^bb0(%a: tensor<4x8xf32>, %c: tensor<8xf32>):
+      %s = mtc.add %a, %c : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+      %r = mtc.relu %s : tensor<4x8xf32>
+      mtc.yield %r : tensor<4x8xf32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<Mtc_StorageOrMaskTensor>:$inputs);
+  let results = (outs Mtc_StorageFloatTensor:$output);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat =
+      "$inputs attr-dict `:` functional-type($inputs, $output) $body";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The value the body yields.
+    ::mlir::Value getYielded() {
+      return getBody().front().getTerminator()->getOperand(0);
+    }
+  }];
+}
+
+def Mtc_YieldOp : Mtc_Op<"yield", [Pure, Terminator,
+                                   HasParent<"FusedOp">]> {
+  let summary = "The result of an mtc.fused body";
+  let arguments = (ins Mtc_StorageFloatTensor:$value);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
+}
+
 #endif // MTC_DIALECT_MTC_IR_MTCOPS_TD

@@ -1,0 +1,173 @@
+//===- Fusion.cpp - Elementwise chains as single kernels ------------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Runs after recomputation is decided and before the memory plan. A run is
+// a sequence of consecutive elementwise ops of one phase (forward, backward,
+// recomputation, optimizer) whose results all have one shape, each reading
+// a value of the run. A value read after the run ends a group there, and a
+// group is fused when only its last op's result is read outside it. It becomes one mtc.fused op at the last op's place: one loop that
+// loads the group's inputs once per element, keeps every intermediate in a
+// register and stores only the result, so the intermediates need no memory
+// and no extra pass over it.
+//
+// Consecutive ops only: the fused op runs where the group's last op ran,
+// so no input is read later than before (no lifetime grows, and an input an
+// in-place update overwrites later is still read before it).
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
+#include "mtc/Dialect/Mtc/IR/MtcOps.h"
+#include "mtc/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace mtc {
+#define GEN_PASS_DEF_FUSIONPASS
+#include "mtc/Passes/Passes.h.inc"
+} // namespace mtc
+
+using namespace mlir;
+using namespace mtc;
+
+namespace {
+
+/// Elementwise ops with one floating-point result whose operands broadcast
+/// to it: what the code generator can compose into one loop.
+bool isFusable(Operation *op) {
+  if (!isa<ReluOp, TanhOp, SigmoidOp, ExpOp, LogOp, NegOp, SqrtOp, ErfOp,
+           ConvertOp, AddOp, SubOp, MulOp, DivOp, ReluGradOp, ExpandOp,
+           ClipOp, ClipGradOp, SelectOp>(op))
+    return false;
+  auto type = cast<RankedTensorType>(op->getResult(0).getType());
+  return isa<FloatType>(type.getElementType());
+}
+
+/// Attributes that place an op in the step; a group shares them.
+constexpr llvm::StringLiteral kPhaseAttrs[] = {
+    attr::kBackward, attr::kRecompute, attr::kOptimizer,
+    attr::kLastMicroBatch};
+
+bool samePhase(Operation *a, Operation *b) {
+  for (StringRef name : kPhaseAttrs)
+    if (a->hasAttr(name) != b->hasAttr(name))
+      return false;
+  return true;
+}
+
+class FusionPass : public mtc::impl::FusionPassBase<FusionPass> {
+public:
+  using FusionPassBase::FusionPassBase;
+
+  void runOnOperation() override {
+    for (StringRef name : {"train_step", attr::kEvalFunction.data(),
+                           "forward"})
+      if (auto func = getOperation().lookupSymbol<func::FuncOp>(name))
+        fuse(func);
+  }
+
+private:
+  void fuse(func::FuncOp func);
+  /// Whether `op` continues `run` (consecutive ops ending right before it):
+  /// same shape and phase, and it reads a value of the run.
+  bool continuesRun(ArrayRef<Operation *> run, Operation *op);
+  /// Cuts a run into groups whose only value read elsewhere is the last.
+  void splitRun(ArrayRef<Operation *> run,
+                SmallVectorImpl<SmallVector<Operation *>> &groups);
+  void build(ArrayRef<Operation *> group);
+};
+
+bool FusionPass::continuesRun(ArrayRef<Operation *> run, Operation *op) {
+  if (cast<ShapedType>(op->getResult(0).getType()).getShape() !=
+          cast<ShapedType>(run.back()->getResult(0).getType()).getShape() ||
+      !samePhase(run.front(), op))
+    return false;
+  return llvm::any_of(op->getOperands(), [&](Value v) {
+    return v.getDefiningOp() && llvm::is_contained(run, v.getDefiningOp());
+  });
+}
+
+void FusionPass::splitRun(ArrayRef<Operation *> run,
+                          SmallVectorImpl<SmallVector<Operation *>> &groups) {
+  // A value read after the run must be stored: its op ends a group.
+  auto outside = [&](ArrayRef<Operation *> ops, Operation *member) {
+    return llvm::any_of(member->getResult(0).getUsers(), [&](Operation *u) {
+      return !llvm::is_contained(ops, u);
+    });
+  };
+  SmallVector<Operation *> group;
+  auto close = [&] {
+    // Only the last result may leave the group (one output per kernel).
+    bool valid = group.size() >= 2;
+    for (Operation *member : ArrayRef(group).drop_back())
+      valid = valid && !outside(group, member);
+    if (valid)
+      groups.push_back(group);
+    group.clear();
+  };
+  for (Operation *member : run) {
+    group.push_back(member);
+    if (outside(run, member))
+      close();
+  }
+  close();
+}
+
+void FusionPass::build(ArrayRef<Operation *> group) {
+  Operation *last = group.back();
+  llvm::SetVector<Value> inputs;
+  for (Operation *member : group)
+    for (Value v : member->getOperands())
+      if (!v.getDefiningOp() || !llvm::is_contained(group, v.getDefiningOp()))
+        inputs.insert(v);
+
+  OpBuilder b(last);
+  auto fused = b.create<FusedOp>(last->getLoc(),
+                                 last->getResult(0).getType(),
+                                 inputs.getArrayRef());
+  for (StringRef name : kPhaseAttrs)
+    if (Attribute a = last->getAttr(name))
+      fused->setAttr(name, a);
+  Block *body = b.createBlock(&fused.getBody());
+  IRMapping map;
+  for (Value v : inputs)
+    map.map(v, body->addArgument(v.getType(), v.getLoc()));
+  for (Operation *member : group) {
+    Operation *clone = b.clone(*member, map);
+    // Placement attributes belong to the fused op.
+    for (StringRef name : kPhaseAttrs)
+      clone->removeAttr(name);
+  }
+  b.create<YieldOp>(last->getLoc(), map.lookup(last->getResult(0)));
+  last->getResult(0).replaceAllUsesWith(fused.getOutput());
+  for (Operation *member : llvm::reverse(group))
+    member->erase();
+  ++numFused;
+  numFusedOps += group.size();
+}
+
+void FusionPass::fuse(func::FuncOp func) {
+  SmallVector<SmallVector<Operation *>> groups;
+  SmallVector<Operation *> run;
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    if (isFusable(&op) && !run.empty() && continuesRun(run, &op)) {
+      run.push_back(&op);
+      continue;
+    }
+    splitRun(run, groups);
+    run.clear();
+    if (isFusable(&op))
+      run.push_back(&op);
+  }
+  splitRun(run, groups);
+  for (ArrayRef<Operation *> group : groups)
+    build(group);
+}
+
+} // namespace

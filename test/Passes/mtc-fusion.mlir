@@ -1,0 +1,68 @@
+// RUN: mtc-opt %s --split-input-file --mtc-fuse-elementwise | FileCheck %s
+
+// A chain with a broadcast input becomes one op at the chain's end; the
+// broadcast bias stays an input.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: (%[[X:.+]]: tensor<4x8xf32>{{.*}}, %[[B:.+]]: tensor<8xf32>
+// CHECK: %[[F:.+]] = mtc.fused %[[X]], %[[B]] : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32> {
+// CHECK-NEXT: ^bb0(%[[A0:.+]]: tensor<4x8xf32>, %[[A1:.+]]: tensor<8xf32>):
+// CHECK-NEXT: %[[S:.+]] = mtc.add %[[A0]], %[[A1]]
+// CHECK-NEXT: %[[T:.+]] = mtc.tanh %[[S]]
+// CHECK-NEXT: %[[R:.+]] = mtc.relu %[[T]]
+// CHECK-NEXT: mtc.yield %[[R]]
+// CHECK: return %[[F]]
+func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %b: tensor<8xf32> {mtc.role = "param"}) -> tensor<4x8xf32> {
+  %s = mtc.add %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %t = mtc.tanh %s : tensor<4x8xf32>
+  %r = mtc.relu %t : tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}
+
+// -----
+
+// A value the rest of the step reads (here the backward pass) ends its
+// group: %t is materialized and the backward ops form their own group (a
+// value used twice inside a group stays a register); forward and backward
+// ops are never fused together, nor are ops with another op between them,
+// nor ops of different shapes.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[T:.+]] = mtc.fused %{{.+}} : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+// CHECK: mtc.exp
+// CHECK-NEXT: mtc.tanh
+// CHECK-NEXT: mtc.yield
+// CHECK: %[[N:.+]] = mtc.neg %[[T]] : tensor<4x8xf32>
+// CHECK-NEXT: mtc.reduce_sum
+// CHECK-NEXT: %[[Q:.+]] = mtc.sqrt %[[N]]
+// CHECK-NEXT: %[[G:.+]] = mtc.fused %[[Q]], %[[T]] {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+// CHECK-NEXT: ^bb0(%[[AQ:.+]]: tensor<4x8xf32>, %[[AT:.+]]: tensor<4x8xf32>):
+// CHECK-NEXT: %[[G0:.+]] = mtc.relu %[[AQ]]
+// CHECK-NEXT: %[[G1:.+]] = mtc.mul %[[AT]], %[[G0]]
+// CHECK-NEXT: mtc.sub %[[G1]], %[[G0]]
+// CHECK-NEXT: mtc.yield
+func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<1x8xf32>) {
+  %e = mtc.exp %x : tensor<4x8xf32>
+  %t = mtc.tanh %e : tensor<4x8xf32>
+  %n = mtc.neg %t : tensor<4x8xf32>
+  %r = mtc.reduce_sum %n {axes = array<i64: 0>, keepdims = true} : (tensor<4x8xf32>) -> tensor<1x8xf32>
+  %q = mtc.sqrt %n : tensor<4x8xf32>
+  %g0 = mtc.relu %q {mtc.backward} : tensor<4x8xf32>
+  %g1 = mtc.mul %t, %g0 {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %g2 = mtc.sub %g1, %g0 {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %g2, %q, %r : tensor<4x8xf32>, tensor<4x8xf32>, tensor<1x8xf32>
+}
+
+// -----
+
+// A 16-bit value inside a chain stays in the body (the kernel rounds it as
+// a store would).
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.fused %{{.+}} : (tensor<16xf32>) -> tensor<16xf32> {
+// CHECK: mtc.convert {{.+}} to tensor<16xbf16>
+// CHECK-NEXT: mtc.convert {{.+}} to tensor<16xf32>
+// CHECK-NEXT: mtc.sigmoid
+func.func @train_step(%x: tensor<16xf32> {mtc.role = "input"}) -> tensor<16xf32> {
+  %h = mtc.convert %x : tensor<16xf32> to tensor<16xbf16>
+  %w = mtc.convert %h : tensor<16xbf16> to tensor<16xf32>
+  %s = mtc.sigmoid %w : tensor<16xf32>
+  return %s : tensor<16xf32>
+}
