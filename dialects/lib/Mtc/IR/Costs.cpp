@@ -23,6 +23,12 @@ static ArrayRef<int64_t> shapeOf(Value v) {
 
 static int64_t numel(Value v) { return getNumElements(v.getType()); }
 
+/// Whether `v` is stored in bfloat16 or float16.
+static bool isStorage16(Value v) {
+  Type e = cast<RankedTensorType>(v.getType()).getElementType();
+  return e.isBF16() || e.isF16();
+}
+
 int64_t ConstantOp::getFlops() { return 0; }
 
 #define MTC_ELEMENTWISE_FLOPS(OP, PER_ELEMENT)                                 \
@@ -109,11 +115,7 @@ int64_t ConvOp::getFlops() {
 /// 16-bit GEMM operands are widened to float32 before the multiply (the
 /// CPU's BLAS, and the CUDA path until it uses 16-bit tensor cores).
 static int64_t widenedBytes(Value a, Value b) {
-  auto low = [](Value v) {
-    Type e = cast<RankedTensorType>(v.getType()).getElementType();
-    return e.isBF16() || e.isF16();
-  };
-  return low(a) ? 4 * (numel(a) + numel(b)) : 0;
+  return isStorage16(a) ? 4 * (numel(a) + numel(b)) : 0;
 }
 
 int64_t GemmOp::getWorkspaceBytes() { return widenedBytes(getA(), getB()); }
@@ -123,27 +125,31 @@ int64_t MatMulOp::getWorkspaceBytes() {
 }
 
 int64_t ConvOp::getWorkspaceBytes() {
-  return rt::conv2dWorkspaceBytes(convParams(
-      shapeOf(getInput()), shapeOf(getWeight()), shapeOf(getOutput()),
-      getStrides(), getPads(), getDilations(), getGroup()));
+  return rt::conv2dWorkspaceBytes(
+      convParams(shapeOf(getInput()), shapeOf(getWeight()),
+                 shapeOf(getOutput()), getStrides(), getPads(), getDilations(),
+                 getGroup()),
+      rt::ConvKernel::Forward, isStorage16(getInput()));
 }
 
 int64_t ConvBackwardDataOp::getFlops() {
   return 2 * convMacs(shapeOf(getWeight()), shapeOf(getGrad()));
 }
 int64_t ConvBackwardDataOp::getWorkspaceBytes() {
-  return rt::conv2dWorkspaceBytes(convParams(
-      shapeOf(getOutput()), shapeOf(getWeight()), shapeOf(getGrad()),
-      getStrides(), getPads(), getDilations(), getGroup()));
+  return rt::conv2dWorkspaceBytes(
+      convParams(shapeOf(getOutput()), shapeOf(getWeight()), shapeOf(getGrad()),
+                 getStrides(), getPads(), getDilations(), getGroup()),
+      rt::ConvKernel::BackwardData, isStorage16(getGrad()));
 }
 
 int64_t ConvBackwardFilterOp::getFlops() {
   return 2 * convMacs(shapeOf(getOutput()), shapeOf(getGrad()));
 }
 int64_t ConvBackwardFilterOp::getWorkspaceBytes() {
-  return rt::conv2dWorkspaceBytes(convParams(
-      shapeOf(getInput()), shapeOf(getOutput()), shapeOf(getGrad()),
-      getStrides(), getPads(), getDilations(), getGroup()));
+  return rt::conv2dWorkspaceBytes(
+      convParams(shapeOf(getInput()), shapeOf(getOutput()), shapeOf(getGrad()),
+                 getStrides(), getPads(), getDilations(), getGroup()),
+      rt::ConvKernel::BackwardFilter, isStorage16(getGrad()));
 }
 
 static int64_t window(ArrayRef<int64_t> kernel) { return kernel[0] * kernel[1]; }
