@@ -1,18 +1,25 @@
-//===- Precision.cpp - GEMMs on 16-bit operands ---------------------------===//
+//===- Precision.cpp - GEMMs and convolutions on 16-bit operands ----------===//
 //
 // Part of the mtc project.
 //
 //===----------------------------------------------------------------------===//
 //
 // Runs after autodiff and the optimizer, so the gradient rules never see
-// 16-bit values and every GEMM of the step, forward and backward, gets the
-// same treatment: its operands are converted (mtc.convert, round to nearest
-// even) to bfloat16 or float16, the product accumulates in float32 and the
-// result stays float32. A value is converted once, right before its first
-// GEMM; later GEMMs read the same copy. So a parameter is converted once per
-// step (before its update overwrites it), and an activation that a backward
-// GEMM needs is kept in 16 bits while its float32 original can die after
-// its last forward use.
+// 16-bit values and every GEMM and convolution of the step, forward and
+// backward (mtc.gemm, mtc.matmul, mtc.conv, mtc.conv_backward_data,
+// mtc.conv_backward_filter), gets the same treatment: its two tensor
+// operands (input and weight, incoming gradient and weight, saved input and
+// incoming gradient) are converted (mtc.convert, round to nearest even) to
+// bfloat16 or float16, the products accumulate in float32 and the result
+// stays float32, as does a bias. A value is converted once, right before its
+// first such op; later ones read the same copy. So a parameter is converted
+// once per step (before its update overwrites it), an incoming gradient once
+// for both of its backward ops, and an activation that a backward GEMM or
+// convolution needs is kept in 16 bits while its float32 original can die
+// after its last forward use. Everything else (normalization, pooling,
+// softmax, losses, elementwise ops) computes in float32; of the forward
+// values it saves for the backward pass, those of 4096 or more elements are
+// stored in 16 bits between the passes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -54,13 +61,13 @@ public:
       return;
     for (StringRef name : {"train_step", attr::kEvalFunction.data()})
       if (auto func = module.lookupSymbol<func::FuncOp>(name))
-        convertGemmOperands(func, low);
+        convertOperands(func, low);
     if (auto step = module.lookupSymbol<func::FuncOp>("train_step"))
       storeSavedActivations(step, low);
   }
 
 private:
-  void convertGemmOperands(func::FuncOp func, Type low);
+  void convertOperands(func::FuncOp func, Type low);
   void storeSavedActivations(func::FuncOp func, Type low);
 };
 
@@ -72,7 +79,7 @@ bool isBackwardOp(Operation *op) {
 /// Activations smaller than this stay float32 (statistics, scalars).
 constexpr int64_t kMinStoredElements = 4096;
 
-void PrecisionPass::convertGemmOperands(func::FuncOp func, Type low) {
+void PrecisionPass::convertOperands(func::FuncOp func, Type low) {
   DenseMap<Value, Value> copies;
   auto narrow = [&](Operation *user, OpOperand &operand) {
     Value v = operand.get();
@@ -90,20 +97,23 @@ void PrecisionPass::convertGemmOperands(func::FuncOp func, Type low) {
     operand.set(copy);
   };
   func.walk([&](Operation *op) {
-    if (isa<GemmOp, MatMulOp>(op)) {
+    // Operands 0 and 1 are the multiplied tensors of each of these ops.
+    if (isa<GemmOp, MatMulOp, ConvOp, ConvBackwardDataOp, ConvBackwardFilterOp>(
+            op)) {
       narrow(op, op->getOpOperand(0));
       narrow(op, op->getOpOperand(1));
-      if (nativeGemm)
+      if (nativeGemm && isa<GemmOp, MatMulOp>(op))
         op->setAttr(attr::kNative16BitGemm, UnitAttr::get(op->getContext()));
     }
   });
 }
 
-/// A forward value the backward pass reads (outside GEMMs, which already
-/// read 16-bit copies) is kept in 16 bits between its last forward use and
-/// its first backward use: rounded after the last forward use, widened back
-/// to float32 right before the first backward use. The float32 original
-/// dies after the forward pass; the window in between holds half the bytes.
+/// A forward value the backward pass reads (outside GEMMs and convolutions,
+/// which already read 16-bit copies) is kept in 16 bits between its last
+/// forward use and its first backward use: rounded after the last forward
+/// use, widened back to float32 right before the first backward use. The
+/// float32 original dies after the forward pass; the window in between holds
+/// half the bytes.
 void PrecisionPass::storeSavedActivations(func::FuncOp func, Type low) {
   Block &body = func.getBody().front();
   DenseMap<Operation *, int64_t> index;
@@ -141,8 +151,8 @@ void PrecisionPass::storeSavedActivations(func::FuncOp func, Type low) {
     }
     auto type = cast<RankedTensorType>(v.getType());
     OpBuilder b(lastForward->getContext());
-    // The 16-bit copy a forward GEMM already reads serves; else round after
-    // the last forward use.
+    // The 16-bit copy a forward GEMM or convolution already reads serves;
+    // else round after the last forward use.
     Value stored;
     for (Operation *user : v.getUsers())
       if (auto convert = dyn_cast<ConvertOp>(user))

@@ -102,6 +102,31 @@ def gelu_mlp():
                              + consts)
 
 
+def conv_classifier():
+    """Conv -> Relu -> Conv (stride 2, no bias) -> Flatten -> Gemm -> loss."""
+    nodes = [
+        helper.make_node("Conv", ["input", "conv1.weight", "conv1.bias"], ["c1"], name="conv1",
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["a1"], name="relu"),
+        helper.make_node("Conv", ["a1", "conv2.weight"], ["c2"], name="conv2",
+                         strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Flatten", ["c2"], ["flat"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], name="fc", transB=1),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "target"], ["loss"], name="xent",
+                         reduction="mean"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("input", TensorProto.FLOAT, [4, 2, 8, 8]),
+        helper.make_tensor_value_info("target", TensorProto.INT64, [4]),
+    ]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+               helper.make_tensor_value_info("logits", TensorProto.FLOAT, [4, 3])]
+    inits = [init("conv1.weight", [4, 2, 3, 3], 1), init("conv1.bias", [4], 2),
+             init("conv2.weight", [6, 4, 3, 3], 3), init("fc.weight", [3, 96], 4),
+             init("fc.bias", [3], 5)]
+    return helper.make_graph(nodes, "conv_classifier", inputs, outputs, inits)
+
+
 def logits_only():
     """The classifier without its loss: the first output is the logits."""
     g = classifier(batch=4)
@@ -195,6 +220,8 @@ def main():
         save(classifier(), path)
     elif name == "classifier-static":
         save(classifier(batch=4), path)
+    elif name == "conv-classifier-static":
+        save(conv_classifier(), path)
     elif name == "logits-first":
         save(classifier(batch=4, out_first="logits"), path)
     elif name == "classifier-ignore":

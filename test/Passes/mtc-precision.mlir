@@ -80,3 +80,49 @@ func.func @forward(%x: tensor<64x64xf32> {mtc.name = "x", mtc.role = "param"},
   %sum = mtc.add %l, %ls : (tensor<f32>, tensor<f32>) -> tensor<f32>
   return %sum : tensor<f32>
 }
+
+// -----
+
+// Convolutions are treated like the GEMMs: input and weight of the forward
+// convs, incoming gradient and weight of conv_backward_data, saved input and
+// incoming gradient of conv_backward_filter go to bfloat16, each value once.
+// The weight copies and the 16-bit activations of the forward convs serve
+// their backward convs; one 16-bit copy of each incoming gradient feeds both
+// of its backward convs. Results and the bias stay f32, and so does the
+// ReLU (its gradient reads the f32 conv output).
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x3x8x8xf32>
+// CHECK-SAME: %[[W:[^:]+]]: tensor<4x3x3x3xf32>
+// CHECK-SAME: %[[B:[^:]+]]: tensor<4xf32>
+// CHECK-SAME: %[[W2:[^:]+]]: tensor<5x4x3x3xf32>
+// CHECK: %[[XH:.+]] = mtc.convert %[[X]] : tensor<2x3x8x8xf32> to tensor<2x3x8x8xbf16>
+// CHECK-NEXT: %[[WH:.+]] = mtc.convert %[[W]] : tensor<4x3x3x3xf32> to tensor<4x3x3x3xbf16>
+// CHECK-NEXT: %[[Y:.+]] = mtc.conv %[[XH]], %[[WH]], %[[B]] {{.+}} : (tensor<2x3x8x8xbf16>, tensor<4x3x3x3xbf16>, tensor<4xf32>) -> tensor<2x4x8x8xf32>
+// CHECK-NEXT: %[[A:.+]] = mtc.relu %[[Y]] : tensor<2x4x8x8xf32>
+// CHECK-NEXT: %[[AH:.+]] = mtc.convert %[[A]] : tensor<2x4x8x8xf32> to tensor<2x4x8x8xbf16>
+// CHECK-NEXT: %[[W2H:.+]] = mtc.convert %[[W2]] : tensor<5x4x3x3xf32> to tensor<5x4x3x3xbf16>
+// CHECK-NEXT: mtc.conv %[[AH]], %[[W2H]] {{.+}} -> tensor<2x5x1x1xf32>
+// CHECK: %[[DYH:.+]] = mtc.convert %{{.+}} {mtc.backward} : tensor<2x5x1x1xf32> to tensor<2x5x1x1xbf16>
+// CHECK-NEXT: %[[DA:.+]] = mtc.conv_backward_data %[[DYH]], %[[W2H]] {{.+}} : (tensor<2x5x1x1xbf16>, tensor<5x4x3x3xbf16>) -> tensor<2x4x8x8xf32>
+// CHECK-NEXT: mtc.conv_backward_filter %[[AH]], %[[DYH]] {{.+}} : (tensor<2x4x8x8xbf16>, tensor<2x5x1x1xbf16>) -> tensor<5x4x3x3xf32>
+// CHECK-NEXT: %[[DY:.+]] = mtc.relu_grad %[[DA]], %[[Y]] {mtc.backward} : tensor<2x4x8x8xf32>
+// CHECK-NEXT: %[[DYH1:.+]] = mtc.convert %[[DY]] {mtc.backward} : tensor<2x4x8x8xf32> to tensor<2x4x8x8xbf16>
+// CHECK-NEXT: mtc.conv_backward_filter %[[XH]], %[[DYH1]] {{.+}} : (tensor<2x3x8x8xbf16>, tensor<2x4x8x8xbf16>) -> tensor<4x3x3x3xf32>
+// CHECK-NEXT: mtc.reduce_sum %[[DY]]
+// CHECK-NOT: mtc.convert
+// CHECK: return
+// FP32-LABEL: func.func @train_step
+// FP32-NOT: mtc.convert
+func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "input"},
+                   %t: tensor<2xi64> {mtc.name = "target", mtc.role = "input"},
+                   %w: tensor<4x3x3x3xf32> {mtc.name = "conv.weight", mtc.role = "param"},
+                   %b: tensor<4xf32> {mtc.name = "conv.bias", mtc.role = "param"},
+                   %w2: tensor<5x4x3x3xf32> {mtc.name = "conv2.weight", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.conv %x, %w, %b {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>) -> tensor<2x4x8x8xf32>
+  %1 = mtc.relu %0 : tensor<2x4x8x8xf32>
+  %2 = mtc.conv %1, %w2 {strides = array<i64: 8, 8>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x4x8x8xf32>, tensor<5x4x3x3xf32>) -> tensor<2x5x1x1xf32>
+  %3 = mtc.reshape %2 : (tensor<2x5x1x1xf32>) -> tensor<2x5xf32>
+  %l, %p = mtc.softmax_cross_entropy %3, %t : (tensor<2x5xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x5xf32>)
+  return %l : tensor<f32>
+}

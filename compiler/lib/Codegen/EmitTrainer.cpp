@@ -62,6 +62,21 @@ StringRef cType(Value v) {
   return isFloat(v) ? "float" : isBool(v) ? "unsigned char" : "int64_t";
 }
 
+/// The runtime's Storage16 enumerator for a 16-bit `v`.
+StringRef storage16(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType().isBF16()
+             ? "Storage16::Bf16"
+             : "Storage16::F16";
+}
+
+/// The opening of a call to the convolution kernel `name` whose operands
+/// are stored like `v`: the 16-bit entry point takes their format.
+std::string convCall(StringRef name, Value v) {
+  if (!isLowPrecision(v))
+    return (name + "(ctx, ").str();
+  return (name + "16(ctx, " + storage16(v) + ", ").str();
+}
+
 /// `expr` wrapped in the conversion `v`'s storage needs (none for float32):
 /// one of Half.h's bfloat16 / float16 functions.
 std::string throughStorage(Value v, StringRef bf16Fn, StringRef f16Fn,
@@ -386,10 +401,7 @@ void Emitter::emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis,
 Emitter::GemmCall Emitter::gemmOperands(Operation *op, Value a, Value b) {
   if (!isLowPrecision(a))
     return {"gemm", "", ptr(a), ptr(b)};
-  std::string storage =
-      cast<RankedTensorType>(a.getType()).getElementType().isBF16()
-          ? "Storage16::Bf16"
-          : "Storage16::F16";
+  std::string storage = storage16(a).str();
   if (op->hasAttr(attr::kNative16BitGemm)) {
     if (!cuda() && error.empty())
       error = "16-bit GEMM operands without widening need the cuda target";
@@ -615,7 +627,7 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](GemmOp g) { emitGemm(g); })
       .Case([&](MatMulOp m) { emitMatMul(m); })
       .Case([&](ConvOp c) {
-        emitCall("conv2dForward(ctx, " +
+        emitCall(convCall("conv2dForward", c.getInput()) +
                  convParams(shapeOf(c.getInput()), shapeOf(c.getWeight()),
                             shapeOf(c.getOutput()), c.getStrides(),
                             c.getPads(), c.getDilations(), c.getGroup()) +
@@ -624,7 +636,7 @@ void Emitter::emitOpBody(Operation *op) {
                  ptr(c.getOutput()) + ", " + workspace(op) + ")");
       })
       .Case([&](ConvBackwardDataOp c) {
-        emitCall("conv2dBackwardData(ctx, " +
+        emitCall(convCall("conv2dBackwardData", c.getGrad()) +
                  convParams(shapeOf(c.getOutput()), shapeOf(c.getWeight()),
                             shapeOf(c.getGrad()), c.getStrides(), c.getPads(),
                             c.getDilations(), c.getGroup()) +
@@ -632,7 +644,7 @@ void Emitter::emitOpBody(Operation *op) {
                  ptr(c.getOutput()) + ", " + workspace(op) + ")");
       })
       .Case([&](ConvBackwardFilterOp c) {
-        emitCall("conv2dBackwardFilter(ctx, " +
+        emitCall(convCall("conv2dBackwardFilter", c.getGrad()) +
                  convParams(shapeOf(c.getInput()), shapeOf(c.getOutput()),
                             shapeOf(c.getGrad()), c.getStrides(), c.getPads(),
                             c.getDilations(), c.getGroup()) +

@@ -6,13 +6,17 @@
 //
 // Each (image, group) pair is lowered to one GEMM over an im2col matrix of
 // shape [cg * kh * kw, oh * ow] held in the workspace, which is exactly
-// conv2dWorkspaceBytes(p) bytes: the plan reserves no more.
+// conv2dWorkspaceBytes(p, kernel, storage16) bytes: the plan reserves no
+// more. 16-bit operands meet float32 GEMMs: the im2col widens the input as
+// it copies it, the weight is widened once per call and the output
+// gradient once per image into the rest of the workspace.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
 #include "mtc/runtime/Parallel.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
 #include <cstring>
@@ -52,15 +56,17 @@ bool validParams(Context &ctx, const Conv2dParams &p, const char *what) {
 
 /// col[r, oy * ow + ox] = x[ci, iy, ix] with r = (ci * kh + i) * kw + j,
 /// iy = oy * strideH - padTop + i * dilationH (likewise ix), or 0 where the
-/// tap falls into padding. `x` points at the group's first channel.
-void im2col(const Conv2dParams &p, const ConvShape &s, const float *x,
-            float *col) {
+/// tap falls into padding. `x` points at the group's first channel; T is
+/// float or uint16_t (bfloat16 when Bf16, else float16).
+template <typename T, bool Bf16>
+void im2colOf(const Conv2dParams &p, const ConvShape &s, const T *x,
+              float *col) {
   const bool parallel = s.patch * s.pixels >= cpu::kParallelGrain;
   cpu::parallelFor(0, s.patch, parallel, [&](int64_t r) {
     int64_t ci = r / (p.kh * p.kw);
     int64_t i = (r / p.kw) % p.kh;
     int64_t j = r % p.kw;
-    const float *plane = x + ci * s.inPlane;
+    const T *plane = x + ci * s.inPlane;
     float *dst = col + r * s.pixels;
     for (int64_t oy = 0; oy < p.oh; ++oy) {
       int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
@@ -70,13 +76,50 @@ void im2col(const Conv2dParams &p, const ConvShape &s, const float *x,
           row[ox] = 0.0f;
         continue;
       }
-      const float *src = plane + iy * p.w;
+      const T *src = plane + iy * p.w;
       for (int64_t ox = 0; ox < p.ow; ++ox) {
         int64_t ix = ox * p.strideW - p.padLeft + j * p.dilationW;
-        row[ox] = (ix >= 0 && ix < p.w) ? src[ix] : 0.0f;
+        row[ox] = (ix >= 0 && ix < p.w) ? storedToFloat(src[ix], Bf16) : 0.0f;
       }
     }
   });
+}
+
+/// A read-only operand as stored: float32, or 16 bits in `storage`.
+struct Operand {
+  const void *data;
+  bool low;
+  Storage16 storage;
+};
+
+Operand operand(const float *x) { return {x, false, Storage16::Bf16}; }
+Operand operand(Storage16 storage, const uint16_t *x) {
+  return {x, true, storage};
+}
+
+/// im2col of the channels of `x` from element `offset` on.
+void im2col(const Conv2dParams &p, const ConvShape &s, const Operand &x,
+            int64_t offset, float *col) {
+  if (!x.low)
+    im2colOf<float, false>(p, s, static_cast<const float *>(x.data) + offset,
+                           col);
+  else if (x.storage == Storage16::Bf16)
+    im2colOf<uint16_t, true>(
+        p, s, static_cast<const uint16_t *>(x.data) + offset, col);
+  else
+    im2colOf<uint16_t, false>(
+        p, s, static_cast<const uint16_t *>(x.data) + offset, col);
+}
+
+/// Elements [offset, offset + n) of `x` as float32: in place, or widened
+/// into `scratch`.
+const float *asFloat(Context &ctx, const Operand &x, int64_t offset, int64_t n,
+                     float *scratch) {
+  if (!x.low)
+    return static_cast<const float *>(x.data) + offset;
+  widen16(ctx, x.storage, static_cast<const uint16_t *>(x.data) + offset, n,
+          scratch);
+  return scratch;
 }
 
 /// The adjoint of im2col: dx[ci, iy, ix] += col[r, pixel] for every tap
@@ -105,20 +148,19 @@ void col2imAccumulate(const Conv2dParams &p, const ConvShape &s,
   });
 }
 
-} // namespace
-
-void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
-                   const float *w, const float *bias, float *y,
-                   float *workspace) {
+void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
+             const Operand &w, const float *bias, float *y, float *workspace) {
   if (!validParams(ctx, p, "conv2dForward"))
     return;
   ConvShape s = shapeOf(p);
+  float *col = workspace;
+  const float *wf = asFloat(ctx, w, 0, p.k * s.patch, col + s.patch * s.pixels);
   for (int64_t img = 0; img < p.n; ++img) {
     for (int64_t g = 0; g < p.groups; ++g) {
-      im2col(p, s, x + (img * p.c + g * s.cg) * s.inPlane, workspace);
+      im2col(p, s, x, (img * p.c + g * s.cg) * s.inPlane, col);
       // y[kg, pixels] = w_g[kg, patch] * col[patch, pixels]
       gemm(ctx, false, false, s.kg, s.pixels, s.patch, 1.0f,
-           w + g * s.kg * s.patch, s.patch, workspace, s.pixels, 0.0f,
+           wf + g * s.kg * s.patch, s.patch, col, s.pixels, 0.0f,
            y + (img * p.k + g * s.kg) * s.pixels, s.pixels);
     }
   }
@@ -133,28 +175,32 @@ void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
   });
 }
 
-void conv2dBackwardData(Context &ctx, const Conv2dParams &p, const float *dy,
-                        const float *w, float *dx, float *workspace) {
+void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
+                  const Operand &w, float *dx, float *workspace) {
   if (!validParams(ctx, p, "conv2dBackwardData"))
     return;
   ConvShape s = shapeOf(p);
+  float *col = workspace, *scratch = col + s.patch * s.pixels;
+  const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
+  if (w.low)
+    scratch += p.k * s.patch;
   if (p.n * p.c * s.inPlane > 0)
     std::memset(dx, 0, sizeof(float) * p.n * p.c * s.inPlane);
   for (int64_t img = 0; img < p.n; ++img) {
+    const float *dyf =
+        asFloat(ctx, dy, img * p.k * s.pixels, p.k * s.pixels, scratch);
     for (int64_t g = 0; g < p.groups; ++g) {
       // col[patch, pixels] = w_g^T[patch, kg] * dy_g[kg, pixels]
       gemm(ctx, true, false, s.patch, s.pixels, s.kg, 1.0f,
-           w + g * s.kg * s.patch, s.patch,
-           dy + (img * p.k + g * s.kg) * s.pixels, s.pixels, 0.0f, workspace,
-           s.pixels);
-      col2imAccumulate(p, s, workspace,
-                       dx + (img * p.c + g * s.cg) * s.inPlane);
+           wf + g * s.kg * s.patch, s.patch, dyf + g * s.kg * s.pixels,
+           s.pixels, 0.0f, col, s.pixels);
+      col2imAccumulate(p, s, col, dx + (img * p.c + g * s.cg) * s.inPlane);
     }
   }
 }
 
-void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
-                          const float *dy, float *dw, float *workspace) {
+void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
+                    const Operand &dy, float *dw, float *workspace) {
   if (!validParams(ctx, p, "conv2dBackwardFilter"))
     return;
   ConvShape s = shapeOf(p);
@@ -163,15 +209,56 @@ void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
       std::memset(dw, 0, sizeof(float) * p.k * s.patch);
     return;
   }
+  float *col = workspace, *scratch = col + s.patch * s.pixels;
   for (int64_t img = 0; img < p.n; ++img) {
+    const float *dyf =
+        asFloat(ctx, dy, img * p.k * s.pixels, p.k * s.pixels, scratch);
     for (int64_t g = 0; g < p.groups; ++g) {
-      im2col(p, s, x + (img * p.c + g * s.cg) * s.inPlane, workspace);
+      im2col(p, s, x, (img * p.c + g * s.cg) * s.inPlane, col);
       // dw_g[kg, patch] (+)= dy_g[kg, pixels] * col^T[pixels, patch]
       gemm(ctx, false, true, s.kg, s.patch, s.pixels, 1.0f,
-           dy + (img * p.k + g * s.kg) * s.pixels, s.pixels, workspace,
-           s.pixels, img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
+           dyf + g * s.kg * s.pixels, s.pixels, col, s.pixels,
+           img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
     }
   }
+}
+
+} // namespace
+
+void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
+                   const float *w, const float *bias, float *y,
+                   float *workspace) {
+  forward(ctx, p, operand(x), operand(w), bias, y, workspace);
+}
+
+void conv2dBackwardData(Context &ctx, const Conv2dParams &p, const float *dy,
+                        const float *w, float *dx, float *workspace) {
+  backwardData(ctx, p, operand(dy), operand(w), dx, workspace);
+}
+
+void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
+                          const float *dy, float *dw, float *workspace) {
+  backwardFilter(ctx, p, operand(x), operand(dy), dw, workspace);
+}
+
+void conv2dForward16(Context &ctx, Storage16 storage, const Conv2dParams &p,
+                     const uint16_t *x, const uint16_t *w, const float *bias,
+                     float *y, float *workspace) {
+  forward(ctx, p, operand(storage, x), operand(storage, w), bias, y, workspace);
+}
+
+void conv2dBackwardData16(Context &ctx, Storage16 storage,
+                          const Conv2dParams &p, const uint16_t *dy,
+                          const uint16_t *w, float *dx, float *workspace) {
+  backwardData(ctx, p, operand(storage, dy), operand(storage, w), dx,
+               workspace);
+}
+
+void conv2dBackwardFilter16(Context &ctx, Storage16 storage,
+                            const Conv2dParams &p, const uint16_t *x,
+                            const uint16_t *dy, float *dw, float *workspace) {
+  backwardFilter(ctx, p, operand(storage, x), operand(storage, dy), dw,
+                 workspace);
 }
 
 } // namespace mtc::rt

@@ -6,7 +6,8 @@
 //
 // The structure mirrors cpu/Conv.cpp: each (image, group) pair is one GEMM
 // over an im2col matrix [cg * kh * kw, oh * ow] in the workspace, which is
-// exactly conv2dWorkspaceBytes(p) bytes. The one difference is col2im: on
+// exactly conv2dWorkspaceBytes(p, kernel, storage16) bytes, and 16-bit
+// operands are widened the same way. The one difference is col2im: on
 // the GPU every dx element gathers the taps that read it (one thread per
 // element, fixed order) instead of being scattered into, which needs no
 // atomics, no zeroing pass and is deterministic.
@@ -15,6 +16,7 @@
 
 #include "Launch.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
 #include <string>
@@ -53,8 +55,10 @@ bool validParams(Context &ctx, const Conv2dParams &p, const char *what) {
 }
 
 /// col[r, oy * ow + ox] = x[ci, iy, ix] (0 in padding), r = (ci * kh + i) *
-/// kw + j; one thread per col element, so writes are coalesced.
-__global__ void im2colKernel(Conv2dParams p, ConvShape s, const float *x,
+/// kw + j; one thread per col element, so writes are coalesced. T is float
+/// or uint16_t (bfloat16 when Bf16, else float16).
+template <typename T, bool Bf16>
+__global__ void im2colKernel(Conv2dParams p, ConvShape s, const T *x,
                              float *col) {
   int64_t total = s.patch * s.pixels;
   for (int64_t idx = cuda::threadIndex(); idx < total;
@@ -67,7 +71,7 @@ __global__ void im2colKernel(Conv2dParams p, ConvShape s, const float *x,
     int64_t iy = (pixel / p.ow) * p.strideH - p.padTop + i * p.dilationH;
     int64_t ix = (pixel % p.ow) * p.strideW - p.padLeft + j * p.dilationW;
     col[idx] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
-                   ? x[ci * s.inPlane + iy * p.w + ix]
+                   ? storedToFloat(x[ci * s.inPlane + iy * p.w + ix], Bf16)
                    : 0.0f;
   }
 }
@@ -108,27 +112,62 @@ __global__ void addBiasKernel(int64_t planes, int64_t k, int64_t pixels,
     y[idx] += bias[(idx / pixels) % k];
 }
 
+/// A read-only operand as stored: float32, or 16 bits in `storage`.
+struct Operand {
+  const void *data;
+  bool low;
+  Storage16 storage;
+};
+
+Operand operand(const float *x) { return {x, false, Storage16::Bf16}; }
+Operand operand(Storage16 storage, const uint16_t *x) {
+  return {x, true, storage};
+}
+
+template <typename T, bool Bf16>
+void launchIm2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+                  const void *x, int64_t offset, float *col) {
+  im2colKernel<T, Bf16>
+      <<<cuda::gridFor(s.patch * s.pixels), cuda::kBlock, 0, ctx.stream>>>(
+          p, s, static_cast<const T *>(x) + offset, col);
+}
+
+/// im2col of the channels of `x` from element `offset` on.
 void im2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-            const float *x, float *col) {
-  im2colKernel<<<cuda::gridFor(s.patch * s.pixels), cuda::kBlock, 0,
-                 ctx.stream>>>(p, s, x, col);
+            const Operand &x, int64_t offset, float *col) {
+  if (!x.low)
+    launchIm2col<float, false>(ctx, p, s, x.data, offset, col);
+  else if (x.storage == Storage16::Bf16)
+    launchIm2col<uint16_t, true>(ctx, p, s, x.data, offset, col);
+  else
+    launchIm2col<uint16_t, false>(ctx, p, s, x.data, offset, col);
   checkLaunch(ctx, "im2colKernel");
 }
 
-} // namespace
+/// Elements [offset, offset + n) of `x` as float32: in place, or widened
+/// into `scratch`.
+const float *asFloat(Context &ctx, const Operand &x, int64_t offset, int64_t n,
+                     float *scratch) {
+  if (!x.low)
+    return static_cast<const float *>(x.data) + offset;
+  widen16(ctx, x.storage, static_cast<const uint16_t *>(x.data) + offset, n,
+          scratch);
+  return scratch;
+}
 
-void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
-                   const float *w, const float *bias, float *y,
-                   float *workspace) {
+void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
+             const Operand &w, const float *bias, float *y, float *workspace) {
   if (!validParams(ctx, p, "conv2dForward"))
     return;
   ConvShape s = shapeOf(p);
+  float *col = workspace;
+  const float *wf = asFloat(ctx, w, 0, p.k * s.patch, col + s.patch * s.pixels);
   for (int64_t img = 0; img < p.n; ++img) {
     for (int64_t g = 0; g < p.groups; ++g) {
-      im2col(ctx, p, s, x + (img * p.c + g * s.cg) * s.inPlane, workspace);
+      im2col(ctx, p, s, x, (img * p.c + g * s.cg) * s.inPlane, col);
       // y[kg, pixels] = w_g[kg, patch] * col[patch, pixels]
       gemm(ctx, false, false, s.kg, s.pixels, s.patch, 1.0f,
-           w + g * s.kg * s.patch, s.patch, workspace, s.pixels, 0.0f,
+           wf + g * s.kg * s.patch, s.patch, col, s.pixels, 0.0f,
            y + (img * p.k + g * s.kg) * s.pixels, s.pixels);
     }
   }
@@ -139,30 +178,35 @@ void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
   checkLaunch(ctx, "addBiasKernel");
 }
 
-void conv2dBackwardData(Context &ctx, const Conv2dParams &p, const float *dy,
-                        const float *w, float *dx, float *workspace) {
+void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
+                  const Operand &w, float *dx, float *workspace) {
   if (!validParams(ctx, p, "conv2dBackwardData"))
     return;
   ConvShape s = shapeOf(p);
+  float *col = workspace, *scratch = col + s.patch * s.pixels;
+  const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
+  if (w.low)
+    scratch += p.k * s.patch;
   for (int64_t img = 0; img < p.n; ++img) {
+    const float *dyf =
+        asFloat(ctx, dy, img * p.k * s.pixels, p.k * s.pixels, scratch);
     for (int64_t g = 0; g < p.groups; ++g) {
       // col[patch, pixels] = w_g^T[patch, kg] * dy_g[kg, pixels]
       gemm(ctx, true, false, s.patch, s.pixels, s.kg, 1.0f,
-           w + g * s.kg * s.patch, s.patch,
-           dy + (img * p.k + g * s.kg) * s.pixels, s.pixels, 0.0f, workspace,
-           s.pixels);
+           wf + g * s.kg * s.patch, s.patch, dyf + g * s.kg * s.pixels,
+           s.pixels, 0.0f, col, s.pixels);
       if (s.cg * s.inPlane == 0)
         continue;
       col2imKernel<<<cuda::gridFor(s.cg * s.inPlane), cuda::kBlock, 0,
-                     ctx.stream>>>(p, s, workspace,
+                     ctx.stream>>>(p, s, col,
                                    dx + (img * p.c + g * s.cg) * s.inPlane);
       checkLaunch(ctx, "col2imKernel");
     }
   }
 }
 
-void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
-                          const float *dy, float *dw, float *workspace) {
+void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
+                    const Operand &dy, float *dw, float *workspace) {
   if (!validParams(ctx, p, "conv2dBackwardFilter"))
     return;
   ConvShape s = shapeOf(p);
@@ -171,15 +215,56 @@ void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
       cudaMemsetAsync(dw, 0, sizeof(float) * p.k * s.patch, ctx.stream);
     return;
   }
+  float *col = workspace, *scratch = col + s.patch * s.pixels;
   for (int64_t img = 0; img < p.n; ++img) {
+    const float *dyf =
+        asFloat(ctx, dy, img * p.k * s.pixels, p.k * s.pixels, scratch);
     for (int64_t g = 0; g < p.groups; ++g) {
-      im2col(ctx, p, s, x + (img * p.c + g * s.cg) * s.inPlane, workspace);
+      im2col(ctx, p, s, x, (img * p.c + g * s.cg) * s.inPlane, col);
       // dw_g[kg, patch] (+)= dy_g[kg, pixels] * col^T[pixels, patch]
       gemm(ctx, false, true, s.kg, s.patch, s.pixels, 1.0f,
-           dy + (img * p.k + g * s.kg) * s.pixels, s.pixels, workspace,
-           s.pixels, img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
+           dyf + g * s.kg * s.pixels, s.pixels, col, s.pixels,
+           img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
     }
   }
+}
+
+} // namespace
+
+void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
+                   const float *w, const float *bias, float *y,
+                   float *workspace) {
+  forward(ctx, p, operand(x), operand(w), bias, y, workspace);
+}
+
+void conv2dBackwardData(Context &ctx, const Conv2dParams &p, const float *dy,
+                        const float *w, float *dx, float *workspace) {
+  backwardData(ctx, p, operand(dy), operand(w), dx, workspace);
+}
+
+void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
+                          const float *dy, float *dw, float *workspace) {
+  backwardFilter(ctx, p, operand(x), operand(dy), dw, workspace);
+}
+
+void conv2dForward16(Context &ctx, Storage16 storage, const Conv2dParams &p,
+                     const uint16_t *x, const uint16_t *w, const float *bias,
+                     float *y, float *workspace) {
+  forward(ctx, p, operand(storage, x), operand(storage, w), bias, y, workspace);
+}
+
+void conv2dBackwardData16(Context &ctx, Storage16 storage,
+                          const Conv2dParams &p, const uint16_t *dy,
+                          const uint16_t *w, float *dx, float *workspace) {
+  backwardData(ctx, p, operand(storage, dy), operand(storage, w), dx,
+               workspace);
+}
+
+void conv2dBackwardFilter16(Context &ctx, Storage16 storage,
+                            const Conv2dParams &p, const uint16_t *x,
+                            const uint16_t *dy, float *dw, float *workspace) {
+  backwardFilter(ctx, p, operand(storage, x), operand(storage, dy), dw,
+                 workspace);
 }
 
 } // namespace mtc::rt

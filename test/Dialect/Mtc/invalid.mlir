@@ -236,3 +236,35 @@ func.func @gemm_mixed_precision(%a: tensor<2x3xbf16>, %b: tensor<3x4xf32>) {
   %y = mtc.gemm %a, %b : (tensor<2x3xbf16>, tensor<3x4xf32>) -> tensor<2x4xf32>
   return
 }
+
+// -----
+
+func.func @conv_mixed_precision(%x: tensor<1x2x4x4xbf16>, %w: tensor<3x2x3x3xf16>) {
+  // expected-error@+1 {{operands are stored in different precisions: 'tensor<1x2x4x4xbf16>' and 'tensor<3x2x3x3xf16>'}}
+  %y = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x2x4x4xbf16>, tensor<3x2x3x3xf16>) -> tensor<1x3x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @conv_filter_mixed_precision(%x: tensor<1x2x4x4xf32>, %dy: tensor<1x3x4x4xbf16>) {
+  // expected-error@+1 {{operands are stored in different precisions}}
+  %dw = mtc.conv_backward_filter %x, %dy {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x2x4x4xf32>, tensor<1x3x4x4xbf16>) -> tensor<3x2x3x3xf32>
+  return
+}
+
+// -----
+
+func.func @conv_16bit_result(%dy: tensor<1x3x4x4xbf16>, %w: tensor<3x2x3x3xbf16>) {
+  // expected-error@+1 {{result #0 must be statically shaped tensor of 32-bit float values}}
+  %dx = mtc.conv_backward_data %dy, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x3x4x4xbf16>, tensor<3x2x3x3xbf16>) -> tensor<1x2x4x4xbf16>
+  return
+}
+
+// -----
+
+func.func @conv_16bit_bias(%x: tensor<1x2x4x4xbf16>, %w: tensor<3x2x3x3xbf16>, %b: tensor<3xbf16>) {
+  // expected-error@+1 {{operand #2 must be statically shaped tensor of 32-bit float values}}
+  %y = mtc.conv %x, %w, %b {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x2x4x4xbf16>, tensor<3x2x3x3xbf16>, tensor<3xbf16>) -> tensor<1x3x4x4xf32>
+  return
+}

@@ -140,6 +140,18 @@ func.func @real_model_ops(%x: tensor<2x8x4x4xf32>, %g: tensor<8xf32>, %m: tensor
   return %er, %rm, %e, %dx, %de : tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<2x8x32xf32>, tensor<2x8x4x4xf32>, tensor<50x32xf32>
 }
 
+// 16-bit convolution operands (--precision); results and the bias are f32.
+// CHECK-LABEL: func @conv_16bit
+// CHECK: mtc.conv {{.*}} : (tensor<2x4x8x8xbf16>, tensor<8x4x3x3xbf16>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+// CHECK: mtc.conv_backward_data {{.*}} : (tensor<2x8x8x8xf16>, tensor<8x4x3x3xf16>) -> tensor<2x4x8x8xf32>
+// CHECK: mtc.conv_backward_filter {{.*}} : (tensor<2x4x8x8xbf16>, tensor<2x8x8x8xbf16>) -> tensor<8x4x3x3xf32>
+func.func @conv_16bit(%x: tensor<2x4x8x8xbf16>, %w: tensor<8x4x3x3xbf16>, %b: tensor<8xf32>, %dyh: tensor<2x8x8x8xf16>, %wh: tensor<8x4x3x3xf16>, %dy: tensor<2x8x8x8xbf16>) -> (tensor<2x8x8x8xf32>, tensor<2x4x8x8xf32>, tensor<8x4x3x3xf32>) {
+  %0 = mtc.conv %x, %w, %b {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x4x8x8xbf16>, tensor<8x4x3x3xbf16>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+  %1 = mtc.conv_backward_data %dyh, %wh {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x8x8x8xf16>, tensor<8x4x3x3xf16>) -> tensor<2x4x8x8xf32>
+  %2 = mtc.conv_backward_filter %x, %dy {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x4x8x8xbf16>, tensor<2x8x8x8xbf16>) -> tensor<8x4x3x3xf32>
+  return %0, %1, %2 : tensor<2x8x8x8xf32>, tensor<2x4x8x8xf32>, tensor<8x4x3x3xf32>
+}
+
 // CHECK-LABEL: func @convert
 // CHECK: mtc.convert %{{.+}} : tensor<4x8xf32> to tensor<4x8xbf16>
 // CHECK: mtc.convert %{{.+}} : tensor<4x8xbf16> to tensor<4x8xf32>

@@ -132,6 +132,90 @@ TEST_F(Kernels, Conv2dPaddingAndGroups) {
   expectNear(download(y, 8), {10, 10, 10, 10, 100, 100, 100, 100});
 }
 
+TEST_F(Kernels, Conv2d16BitOperands) {
+  // Two images (the second is twice the first) of two 2x2 channels, two
+  // groups, 3x3 kernels with padding 1 (all 1 in group 0, all 2 in group
+  // 1): every output sees its whole channel. All values are exact in both
+  // 16-bit formats, so the float32 results are exact.
+  Conv2dParams p{};
+  p.n = 2, p.c = 2, p.h = 2, p.w = 2;
+  p.k = 2, p.kh = 3, p.kw = 3;
+  p.oh = 2, p.ow = 2;
+  p.strideH = p.strideW = 1;
+  p.padTop = p.padLeft = 1;
+  p.dilationH = p.dilationW = 1;
+  p.groups = 2;
+  const float image[] = {1, 2, 3, 4, 10, 20, 30, 40};
+  std::vector<float> x, w, dy;
+  for (int img = 0; img < 2; ++img)
+    for (float v : image)
+      x.push_back(v * (img + 1));
+  for (int i = 0; i < 18; ++i)
+    w.push_back(i < 9 ? 1.0f : 2.0f);
+  for (int i = 0; i < 16; ++i)
+    dy.push_back(i < 8 ? 1.0f : 2.0f); // 1 for image 0, 2 for image 1
+  // dw(i, j) of a [[a, b], [c, d]] channel with dy = 1: the cells that tap
+  // (i, j) reads, rows {0}, {0, 1}, {1} for i = 0, 1, 2 (likewise columns).
+  auto taps = [](float a, float b, float c, float d) {
+    return std::vector<float>{a,     a + b, b,     a + c, a + b + c + d,
+                              b + d, c,     c + d, d};
+  };
+  std::vector<float> dw0 = taps(1, 2, 3, 4), dw1 = taps(10, 20, 30, 40);
+  std::vector<float> dwExpected;
+  for (float v : dw0)
+    dwExpected.push_back(5 * v); // image 0 with dy 1, image 1 (2x) with 2
+  for (float v : dw1)
+    dwExpected.push_back(5 * v);
+
+  const size_t guard = 4;
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    SCOPED_TRACE(storage == Storage16::Bf16 ? "bf16" : "f16");
+    auto narrow = [&](const std::vector<float> &v) {
+      std::vector<uint16_t> h;
+      for (float f : v)
+        h.push_back(storage == Storage16::Bf16 ? floatToBf16(f)
+                                               : floatToHalf(f));
+      return upload(h);
+    };
+    uint16_t *xh = narrow(x), *wh = narrow(w), *dyh = narrow(dy);
+    float *bias = upload<float>({0.5f, -0.5f});
+    auto workspace = [&](ConvKernel kernel, size_t &floats) {
+      floats = conv2dWorkspaceBytes(p, kernel, true) / sizeof(float);
+      return upload(std::vector<float>(floats, kSentinel), guard);
+    };
+    // The kernels use exactly the planned bytes: the last float and not
+    // one past it.
+    auto checkGuard = [&](float *ws, size_t floats) {
+      EXPECT_NE(download(ws + floats - 1, 1)[0], kSentinel);
+      for (float v : download(ws + floats, guard))
+        EXPECT_EQ(v, kSentinel);
+    };
+    size_t floats = 0;
+
+    float *y = upload<float>(std::vector<float>(16, 0.0f));
+    float *ws = workspace(ConvKernel::Forward, floats);
+    conv2dForward16(ctx, storage, p, xh, wh, bias, y, ws);
+    expectNear(download(y, 16),
+               {10.5f, 10.5f, 10.5f, 10.5f, 199.5f, 199.5f, 199.5f, 199.5f,
+                20.5f, 20.5f, 20.5f, 20.5f, 399.5f, 399.5f, 399.5f, 399.5f});
+    checkGuard(ws, floats);
+
+    // Each input cell is read by all 4 outputs of its channel.
+    float *dx = upload<float>(std::vector<float>(16, 7.0f));
+    ws = workspace(ConvKernel::BackwardData, floats);
+    conv2dBackwardData16(ctx, storage, p, dyh, wh, dx, ws);
+    expectNear(download(dx, 16),
+               {4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8, 8, 16, 16, 16, 16});
+    checkGuard(ws, floats);
+
+    float *dw = upload<float>(std::vector<float>(18, 7.0f));
+    ws = workspace(ConvKernel::BackwardFilter, floats);
+    conv2dBackwardFilter16(ctx, storage, p, xh, dyh, dw, ws);
+    expectNear(download(dw, 18), dwExpected);
+    checkGuard(ws, floats);
+  }
+}
+
 TEST_F(Kernels, MaxPoolTiesAndPadding) {
   Pool2dParams p{};
   p.n = 1, p.c = 1, p.h = 2, p.w = 2;

@@ -24,6 +24,12 @@ static ArrayRef<int64_t> shapeOf(Value v) {
 
 static int64_t numel(Value v) { return getNumElements(v.getType()); }
 
+/// Whether `v` is stored in bfloat16 or float16.
+static bool isStorage16(Value v) {
+  Type e = cast<RankedTensorType>(v.getType()).getElementType();
+  return e.isBF16() || e.isF16();
+}
+
 int64_t ConstantOp::getFlops() { return 0; }
 
 #define MTC_ELEMENTWISE_FLOPS(OP, PER_ELEMENT)                                 \
@@ -123,11 +129,7 @@ int64_t ConvOp::getFlops() {
 /// 16-bit GEMM operands are widened to float32 before the multiply (the
 /// CPU's BLAS), unless the target multiplies them directly (cuBLAS).
 static int64_t widenedBytes(Operation *op, Value a, Value b) {
-  auto low = [](Value v) {
-    Type e = cast<RankedTensorType>(v.getType()).getElementType();
-    return e.isBF16() || e.isF16();
-  };
-  if (!low(a) || op->hasAttr(attr::kNative16BitGemm))
+  if (!isStorage16(a) || op->hasAttr(attr::kNative16BitGemm))
     return 0;
   return 4 * (numel(a) + numel(b));
 }
@@ -141,27 +143,31 @@ int64_t MatMulOp::getWorkspaceBytes() {
 }
 
 int64_t ConvOp::getWorkspaceBytes() {
-  return rt::conv2dWorkspaceBytes(convParams(
-      shapeOf(getInput()), shapeOf(getWeight()), shapeOf(getOutput()),
-      getStrides(), getPads(), getDilations(), getGroup()));
+  return rt::conv2dWorkspaceBytes(
+      convParams(shapeOf(getInput()), shapeOf(getWeight()),
+                 shapeOf(getOutput()), getStrides(), getPads(), getDilations(),
+                 getGroup()),
+      rt::ConvKernel::Forward, isStorage16(getInput()));
 }
 
 int64_t ConvBackwardDataOp::getFlops() {
   return 2 * convMacs(shapeOf(getWeight()), shapeOf(getGrad()));
 }
 int64_t ConvBackwardDataOp::getWorkspaceBytes() {
-  return rt::conv2dWorkspaceBytes(convParams(
-      shapeOf(getOutput()), shapeOf(getWeight()), shapeOf(getGrad()),
-      getStrides(), getPads(), getDilations(), getGroup()));
+  return rt::conv2dWorkspaceBytes(
+      convParams(shapeOf(getOutput()), shapeOf(getWeight()), shapeOf(getGrad()),
+                 getStrides(), getPads(), getDilations(), getGroup()),
+      rt::ConvKernel::BackwardData, isStorage16(getGrad()));
 }
 
 int64_t ConvBackwardFilterOp::getFlops() {
   return 2 * convMacs(shapeOf(getOutput()), shapeOf(getGrad()));
 }
 int64_t ConvBackwardFilterOp::getWorkspaceBytes() {
-  return rt::conv2dWorkspaceBytes(convParams(
-      shapeOf(getInput()), shapeOf(getOutput()), shapeOf(getGrad()),
-      getStrides(), getPads(), getDilations(), getGroup()));
+  return rt::conv2dWorkspaceBytes(
+      convParams(shapeOf(getInput()), shapeOf(getOutput()), shapeOf(getGrad()),
+                 getStrides(), getPads(), getDilations(), getGroup()),
+      rt::ConvKernel::BackwardFilter, isStorage16(getGrad()));
 }
 
 static int64_t window(ArrayRef<int64_t> kernel) { return kernel[0] * kernel[1]; }

@@ -244,7 +244,18 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *,
     return emitOptionalError(loc, "conv expects 4-D input and weight");
   int64_t oh = windowOutput(x[2], w[2], s[0], p[0], p[2], d[0], false);
   int64_t ow = windowOutput(x[3], w[3], s[1], p[1], p[3], d[1], false);
-  types.push_back(tensorOf({x[0], w[0], oh, ow}, elementOf(adaptor.getInput())));
+  // 16-bit operands multiply exactly and accumulate in float32.
+  types.push_back(tensorOf({x[0], w[0], oh, ow},
+                           Float32Type::get(adaptor.getInput().getContext())));
+  return success();
+}
+
+/// The two tensor operands of a convolution op are stored alike.
+static LogicalResult verifyConvStorage(Operation *op) {
+  if (elementOf(op->getOperand(0)) != elementOf(op->getOperand(1)))
+    return op->emitOpError("operands are stored in different precisions: ")
+           << op->getOperand(0).getType() << " and "
+           << op->getOperand(1).getType();
   return success();
 }
 
@@ -256,7 +267,8 @@ static LogicalResult verifyConvShapes(Operation *op, ArrayRef<int64_t> x,
                                       ArrayRef<int64_t> dilations,
                                       int64_t group) {
   auto err = [&] { return op->emitOpError(); };
-  if (failed(verifyWindowAttrs(err, strides, pads, dilations)))
+  if (failed(verifyConvStorage(op)) ||
+      failed(verifyWindowAttrs(err, strides, pads, dilations)))
     return failure();
   if (x.size() != 4 || w.size() != 4 || y.size() != 4)
     return op->emitOpError("expects 4-D input, weight and output");

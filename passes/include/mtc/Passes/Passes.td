@@ -109,19 +109,21 @@ def OptimizerPass : Pass<"mtc-optimizer", "mlir::ModuleOp"> {
 //===----------------------------------------------------------------------===//
 
 def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
-  let summary = "Run GEMMs on bfloat16 or float16 operands";
+  let summary = "Run GEMMs and convolutions on bfloat16 or float16 operands";
   let description = [{
-    In `@train_step` and `@eval_step`, converts both operands of every
-    `mtc.gemm` and `mtc.matmul` (forward and backward) to the chosen 16-bit
-    format; the product accumulates in float32 and the result stays
-    float32, as does everything else (softmax, norms, reductions, losses,
-    parameters and optimizer state). Each value is converted once, before
-    its first GEMM, and the copy serves every later GEMM: a parameter is
-    converted once per step, an activation the backward GEMMs need is
-    saved in 16 bits. In `@train_step`, every other forward value of 4096
-    or more elements that the backward pass reads is kept in 16 bits
-    between the passes (rounded after its last forward use, widened back
-    right before its first backward use). `precision=fp32` changes nothing.
+    In `@train_step` and `@eval_step`, converts both tensor operands of
+    every `mtc.gemm`, `mtc.matmul`, `mtc.conv`, `mtc.conv_backward_data`
+    and `mtc.conv_backward_filter` (forward and backward) to the chosen
+    16-bit format; the products accumulate in float32 and the result stays
+    float32, as does everything else (biases, softmax, norms, pooling,
+    reductions, losses, parameters and optimizer state). Each value is
+    converted once, before its first such op, and the copy serves every
+    later one: a parameter is converted once per step, an activation the
+    backward GEMMs or convolutions need is saved in 16 bits. In
+    `@train_step`, every other forward value of 4096 or more elements that
+    the backward pass reads is kept in 16 bits between the passes (rounded
+    after its last forward use, widened back right before its first
+    backward use). `precision=fp32` changes nothing.
 
     Example: `mtc-opt --mtc-precision="precision=bf16"`
   }];

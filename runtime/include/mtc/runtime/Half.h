@@ -91,6 +91,14 @@ MTC_HOST_DEVICE inline float halfToFloat(uint16_t h) {
   return bitsToFloat(sign | floatBits(magnitude));
 }
 
+/// A stored element as float32, for kernels instantiated per storage type:
+/// float32 as is, a 16-bit value widened from bfloat16 when `bf16` (else
+/// from float16).
+MTC_HOST_DEVICE inline float storedToFloat(float v, bool) { return v; }
+MTC_HOST_DEVICE inline float storedToFloat(uint16_t h, bool bf16) {
+  return bf16 ? bf16ToFloat(h) : halfToFloat(h);
+}
+
 } // namespace mtc::rt
 
 #endif // MTC_RUNTIME_HALF_H

@@ -28,6 +28,9 @@ struct Context;
 /// Maximum tensor rank the strided kernels accept.
 constexpr int kMaxRank = 8;
 
+/// How a 16-bit float tensor is stored.
+enum class Storage16 : int { Bf16 = 0, F16 = 1 };
+
 //===----------------------------------------------------------------------===//
 // GEMM
 //===----------------------------------------------------------------------===//
@@ -61,11 +64,25 @@ struct Conv2dParams {
   int64_t groups;
 };
 
-/// Bytes of scratch the convolution kernels need (im2col of one image).
+/// Which of the three convolution kernels a workspace is for.
+enum class ConvKernel : int { Forward, BackwardData, BackwardFilter };
+
+/// Bytes of scratch a convolution kernel needs: the im2col matrix of one
+/// image (float32). With 16-bit operands (the *16 entry points) the im2col
+/// widens the input as it reads it, and float32 copies of the other
+/// operands follow the matrix: the whole weight (forward, backward data),
+/// then one image's output gradient (backward data, backward filter).
 /// The compiler plans exactly this many bytes as the op's temporary.
-inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p) {
-  return static_cast<uint64_t>(p.c / p.groups) * p.kh * p.kw * p.oh * p.ow *
-         sizeof(float);
+inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p,
+                                     ConvKernel kernel = ConvKernel::Forward,
+                                     bool storage16 = false) {
+  int64_t patch = p.c / p.groups * p.kh * p.kw, pixels = p.oh * p.ow;
+  int64_t floats = patch * pixels;
+  if (storage16 && kernel != ConvKernel::BackwardFilter)
+    floats += p.k * patch;
+  if (storage16 && kernel != ConvKernel::Forward)
+    floats += p.k * pixels;
+  return static_cast<uint64_t>(floats) * sizeof(float);
 }
 
 /// y = conv(x, w) (+ bias[k] when bias is non-null).
@@ -78,6 +95,19 @@ void conv2dBackwardData(Context &ctx, const Conv2dParams &p, const float *dy,
 /// dw = sum_n dy (x) im2col(x); dw is overwritten.
 void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
                           const float *dy, float *dw, float *workspace);
+
+/// The same with x, w and dy stored in 16 bits (all in `storage`): they are
+/// widened to float32 (exact), the products accumulate in float32, and the
+/// bias and results are float32, as for the GEMMs of --precision bf16/fp16.
+void conv2dForward16(Context &ctx, Storage16 storage, const Conv2dParams &p,
+                     const uint16_t *x, const uint16_t *w, const float *bias,
+                     float *y, float *workspace);
+void conv2dBackwardData16(Context &ctx, Storage16 storage,
+                          const Conv2dParams &p, const uint16_t *dy,
+                          const uint16_t *w, float *dx, float *workspace);
+void conv2dBackwardFilter16(Context &ctx, Storage16 storage,
+                            const Conv2dParams &p, const uint16_t *x,
+                            const uint16_t *dy, float *dw, float *workspace);
 
 //===----------------------------------------------------------------------===//
 // Pooling (2-D, NCHW)
@@ -261,9 +291,6 @@ void countCorrect(Context &ctx, int64_t n, int64_t c, int64_t d,
 //===----------------------------------------------------------------------===//
 
 void fill(Context &ctx, float *y, int64_t n, float value);
-
-/// How a 16-bit float tensor is stored.
-enum class Storage16 : int { Bf16 = 0, F16 = 1 };
 
 /// y[i] = x[i] widened to float32 (exact), for `n` 16-bit values: the
 /// operands of a GEMM whose inputs are stored in 16 bits, which then

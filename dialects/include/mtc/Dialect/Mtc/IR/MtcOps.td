@@ -294,7 +294,9 @@ def Mtc_ConvOp : Mtc_DiffOp<"conv", [InferTypeOpAdaptor,
   let summary = "2-D convolution (ONNX Conv)";
   let description = [{
     NCHW input, OIHW weight (`I = C / group`), optional bias of `O`
-    elements. `pads` is `[top, left, bottom, right]`.
+    elements. `pads` is `[top, left, bottom, right]`. Input and weight may
+    be stored in bfloat16 or float16 (both the same): the products are
+    exact and accumulate in float32; the bias and the result are float32.
 
     Example:
 
@@ -305,7 +307,8 @@ def Mtc_ConvOp : Mtc_DiffOp<"conv", [InferTypeOpAdaptor,
            tensor<8xf32>) -> tensor<8x8x16x16xf32>
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$weight,
+  let arguments = (ins Mtc_StorageFloatTensor:$input,
+                   Mtc_StorageFloatTensor:$weight,
                    Optional<Mtc_FloatTensor>:$bias,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                    DenseI64ArrayAttr:$dilations, I64Attr:$group);
@@ -320,7 +323,9 @@ def Mtc_ConvBackwardDataOp : Mtc_ComputeOp<"conv_backward_data", [
   let summary = "Gradient of a convolution with respect to its input";
   let description = [{
     The transposed convolution of `grad` (dY) with `weight`; the result has
-    the shape of the forward input. Attributes are the forward op's.
+    the shape of the forward input. Attributes are the forward op's. As for
+    `mtc.conv`, both operands may be stored in 16 bits (the same format);
+    the result is float32.
 
     Example:
 
@@ -331,7 +336,8 @@ def Mtc_ConvBackwardDataOp : Mtc_ComputeOp<"conv_backward_data", [
             -> tensor<8x3x16x16xf32>
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$weight,
+  let arguments = (ins Mtc_StorageFloatTensor:$grad,
+                   Mtc_StorageFloatTensor:$weight,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                    DenseI64ArrayAttr:$dilations, I64Attr:$group);
   let results = (outs Mtc_FloatTensor:$output);
@@ -345,7 +351,9 @@ def Mtc_ConvBackwardFilterOp : Mtc_ComputeOp<"conv_backward_filter", [
   let summary = "Gradient of a convolution with respect to its weight";
   let description = [{
     Correlates the forward `input` with `grad` (dY); the result has the
-    weight's shape. Attributes are the forward op's.
+    weight's shape. Attributes are the forward op's. As for `mtc.conv`,
+    both operands may be stored in 16 bits (the same format); the result
+    is float32.
 
     Example:
 
@@ -356,7 +364,8 @@ def Mtc_ConvBackwardFilterOp : Mtc_ComputeOp<"conv_backward_filter", [
             -> tensor<8x3x3x3xf32>
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$grad,
+  let arguments = (ins Mtc_StorageFloatTensor:$input,
+                   Mtc_StorageFloatTensor:$grad,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                    DenseI64ArrayAttr:$dilations, I64Attr:$group);
   let results = (outs Mtc_FloatTensor:$output);
