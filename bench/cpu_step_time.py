@@ -10,13 +10,16 @@ the trainer through OMP_NUM_THREADS):
 * step time: the median wall time of steps 3..N (the first two warm up
   caches and allocators), the trainer's from its --metrics (`time_ms`,
   which includes the batch copy), PyTorch's measured around zero_grad +
-  forward + backward + step in the child;
+  forward + backward + step in the child; also the trainer compiled with
+  --no-fusion (every elementwise op its own loop);
 * peak RSS: of the trainer process, and of the PyTorch child minus a child
   that only imports torch and builds the model (the training increment).
 
 The ratios are mtc / PyTorch (below 1: mtc is faster / smaller), from one
-run on one machine. Prints a Markdown table; `--doc FILE` also writes it
-with this explanation (docs/bench-cpu.md is made this way).
+run on one machine. The trainer's RSS includes its whole process (about
+8 MiB of code and libraries), PyTorch's only what training added. Prints a
+Markdown table; `--doc FILE` also writes it with this explanation
+(docs/bench-cpu.md is made this way).
 
 Usage: cpu_step_time.py --mtc PATH --work DIR [--models a,b] [--threads N]
                         [--steps N] [--precision fp32|bf16] [--doc FILE]
@@ -119,23 +122,29 @@ def bench_model(args, name):
     zl.export(spec, 0.0, onnx_path, data)
     env = thread_env(args.threads)
 
-    exe = os.path.join(work, "trainer")
-    cmd = [args.mtc, "compile", onnx_path, "--optimizer", "adamw",
-           "--lr", repr(spec.adamw["lr"]),
-           "--weight-decay", repr(spec.adamw["weight_decay"]),
-           "--precision", args.precision, "--report", exe + ".json",
-           "-o", exe]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, env=env)
-    if r.returncode != 0:
-        raise RuntimeError("mtc compile failed: " + r.stderr[-400:])
-    with open(exe + ".json") as f:
-        arena = json.load(f)["total_bytes"]
-    metrics = os.path.join(work, "metrics.jsonl")
-    mtc_kib, _ = measured([exe, "--data", data_dir, "--steps",
+    def mtc_run(label, extra):
+        exe = os.path.join(work, label, "trainer")
+        os.makedirs(os.path.dirname(exe), exist_ok=True)
+        cmd = [args.mtc, "compile", onnx_path, "--optimizer", "adamw",
+               "--lr", repr(spec.adamw["lr"]),
+               "--weight-decay", repr(spec.adamw["weight_decay"]),
+               "--precision", args.precision, "--report", exe + ".json",
+               "-o", exe] + extra
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env)
+        if r.returncode != 0:
+            raise RuntimeError("mtc compile failed: " + r.stderr[-400:])
+        with open(exe + ".json") as f:
+            arena = json.load(f)["total_bytes"]
+        metrics = exe + ".jsonl"
+        kib, _ = measured([exe, "--data", data_dir, "--steps",
                            str(args.steps), "--metrics", metrics], env)
-    with open(metrics) as f:
-        mtc_times = [json.loads(line)["time_ms"] for line in f if line.strip()]
+        with open(metrics) as f:
+            times = [json.loads(line)["time_ms"] for line in f if line.strip()]
+        return arena, kib, median_after_warmup(times)
+
+    arena, mtc_kib, mtc_ms = mtc_run("fused", [])
+    _, _, unfused_ms = mtc_run("unfused", ["--no-fusion"])
 
     child = [sys.executable, os.path.abspath(__file__), "--torch-child", name,
              data_dir]
@@ -145,7 +154,7 @@ def bench_model(args, name):
     torch_times = [float(t) for t in
                    re.search(r"STEP_MS (.*)", out).group(1).split()]
     res = {"name": name, "batch": spec.batch,
-           "mtc_ms": median_after_warmup(mtc_times),
+           "mtc_ms": mtc_ms, "unfused_ms": unfused_ms,
            "torch_ms": median_after_warmup(torch_times),
            "mtc_rss": mtc_kib * 1024, "arena": arena,
            "torch_rss": (torch_kib - base_kib) * 1024}
@@ -158,12 +167,13 @@ def bench_model(args, name):
 
 
 def table(results):
-    out = ["| model (batch) | mtc ms/step | PyTorch ms/step | time ratio | "
-           "mtc peak RSS MiB (arena) | PyTorch training RSS MiB | RSS ratio |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| model (batch) | mtc ms/step | mtc --no-fusion | PyTorch ms/step "
+           "| time ratio | mtc peak RSS MiB (arena) | PyTorch training RSS MiB "
+           "| RSS ratio |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        out.append("| %s (%d) | %.1f | %.1f | %.2f | %s (%s) | %s | %.2f |" % (
-            r["name"], r["batch"], r["mtc_ms"], r["torch_ms"],
+        out.append("| %s (%d) | %.1f | %.1f | %.1f | %.2f | %s (%s) | %s | %.2f |" % (
+            r["name"], r["batch"], r["mtc_ms"], r["unfused_ms"], r["torch_ms"],
             r["mtc_ms"] / r["torch_ms"], rb.mib(r["mtc_rss"]),
             rb.mib(r["arena"]), rb.mib(r["torch_rss"]),
             r["mtc_rss"] / r["torch_rss"] if r["torch_rss"] > 0 else 0.0))
@@ -181,7 +191,7 @@ def main():
     ap.add_argument("--models",
                     default="resnet18,mobilenetv2,transformer,gpt,vit")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--doc", help="also write the table here (Markdown)")
     args = ap.parse_args()
