@@ -92,15 +92,7 @@ def torch_child(name, data_dir, steps, threads):
 
 def measured(argv, env):
     """(peak RSS KiB, stdout) of argv run under bench/rss_wrap.py."""
-    wrapper = os.path.join(HERE, "rss_wrap.py")
-    r = subprocess.run([sys.executable, "-S", wrapper, "--keep-stdout"] + argv,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, env=env)
-    m = re.search(r"MAXRSS_KIB (\d+)\s*$", r.stdout)
-    if r.returncode != 0 or not m:
-        raise RuntimeError("%s failed (%d): %s" % (
-            " ".join(argv), r.returncode, r.stderr.strip()[-400:]))
-    return int(m.group(1)), r.stdout
+    return rb.measured(argv, env=env, keep_stdout=True)
 
 
 def median_after_warmup(times):

@@ -103,8 +103,9 @@ def torch_child(model, data_dir, steps):
     print("MAXRSS_KIB %d" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def measured(argv):
-    """Peak RSS (KiB) of the command argv, run under the wrapper.
+def measured(argv, env=None, keep_stdout=False):
+    """Peak RSS (KiB) of the command argv, run under the wrapper; with
+    keep_stdout, (peak RSS, the command's stdout).
 
     Linux carries a process's peak RSS across fork + exec (the parent's
     resident pages at the exec count as the child's), so a child started
@@ -115,14 +116,15 @@ def measured(argv):
     """
     wrapper = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                            "rss_wrap.py")
-    r = subprocess.run([sys.executable, "-S", wrapper] + argv,
+    flags = ["--keep-stdout"] if keep_stdout else []
+    r = subprocess.run([sys.executable, "-S", wrapper] + flags + argv,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, env=_env())
-    m = re.search(r"MAXRSS_KIB (\d+)", r.stdout)
+                       text=True, env=env or _env())
+    m = re.search(r"MAXRSS_KIB (\d+)\s*$", r.stdout)
     if r.returncode != 0 or not m:
         raise RuntimeError("%s failed (%d): %s" % (
             " ".join(argv), r.returncode, r.stderr.strip()[-400:]))
-    return int(m.group(1))
+    return (int(m.group(1)), r.stdout) if keep_stdout else int(m.group(1))
 
 
 def torch_cmd(name, data_dir, steps):

@@ -231,40 +231,6 @@ void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
 
 } // namespace
 
-void conv2dForward(Context &ctx, const Conv2dParams &p, const float *x,
-                   const float *w, const float *bias, float *y,
-                   float *workspace) {
-  forward(ctx, p, operand(x), operand(w), bias, y, workspace);
-}
-
-void conv2dBackwardData(Context &ctx, const Conv2dParams &p, const float *dy,
-                        const float *w, float *dx, float *workspace) {
-  backwardData(ctx, p, operand(dy), operand(w), dx, workspace);
-}
-
-void conv2dBackwardFilter(Context &ctx, const Conv2dParams &p, const float *x,
-                          const float *dy, float *dw, float *workspace) {
-  backwardFilter(ctx, p, operand(x), operand(dy), dw, workspace);
-}
-
-void conv2dForward16(Context &ctx, Storage16 storage, const Conv2dParams &p,
-                     const uint16_t *x, const uint16_t *w, const float *bias,
-                     float *y, float *workspace) {
-  forward(ctx, p, operand(storage, x), operand(storage, w), bias, y, workspace);
-}
-
-void conv2dBackwardData16(Context &ctx, Storage16 storage,
-                          const Conv2dParams &p, const uint16_t *dy,
-                          const uint16_t *w, float *dx, float *workspace) {
-  backwardData(ctx, p, operand(storage, dy), operand(storage, w), dx,
-               workspace);
-}
-
-void conv2dBackwardFilter16(Context &ctx, Storage16 storage,
-                            const Conv2dParams &p, const uint16_t *x,
-                            const uint16_t *dy, float *dw, float *workspace) {
-  backwardFilter(ctx, p, operand(storage, x), operand(storage, dy), dw,
-                 workspace);
-}
+#include "ConvEntryPoints.inc"
 
 } // namespace mtc::rt

@@ -112,17 +112,24 @@ TEST_F(Kernels, Conv2dOneHotKernel) {
     EXPECT_EQ(v, kSentinel);
 }
 
-TEST_F(Kernels, Conv2dPaddingAndGroups) {
-  // Two groups of one channel each, 3x3 all-ones kernels with padding 1:
-  // each output is the sum of the 3x3 neighbourhood inside the image.
+/// `n` images of two 2x2 channels, two groups of one channel, 3x3 kernels
+/// with padding 1: every output sees its whole channel.
+Conv2dParams twoGroups3x3(int64_t n) {
   Conv2dParams p{};
-  p.n = 1, p.c = 2, p.h = 2, p.w = 2;
+  p.n = n, p.c = 2, p.h = 2, p.w = 2;
   p.k = 2, p.kh = 3, p.kw = 3;
   p.oh = 2, p.ow = 2;
   p.strideH = p.strideW = 1;
   p.padTop = p.padLeft = 1;
   p.dilationH = p.dilationW = 1;
   p.groups = 2;
+  return p;
+}
+
+TEST_F(Kernels, Conv2dPaddingAndGroups) {
+  // Two groups of one channel each, 3x3 all-ones kernels with padding 1:
+  // each output is the sum of the 3x3 neighbourhood inside the image.
+  Conv2dParams p = twoGroups3x3(1);
   float *x = upload<float>({1, 2, 3, 4, 10, 20, 30, 40});
   float *w = upload<float>(std::vector<float>(18, 1.0f));
   float *y = upload<float>(std::vector<float>(8, 0.0f));
@@ -137,14 +144,7 @@ TEST_F(Kernels, Conv2d16BitOperands) {
   // groups, 3x3 kernels with padding 1 (all 1 in group 0, all 2 in group
   // 1): every output sees its whole channel. All values are exact in both
   // 16-bit formats, so the float32 results are exact.
-  Conv2dParams p{};
-  p.n = 2, p.c = 2, p.h = 2, p.w = 2;
-  p.k = 2, p.kh = 3, p.kw = 3;
-  p.oh = 2, p.ow = 2;
-  p.strideH = p.strideW = 1;
-  p.padTop = p.padLeft = 1;
-  p.dilationH = p.dilationW = 1;
-  p.groups = 2;
+  Conv2dParams p = twoGroups3x3(2);
   const float image[] = {1, 2, 3, 4, 10, 20, 30, 40};
   std::vector<float> x, w, dy;
   for (int img = 0; img < 2; ++img)
