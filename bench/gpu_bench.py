@@ -1,0 +1,252 @@
+#!/usr/bin/python3
+"""GPU training step time and peak memory: mtc vs PyTorch eager vs torch.compile.
+
+For GPT-2 small (the zoo's GPT decoder at 12 layers, d_model 768, 12 heads,
+vocab 50257, sequence 1024, batch 8) and ResNet-50 (torchvision, 224x224,
+batch 64), all in bf16 with AdamW on the same data:
+
+* mtc: `mtc compile --target cuda --precision bf16 --optimizer adamw`, the
+  trainer's median `time_ms` over steps 3..N (--metrics), its planned
+  arena (the whole device memory of the step, known before it runs) and
+  its first loss;
+* PyTorch eager: the same model under torch.autocast(bfloat16) with
+  torch.optim.AdamW, median step time (synchronized), peak
+  torch.cuda.max_memory_allocated() and the first loss;
+* torch.compile of the same module when this PyTorch has it (2.0+); the
+  time to compile is reported apart.
+
+The first losses agree within 2e-2 (bf16 forward passes). Ratios are
+mtc / peer. `--device cpu --small` runs everything at toy sizes on the
+CPU (float32 for PyTorch's peak memory is then process RSS), which is how
+the script itself is tested without a GPU. Prints a Markdown table;
+`--doc FILE` writes it with this explanation.
+
+Usage: gpu_bench.py --mtc PATH --work DIR [--models gpt2s,resnet50]
+                    [--steps N] [--device cuda|cpu] [--small] [--doc FILE]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.dont_write_bytecode = True
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "test", "zoo"))
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+
+LOSS_BAR = 2e-2
+
+
+def gpt2s(small):
+    import models
+    import torch
+    torch.manual_seed(0)
+    if small:
+        cfg = dict(vocab=512, d_model=64, nhead=4, num_layers=2, block_size=64)
+        batch, seq = 2, 64
+    else:
+        cfg = dict(vocab=50257, d_model=768, nhead=12, num_layers=12,
+                   block_size=1024)
+        batch, seq = 8, 1024
+    model = models._gpt_class()(**cfg)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, cfg["vocab"], (batch, seq)).astype(np.int64)
+    y = rng.integers(0, cfg["vocab"], (batch, seq)).astype(np.int64)
+    return model, models.next_token_loss, x, y
+
+
+def resnet50(small):
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50(num_classes=1000)
+    batch, size = (2, 64) if small else (64, 224)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, 3, size, size)).astype(np.float32)
+    y = rng.integers(0, 1000, batch).astype(np.int64)
+    return model, None, x, y
+
+
+MODELS = {"gpt2s": gpt2s, "resnet50": resnet50}
+
+
+def median_after_warmup(times):
+    return statistics.median(times[2:] if len(times) > 4 else times)
+
+
+def run_mtc(args, name, onnx_path, data_dir):
+    work = os.path.join(args.work, name)
+    exe = os.path.join(work, "mtc", "trainer")
+    os.makedirs(os.path.dirname(exe), exist_ok=True)
+    flags = ["--optimizer", "adamw", "--lr", "1e-4", "--report",
+             exe + ".json", "-o", exe]
+    if args.device == "cuda":
+        flags += ["--target", "cuda", "--arch", args.arch, "--precision",
+                  "bf16"]
+    start = time.time()
+    r = subprocess.run([args.mtc, "compile", onnx_path] + flags,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True)
+    if r.returncode != 0:
+        raise RuntimeError("mtc compile failed: " + r.stderr[-600:])
+    build_s = time.time() - start
+    metrics = exe + ".jsonl"
+    subprocess.run([exe, "--data", data_dir, "--steps", str(args.steps),
+                    "--metrics", metrics], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(metrics) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    with open(exe + ".json") as f:
+        arena = json.load(f)["total_bytes"]
+    return {"ms": median_after_warmup([r["time_ms"] for r in records]),
+            "bytes": arena, "loss": float(records[0]["loss"]),
+            "build_s": build_s}
+
+
+def run_torch(args, model, loss_fn, x, y, compiled):
+    """Median step time, peak memory and first loss of PyTorch training."""
+    import resource
+
+    import torch
+    import mtc_testlib as tl
+    device = torch.device(args.device)
+    wrapper = tl.make_loss_wrapper(model, loss_fn).to(device)
+    wrapper.train()
+    opt = torch.optim.AdamW(wrapper.parameters(), lr=1e-4)
+    step_fn = wrapper
+    compile_s = 0.0
+    if compiled:
+        start = time.time()
+        step_fn = torch.compile(wrapper)
+        compile_s = time.time() - start
+    xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+    use_bf16 = args.device == "cuda"
+    if args.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    times, first = [], None
+    for i in range(args.steps):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=args.device, dtype=torch.bfloat16,
+                            enabled=use_bf16):
+            loss = step_fn(xt, yt)[0]
+        loss.float().backward()
+        opt.step()
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        elapsed = 1000.0 * (time.perf_counter() - start)
+        if compiled and i == 0:
+            compile_s += elapsed / 1000.0  # tracing and codegen happen here
+        times.append(elapsed)
+        if first is None:
+            first = float(loss.item())
+    if args.device == "cuda":
+        peak = torch.cuda.max_memory_allocated()
+    else:
+        peak = 1024 * (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss -
+                       rss0)
+    return {"ms": median_after_warmup(times), "bytes": peak, "loss": first,
+            "compile_s": compile_s}
+
+
+def bench_model(args, name):
+    import torch
+    import mtc_testlib as tl
+    model, loss_fn, x, y = MODELS[name](args.small)
+    work = os.path.join(args.work, name)
+    data_dir = os.path.join(work, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    np.save(os.path.join(data_dir, "input.npy"), x)
+    np.save(os.path.join(data_dir, "target.npy"), y)
+    onnx_path = os.path.join(work, name + ".onnx")
+    if not os.path.exists(onnx_path):
+        tl.export_with_loss(model, torch.from_numpy(x), torch.from_numpy(y),
+                            onnx_path, loss=loss_fn)
+    res = {"name": name, "batch": x.shape[0],
+           "mtc": run_mtc(args, name, onnx_path, data_dir),
+           "eager": run_torch(args, model, loss_fn, x, y, compiled=False)}
+    if hasattr(torch, "compile") and not args.no_compile:
+        model, loss_fn, x, y = MODELS[name](args.small)
+        res["compile"] = run_torch(args, model, loss_fn, x, y, compiled=True)
+    gap = abs(res["mtc"]["loss"] - res["eager"]["loss"]) / abs(
+        res["eager"]["loss"])
+    res["loss_gap"] = gap
+    print("  %-9s mtc %.1f ms (%.0f MiB), eager %.1f ms (%.0f MiB)%s; first "
+          "loss %.4f vs %.4f" % (
+              name, res["mtc"]["ms"], res["mtc"]["bytes"] / 2 ** 20,
+              res["eager"]["ms"], res["eager"]["bytes"] / 2 ** 20,
+              ", compile %.1f ms (%.0f MiB)" % (
+                  res["compile"]["ms"], res["compile"]["bytes"] / 2 ** 20)
+              if "compile" in res else "",
+              res["mtc"]["loss"], res["eager"]["loss"]), flush=True)
+    return res
+
+
+def table(results):
+    out = ["| model (batch) | mtc ms | eager ms | compile ms | mtc/eager | "
+           "mtc/compile | mtc MiB (planned) | eager MiB | compile MiB | "
+           "first loss mtc / eager |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        c = r.get("compile")
+        out.append("| %s (%d) | %.1f | %.1f | %s | %.2f | %s | %.0f | %.0f | "
+                   "%s | %.4f / %.4f |" % (
+                       r["name"], r["batch"], r["mtc"]["ms"],
+                       r["eager"]["ms"], "%.1f" % c["ms"] if c else "-",
+                       r["mtc"]["ms"] / r["eager"]["ms"],
+                       "%.2f" % (r["mtc"]["ms"] / c["ms"]) if c else "-",
+                       r["mtc"]["bytes"] / 2 ** 20,
+                       r["eager"]["bytes"] / 2 ** 20,
+                       "%.0f" % (c["bytes"] / 2 ** 20) if c else "-",
+                       r["mtc"]["loss"], r["eager"]["loss"]))
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mtc", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--models", default="gpt2s,resnet50")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--device", default="cuda", help="cuda or cpu")
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--small", action="store_true",
+                    help="toy sizes (a dry run of the script)")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="skip torch.compile")
+    ap.add_argument("--doc", help="also write the table here (Markdown)")
+    args = ap.parse_args()
+    args.mtc = os.path.abspath(args.mtc)
+    os.makedirs(args.work, exist_ok=True)
+    import torch
+    print("torch %s, device %s%s" % (
+        torch.__version__, args.device,
+        " (%s)" % torch.cuda.get_device_name() if args.device == "cuda"
+        else ""), flush=True)
+    results = [bench_model(args, n) for n in args.models.split(",")]
+    text = table(results)
+    print(text)
+    failed = [r["name"] for r in results if r["loss_gap"] > LOSS_BAR]
+    for name in failed:
+        print("FAIL: %s: first losses differ by more than %g" % (name,
+                                                                 LOSS_BAR))
+    if args.doc:
+        with open(args.doc, "w") as f:
+            f.write("# GPU step time and memory: mtc vs PyTorch\n\n")
+            f.write("Made by `/usr/bin/python3 bench/gpu_bench.py --mtc "
+                    "build/bin/mtc --work DIR --doc FILE` (torch %s).\n\n"
+                    % torch.__version__)
+            f.write(__doc__.split("\n\n", 1)[1].split("\nUsage:")[0] + "\n")
+            f.write(text + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
