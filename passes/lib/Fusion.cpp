@@ -7,15 +7,17 @@
 // Runs after recomputation is decided and before the memory plan. A run is
 // a sequence of consecutive elementwise ops of one phase (forward, backward,
 // recomputation, optimizer) whose results all have one shape, each reading
-// a value of the run. A value read after the run ends a group there, and a
-// group is fused when only its last op's result is read outside it. It becomes one mtc.fused op at the last op's place: one loop that
-// loads the group's inputs once per element, keeps every intermediate in a
-// register and stores only the result, so the intermediates need no memory
-// and no extra pass over it.
+// a value of the run. A run of two or more ops becomes one mtc.fused op
+// whose results are the run's values read outside it (its last value, and
+// e.g. an activation the backward pass reads), at the last op's place: one
+// loop that loads the inputs once per element, keeps the other
+// intermediates in registers and stores only the results, so those need
+// no memory and no extra pass over it.
 //
-// Consecutive ops only: the fused op runs where the group's last op ran,
-// so no input is read later than before (no lifetime grows, and an input an
-// in-place update overwrites later is still read before it).
+// Consecutive ops only: the fused op runs where the run's last op ran, so
+// no input is read later than before (no lifetime grows, and an input an
+// in-place update overwrites later is still read before it), and every
+// reader of a result comes after the run.
 //
 //===----------------------------------------------------------------------===//
 
@@ -77,9 +79,7 @@ private:
   /// Whether `op` continues `run` (consecutive ops ending right before it):
   /// same shape and phase, and it reads a value of the run.
   bool continuesRun(ArrayRef<Operation *> run, Operation *op);
-  /// Cuts a run into groups whose only value read elsewhere is the last.
-  void splitRun(ArrayRef<Operation *> run,
-                SmallVectorImpl<SmallVector<Operation *>> &groups);
+  /// Replaces a run by one mtc.fused op.
   void build(ArrayRef<Operation *> group);
 };
 
@@ -93,32 +93,6 @@ bool FusionPass::continuesRun(ArrayRef<Operation *> run, Operation *op) {
   });
 }
 
-void FusionPass::splitRun(ArrayRef<Operation *> run,
-                          SmallVectorImpl<SmallVector<Operation *>> &groups) {
-  // A value read after the run must be stored: its op ends a group.
-  auto outside = [&](ArrayRef<Operation *> ops, Operation *member) {
-    return llvm::any_of(member->getResult(0).getUsers(), [&](Operation *u) {
-      return !llvm::is_contained(ops, u);
-    });
-  };
-  SmallVector<Operation *> group;
-  auto close = [&] {
-    // Only the last result may leave the group (one output per kernel).
-    bool valid = group.size() >= 2;
-    for (Operation *member : ArrayRef(group).drop_back())
-      valid = valid && !outside(group, member);
-    if (valid)
-      groups.push_back(group);
-    group.clear();
-  };
-  for (Operation *member : run) {
-    group.push_back(member);
-    if (outside(run, member))
-      close();
-  }
-  close();
-}
-
 void FusionPass::build(ArrayRef<Operation *> group) {
   Operation *last = group.back();
   llvm::SetVector<Value> inputs;
@@ -126,10 +100,17 @@ void FusionPass::build(ArrayRef<Operation *> group) {
     for (Value v : member->getOperands())
       if (!v.getDefiningOp() || !llvm::is_contained(group, v.getDefiningOp()))
         inputs.insert(v);
+  // Results: every value read outside the group, in op order.
+  SmallVector<Value> outputs;
+  for (Operation *member : group)
+    if (llvm::any_of(member->getResult(0).getUsers(), [&](Operation *u) {
+          return !llvm::is_contained(group, u);
+        }))
+      outputs.push_back(member->getResult(0));
 
   OpBuilder b(last);
   auto fused = b.create<FusedOp>(last->getLoc(),
-                                 last->getResult(0).getType(),
+                                 ValueRange(outputs).getTypes(),
                                  inputs.getArrayRef());
   for (StringRef name : kPhaseAttrs)
     if (Attribute a = last->getAttr(name))
@@ -144,8 +125,12 @@ void FusionPass::build(ArrayRef<Operation *> group) {
     for (StringRef name : kPhaseAttrs)
       clone->removeAttr(name);
   }
-  b.create<YieldOp>(last->getLoc(), map.lookup(last->getResult(0)));
-  last->getResult(0).replaceAllUsesWith(fused.getOutput());
+  SmallVector<Value> yielded;
+  for (Value v : outputs)
+    yielded.push_back(map.lookup(v));
+  b.create<YieldOp>(last->getLoc(), yielded);
+  for (auto [v, r] : llvm::zip(outputs, fused.getOutputs()))
+    v.replaceAllUsesWith(r);
   for (Operation *member : llvm::reverse(group))
     member->erase();
   ++numFused;
@@ -153,20 +138,24 @@ void FusionPass::build(ArrayRef<Operation *> group) {
 }
 
 void FusionPass::fuse(func::FuncOp func) {
-  SmallVector<SmallVector<Operation *>> groups;
+  SmallVector<SmallVector<Operation *>> runs;
   SmallVector<Operation *> run;
+  auto close = [&] {
+    if (run.size() >= 2)
+      runs.push_back(run);
+    run.clear();
+  };
   for (Operation &op : func.getBody().front().without_terminator()) {
     if (isFusable(&op) && !run.empty() && continuesRun(run, &op)) {
       run.push_back(&op);
       continue;
     }
-    splitRun(run, groups);
-    run.clear();
+    close();
     if (isFusable(&op))
       run.push_back(&op);
   }
-  splitRun(run, groups);
-  for (ArrayRef<Operation *> group : groups)
+  close();
+  for (ArrayRef<Operation *> group : runs)
     build(group);
 }
 

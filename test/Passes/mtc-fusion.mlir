@@ -20,20 +20,20 @@ func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %b: tensor<8xf32
 
 // -----
 
-// A value the rest of the step reads (here the backward pass) ends its
-// group: %t is materialized and the backward ops form their own group (a
-// value used twice inside a group stays a register); forward and backward
-// ops are never fused together, nor are ops with another op between them,
-// nor ops of different shapes.
+// Values the rest of the step reads (here %t, read by the backward pass,
+// and the chain's end %n) are results of the fused op; %e stays a
+// register. Forward and backward ops are never fused together, nor are ops
+// with another op between them, nor ops of different shapes; a value used
+// twice inside a group stays a register.
 // CHECK-LABEL: func.func @train_step
-// CHECK: %[[T:.+]] = mtc.fused %{{.+}} : (tensor<4x8xf32>) -> tensor<4x8xf32> {
-// CHECK: mtc.exp
-// CHECK-NEXT: mtc.tanh
-// CHECK-NEXT: mtc.yield
-// CHECK: %[[N:.+]] = mtc.neg %[[T]] : tensor<4x8xf32>
-// CHECK-NEXT: mtc.reduce_sum
-// CHECK-NEXT: %[[Q:.+]] = mtc.sqrt %[[N]]
-// CHECK-NEXT: %[[G:.+]] = mtc.fused %[[Q]], %[[T]] {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+// CHECK: %[[F:.+]]:2 = mtc.fused %{{.+}} : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+// CHECK: %[[E:.+]] = mtc.exp
+// CHECK-NEXT: %[[T:.+]] = mtc.tanh %[[E]]
+// CHECK-NEXT: %[[N:.+]] = mtc.neg %[[T]]
+// CHECK-NEXT: mtc.yield %[[T]], %[[N]]
+// CHECK: mtc.reduce_sum %[[F]]#1
+// CHECK-NEXT: %[[Q:.+]] = mtc.sqrt %[[F]]#1
+// CHECK-NEXT: %[[G:.+]] = mtc.fused %[[Q]], %[[F]]#0 {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
 // CHECK-NEXT: ^bb0(%[[AQ:.+]]: tensor<4x8xf32>, %[[AT:.+]]: tensor<4x8xf32>):
 // CHECK-NEXT: %[[G0:.+]] = mtc.relu %[[AQ]]
 // CHECK-NEXT: %[[G1:.+]] = mtc.mul %[[AT]], %[[G0]]

@@ -615,20 +615,22 @@ int runCompile(MLIRContext &context) {
   };
 
   // Plans a copy of a differentiated module, recomputing activations down
-  // to `rematBudget` bytes (0: none).
-  auto place = [&](ModuleOp differentiated, int64_t rematBudget,
-                   int64_t micro) -> FailureOr<OwningOpRef<ModuleOp>> {
+  // to `rematBudget` bytes (0: none), fusing elementwise chains if `fuse`.
+  auto placeWith = [&](ModuleOp differentiated, int64_t rematBudget,
+                       int64_t micro,
+                       bool fuse) -> FailureOr<OwningOpRef<ModuleOp>> {
     OwningOpRef<ModuleOp> module = differentiated.clone();
     PassManager pm(&context);
     if (forwardOnly) {
       MemoryPlanPassOptions plan;
       plan.function = "forward";
-      if (pipeline.fusion)
+      if (fuse)
         pm.addPass(createFusionPass());
       pm.addPass(createMemoryPlanPass(plan));
     } else {
       TrainPipelineOptions withRemat = pipelineFor(micro);
       withRemat.remat.budget = rematBudget;
+      withRemat.fusion = fuse;
       buildPlacePipeline(pm, withRemat);
     }
     if (failed(pm.run(*module)))
@@ -640,6 +642,21 @@ int runCompile(MLIRContext &context) {
     auto size =
         step ? step->getAttrOfType<IntegerAttr>("mtc.arena_size") : nullptr;
     return size ? size.getInt() : 0;
+  };
+  // The fused plan, unless it breaks a budget the unfused one meets: a
+  // fused kernel holds all its inputs and results at once, which can raise
+  // a peak that recomputation aimed at op by op.
+  auto place = [&](ModuleOp differentiated, int64_t rematBudget,
+                   int64_t micro) -> FailureOr<OwningOpRef<ModuleOp>> {
+    auto fused = placeWith(differentiated, rematBudget, micro,
+                           pipeline.fusion);
+    if (failed(fused) || !pipeline.fusion || forwardOnly || !budget ||
+        arenaOf(**fused) <= *budget)
+      return fused;
+    auto plain = placeWith(differentiated, rematBudget, micro, false);
+    if (failed(plain) || arenaOf(**plain) >= arenaOf(**fused))
+      return fused;
+    return plain;
   };
 
   // Plans at one micro-batch and, when that exceeds the budget, recomputes:
@@ -667,8 +684,17 @@ int runCompile(MLIRContext &context) {
     f.module = std::move(*planned);
     if (forwardOnly)
       return f;
+    // Recomputation works on the unfused step.
+    OwningOpRef<ModuleOp> unfused;
+    if (pipeline.fusion) {
+      auto plain = placeWith(*f.differentiated, 0, micro, false);
+      if (failed(plain))
+        return failure();
+      unfused = std::move(*plain);
+    }
     f.problem = buildRematProblem(
-        f.module->lookupSymbol<func::FuncOp>("train_step"),
+        (unfused ? *unfused : *f.module)
+            .lookupSymbol<func::FuncOp>("train_step"),
         pipeline.memoryPlan.alignment);
     if (!budget || arenaOf(*f.module) <= *budget)
       return f;

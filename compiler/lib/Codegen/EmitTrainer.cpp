@@ -182,6 +182,11 @@ private:
   /// (already indexed with broadcasting).
   void emitElementwise(Operation *op, StringRef name, ValueRange operands,
                        Value out, StringRef expr, StringRef statements = "");
+  /// The same with several results of one shape, result j stored from
+  /// exprs[j] (computed by `statements`).
+  void emitElementwise(Operation *op, StringRef name, ValueRange operands,
+                       ValueRange outs, ArrayRef<std::string> exprs,
+                       StringRef statements);
   /// The scalar expression of an elementwise op over its operands' values
   /// `in0`, `in1`, ... (float32 for floats whatever their storage), and a
   /// name for its kernel; none for other ops.
@@ -246,10 +251,18 @@ std::string Emitter::workspace(Operation *op) const {
 void Emitter::emitElementwise(Operation *op, StringRef name,
                               ValueRange operands, Value out, StringRef expr,
                               StringRef statements) {
+  emitElementwise(op, name, operands, ValueRange(out),
+                  ArrayRef<std::string>{expr.str()}, statements);
+}
+
+void Emitter::emitElementwise(Operation *op, StringRef name,
+                              ValueRange operands, ValueRange outs,
+                              ArrayRef<std::string> exprs,
+                              StringRef statements) {
   std::string kernel = ("k" + Twine(opIndex) + "_" + name).str();
+  Value out = outs.front();
   ArrayRef<int64_t> outShape = shapeOf(out);
   int64_t n = numel(out);
-  StringRef outType = cType(out);
 
   // Signature and the index math for broadcast operands.
   std::string params, index, loads;
@@ -257,7 +270,10 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     StringRef type = cType(v);
     params += ("const " + type + " *__restrict in" + Twine(j) + "p, ").str();
   }
-  params += (outType + " *__restrict out").str();
+  for (auto [j, v] : llvm::enumerate(outs))
+    params += ((j ? ", " : "") + cType(v) + " *__restrict out" +
+               (j ? Twine(j) : Twine()))
+                  .str();
   bool needIndex = false;
   for (Value v : operands)
     needIndex |= shapeOf(v) != outShape && numel(v) != 1;
@@ -320,14 +336,17 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     else
       k << "  for (int64_t i = 0; i < " << n << "; ++i) {\n";
   }
-  k << index << loads << statements << "    out[i] = " << storeAs(out, expr)
-    << ";\n"
-    << (parallel ? "  });\n" : "  }\n") << "}\n\n";
+  k << index << loads << statements;
+  for (auto [j, v] : llvm::enumerate(outs))
+    k << "    out" << (j ? std::to_string(j) : "") << "[i] = "
+      << storeAs(v, exprs[j]) << ";\n";
+  k << (parallel ? "  });\n" : "  }\n") << "}\n\n";
 
   std::string args;
   for (Value v : operands)
     args += ptr(v) + ", ";
-  args += ptr(out);
+  for (auto [j, v] : llvm::enumerate(outs))
+    args += (j ? ", " : "") + ptr(v);
   if (cuda()) {
     int64_t blocks = (n + 255) / 256;
     s << "  " << kernel << "<<<" << std::max<int64_t>(blocks, 1)
@@ -592,16 +611,19 @@ void Emitter::emitFused(FusedOp op) {
     Value result = inner.getResult(0);
     std::string value = "[](" + params + ") { return " + e->expr + "; }(" +
                         args + ")";
-    // A 16-bit intermediate is rounded as storing it would round it.
-    if (isLowPrecision(result) && result != op.getYielded())
+    // A 16-bit value is rounded as storing it rounds it.
+    if (isLowPrecision(result))
       value = loadAsFloat(result, storeAs(result, value));
     std::string temp = "t" + std::to_string(temps++);
     statements += "    const float " + temp + " = " + value + ";\n";
     names[result] = temp;
     kernel += "_" + e->name;
   }
-  emitElementwise(op, kernel, op.getInputs(), op.getOutput(),
-                  names[op.getYielded()], statements);
+  SmallVector<std::string> values;
+  for (Value v : op.getYielded())
+    values.push_back(names[v]);
+  emitElementwise(op, kernel, op.getInputs(), op.getOutputs(), values,
+                  statements);
 }
 
 void Emitter::emitOpBody(Operation *op) {

@@ -721,15 +721,17 @@ LogicalResult FusedOp::verify() {
       return emitOpError("input of type ")
              << input.getType() << " binds a body argument of type "
              << arg.getType();
-  if (getYielded().getType() != getOutput().getType())
-    return emitOpError("yields ") << getYielded().getType() << " but returns "
-                                  << getOutput().getType();
+  if (getOutputs().empty())
+    return emitOpError("has no result");
+  if (getYielded().getTypes() != getOutputs().getTypes())
+    return emitOpError("yields values of other types than its results");
+  ArrayRef<int64_t> shape =
+      cast<ShapedType>(getOutputs()[0].getType()).getShape();
   for (Operation &op : body.without_terminator())
     for (Value r : op.getResults())
-      if (cast<ShapedType>(r.getType()).getShape() !=
-          getOutput().getType().getShape())
+      if (cast<ShapedType>(r.getType()).getShape() != shape)
         return op.emitOpError("inside mtc.fused must produce the fused "
-                              "result's shape");
+                              "results' shape");
   return success();
 }
 

@@ -1138,12 +1138,15 @@ def Mtc_FusedOp : Mtc_Op<"fused", [Pure, IsolatedFromAbove,
     DeclareOpInterfaceMethods<Mtc_CostOpInterface>]> {
   let summary = "A chain of elementwise ops run as one kernel";
   let description = [{
-    The body computes the result from the inputs (its block arguments) with
-    elementwise ops whose results all have the result's shape; inputs may
-    broadcast to it. Code generation emits one loop (one CUDA kernel) that
-    loads each input once per element, keeps the intermediates in registers
-    and stores only the result, so the intermediates take no memory.
-    Created by `mtc-fuse-elementwise` after recomputation is decided.
+    The body computes the results from the inputs (its block arguments)
+    with elementwise ops whose results all have one shape; inputs may
+    broadcast to it. It yields the values the rest of the step reads (the
+    last one's, and those of earlier ops that are read later, such as an
+    activation the backward pass needs). Code generation emits one loop (one
+    CUDA kernel) that loads each input once per element, keeps the other
+    intermediates in registers and stores only the results, so those
+    intermediates take no memory. Created by `mtc-fuse-elementwise` after
+    recomputation is decided.
 
     Example:
 
@@ -1157,24 +1160,24 @@ def Mtc_FusedOp : Mtc_Op<"fused", [Pure, IsolatedFromAbove,
     ```
   }];
   let arguments = (ins Variadic<Mtc_StorageOrMaskTensor>:$inputs);
-  let results = (outs Mtc_StorageFloatTensor:$output);
+  let results = (outs Variadic<Mtc_StorageFloatTensor>:$outputs);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat =
-      "$inputs attr-dict `:` functional-type($inputs, $output) $body";
+      "$inputs attr-dict `:` functional-type($inputs, $outputs) $body";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// The value the body yields.
-    ::mlir::Value getYielded() {
-      return getBody().front().getTerminator()->getOperand(0);
+    /// The values the body yields, one per result.
+    ::mlir::OperandRange getYielded() {
+      return getBody().front().getTerminator()->getOperands();
     }
   }];
 }
 
 def Mtc_YieldOp : Mtc_Op<"yield", [Pure, Terminator,
                                    HasParent<"FusedOp">]> {
-  let summary = "The result of an mtc.fused body";
-  let arguments = (ins Mtc_StorageFloatTensor:$value);
-  let assemblyFormat = "$value attr-dict `:` type($value)";
+  let summary = "The results of an mtc.fused body";
+  let arguments = (ins Variadic<Mtc_StorageFloatTensor>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 
 #endif // MTC_DIALECT_MTC_IR_MTCOPS_TD
