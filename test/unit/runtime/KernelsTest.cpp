@@ -431,8 +431,9 @@ TEST_F(Kernels, Gemm16MatchesWidenedOperands) {
             // within k * 2^-24 * sum |terms| (plus the final scaling).
             double tol = double(k) * std::ldexp(magnitude, -24) + 1e-6;
             EXPECT_NEAR(got[(bi * m + i) * n + j], want, tol);
-            if (bi == 0)
+            if (bi == 0) {
               EXPECT_NEAR(got1[i * n + j], 0.5 * want + 2.0, tol);
+            }
           }
     }
   }
