@@ -33,7 +33,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,29 +62,13 @@ def torch_child(name, data_dir, steps, threads):
     prints the step times and ru_maxrss (KiB)."""
     import resource
 
-    import numpy as np
     import torch
     zl = rb._zoo()
     torch.set_num_threads(threads)
     spec = spec_of(zl, name)
     wrapper = zl.tl.make_loss_wrapper(spec.build(0.0), spec.loss)
     wrapper.train()
-    times = []
-    if steps > 0:
-        x_all = np.load(os.path.join(data_dir, "input.npy"))
-        y_all = np.load(os.path.join(data_dir, "target.npy"))
-        opt = torch.optim.AdamW(wrapper.parameters(), **spec.adamw)
-        n = len(x_all)
-        for i in range(steps):
-            start = time.perf_counter()
-            idx = [(i * spec.batch + j) % n for j in range(spec.batch)]
-            x = torch.from_numpy(x_all[idx])
-            y = torch.from_numpy(y_all[idx])
-            opt.zero_grad()
-            loss = wrapper(x, y)[0]
-            loss.backward()
-            opt.step()
-            times.append(1000.0 * (time.perf_counter() - start))
+    times = rb.torch_train(spec, wrapper, data_dir, steps)
     print("STEP_MS " + " ".join("%.3f" % t for t in times))
     print("MAXRSS_KIB %d" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 

@@ -80,27 +80,39 @@ def mib(n):
 def torch_child(model, data_dir, steps):
     """Builds the zoo model; with steps > 0 trains it with AdamW. Prints
     ru_maxrss (KiB) of this process."""
-    import numpy as np
     import torch
     zl = _zoo()
     torch.set_num_threads(1)
     spec = _spec(zl, model)
     wrapper = zl.tl.make_loss_wrapper(spec.build(0.0), spec.loss)
     wrapper.train()
-    if steps > 0:
-        x_all = np.load(os.path.join(data_dir, "input.npy"))
-        y_all = np.load(os.path.join(data_dir, "target.npy"))
-        opt = torch.optim.AdamW(wrapper.parameters(), **spec.adamw)
-        n = len(x_all)
-        for i in range(steps):
-            idx = [(i * spec.batch + j) % n for j in range(spec.batch)]
-            x = torch.from_numpy(x_all[idx])
-            y = torch.from_numpy(y_all[idx])
-            opt.zero_grad()
-            loss = wrapper(x, y)[0]
-            loss.backward()
-            opt.step()
+    torch_train(spec, wrapper, data_dir, steps)
     print("MAXRSS_KIB %d" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def torch_train(spec, wrapper, data_dir, steps):
+    """`steps` AdamW steps (the zoo's hyperparameters) on batches of the
+    data directory's samples; returns each step's wall time in ms."""
+    import numpy as np
+    import torch
+    times = []
+    if steps <= 0:
+        return times
+    x_all = np.load(os.path.join(data_dir, "input.npy"))
+    y_all = np.load(os.path.join(data_dir, "target.npy"))
+    opt = torch.optim.AdamW(wrapper.parameters(), **spec.adamw)
+    n = len(x_all)
+    for i in range(steps):
+        start = time.perf_counter()
+        idx = [(i * spec.batch + j) % n for j in range(spec.batch)]
+        x = torch.from_numpy(x_all[idx])
+        y = torch.from_numpy(y_all[idx])
+        opt.zero_grad()
+        loss = wrapper(x, y)[0]
+        loss.backward()
+        opt.step()
+        times.append(1000.0 * (time.perf_counter() - start))
+    return times
 
 
 def measured(argv, env=None, keep_stdout=False):

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
+#include "ConvOperand.h"
 #include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Half.h"
@@ -85,17 +86,6 @@ void im2colOf(const Conv2dParams &p, const ConvShape &s, const T *x,
   });
 }
 
-/// A read-only operand as stored: float32, or 16 bits in `storage`.
-struct Operand {
-  const void *data;
-  bool low;
-  Storage16 storage;
-};
-
-Operand operand(const float *x) { return {x, false, Storage16::Bf16}; }
-Operand operand(Storage16 storage, const uint16_t *x) {
-  return {x, true, storage};
-}
 
 /// im2col of the channels of `x` from element `offset` on.
 void im2col(const Conv2dParams &p, const ConvShape &s, const Operand &x,

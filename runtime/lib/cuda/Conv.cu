@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ConvOperand.h"
 #include "Launch.h"
 
 #include "mtc/runtime/Half.h"
@@ -112,17 +113,6 @@ __global__ void addBiasKernel(int64_t planes, int64_t k, int64_t pixels,
     y[idx] += bias[(idx / pixels) % k];
 }
 
-/// A read-only operand as stored: float32, or 16 bits in `storage`.
-struct Operand {
-  const void *data;
-  bool low;
-  Storage16 storage;
-};
-
-Operand operand(const float *x) { return {x, false, Storage16::Bf16}; }
-Operand operand(Storage16 storage, const uint16_t *x) {
-  return {x, true, storage};
-}
 
 template <typename T, bool Bf16>
 void launchIm2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
