@@ -67,13 +67,6 @@ static Type elementOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getElementType();
 }
 
-static LogicalResult emitOptionalError(std::optional<Location> loc,
-                                       const Twine &message) {
-  if (loc)
-    return mlir::emitError(*loc, message);
-  return failure();
-}
-
 //===----------------------------------------------------------------------===//
 // ConstantOp
 //===----------------------------------------------------------------------===//
@@ -532,14 +525,14 @@ LogicalResult ReduceSumOp::verify() { return verifyReduce(*this); }
 LogicalResult ReduceMeanOp::verify() { return verifyReduce(*this); }
 
 LogicalResult SoftmaxOp::verify() {
-  if (getAxis() < 0 ||
-      getAxis() >= static_cast<int64_t>(shapeOf(getInput()).size()))
+  // The attribute is unsigned: only the upper bound can fail.
+  if (getAxis() >= shapeOf(getInput()).size())
     return emitOpError("axis out of range");
   return success();
 }
 LogicalResult LogSoftmaxOp::verify() {
-  if (getAxis() < 0 ||
-      getAxis() >= static_cast<int64_t>(shapeOf(getInput()).size()))
+  // The attribute is unsigned: only the upper bound can fail.
+  if (getAxis() >= shapeOf(getInput()).size())
     return emitOpError("axis out of range");
   return success();
 }
