@@ -138,8 +138,9 @@ static cl::opt<std::string>
                cl::cat(buildCat));
 static cl::opt<std::string> precisionName(
     "precision",
-    cl::desc("Precision of GEMM operands: fp32, or bf16 / fp16 (operands "
-             "rounded to 16 bits, products accumulated in float32; "
+    cl::desc("Precision of GEMM and convolution operands: fp32, or bf16 / "
+             "fp16 (operands rounded to 16 bits, products accumulated in "
+             "float32, activations saved for the backward pass in 16 bits; "
              "parameters, optimizer state, softmax, norms, reductions and "
              "losses stay float32). auto (default): bf16 for --target cuda "
              "on sm_80 and newer, fp32 otherwise"),
@@ -212,7 +213,8 @@ static cl::opt<bool> forwardOnly(
 static cl::opt<bool> noFusion(
     "no-fusion",
     cl::desc("Do not fuse chains of elementwise ops into single kernels "
-             "(for comparisons; fusion changes no result)"),
+             "(for comparisons; on the CPU fusion changes no bit of the "
+             "results)"),
     cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> verbose("v", cl::desc("Print the build commands"),
                              cl::sub(compileCmd), cl::cat(buildCat));
