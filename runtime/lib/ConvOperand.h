@@ -6,7 +6,7 @@
 //
 // Shared by cpu/Conv.cpp and cuda/Conv.cu: the convolution kernels read
 // their input, weight and output-gradient operands either as float32 or as
-// 16-bit values widened on the fly.
+// 16-bit values widened on the fly (into the op's planned workspace).
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,6 +29,17 @@ struct Operand {
 inline Operand operand(const float *x) { return {x, false, Storage16::Bf16}; }
 inline Operand operand(Storage16 storage, const uint16_t *x) {
   return {x, true, storage};
+}
+
+/// Elements [offset, offset + n) of `x` as float32: in place, or widened
+/// into `scratch` (widen16 on the device the kernels run on).
+inline const float *asFloat(Context &ctx, const Operand &x, int64_t offset,
+                            int64_t n, float *scratch) {
+  if (!x.low)
+    return static_cast<const float *>(x.data) + offset;
+  widen16(ctx, x.storage, static_cast<const uint16_t *>(x.data) + offset, n,
+          scratch);
+  return scratch;
 }
 
 } // namespace mtc::rt

@@ -118,26 +118,27 @@ def main():
             except Exception as e:  # a missing file means the run failed above
                 results.append((f"{model} {config} cuda vs cpu", False, f"not comparable: {e}"))
 
-    if not args.models or "precision" in args.models.split(","):
-        precision = os.path.join(HERE, "..", "e2e", "check_precision.py")
-        rc, secs, out = run([sys.executable, precision, "--mtc", args.mtc,
-                             "--work", os.path.join(args.work, "precision"),
+    def e2e_script(key, script, label, summary):
+        """Runs test/e2e/<script> on the device target as one check."""
+        if args.models and key not in args.models.split(","):
+            return
+        rc, secs, out = run([sys.executable,
+                             os.path.join(HERE, "..", "e2e", script),
+                             "--mtc", args.mtc,
+                             "--work", os.path.join(args.work, key),
                              "--target", args.device_target],
-                            os.path.join(args.work, "precision.log"))
-        lines = [l.strip() for l in out.splitlines() if "worst" in l]
-        results.append((f"--precision bf16/fp16 on {args.device_target}", rc == 0,
-                        "; ".join(lines) + f" ({secs:.1f}s)"))
+                            os.path.join(args.work, key + ".log"))
+        results.append((f"{label} on {args.device_target}", rc == 0,
+                        "; ".join(summary(out.splitlines())) +
+                        f" ({secs:.1f}s)"))
 
-    if not args.models or "loss-scaling" in args.models.split(","):
-        scaling = os.path.join(HERE, "..", "e2e", "check_loss_scaling.py")
-        rc, secs, out = run([sys.executable, scaling, "--mtc", args.mtc,
-                             "--work", os.path.join(args.work, "loss-scaling"),
-                             "--target", args.device_target],
-                            os.path.join(args.work, "loss-scaling.log"))
-        lines = [l.split(":")[0] + ": " + ("ok" if "FAIL" not in l else l)
-                 for l in out.splitlines() if l and not l.startswith("SUMMARY")]
-        results.append((f"fp16 loss scaling on {args.device_target}", rc == 0,
-                        "; ".join(lines) + f" ({secs:.1f}s)"))
+    e2e_script("precision", "check_precision.py", "--precision bf16/fp16",
+               lambda lines: [l.strip() for l in lines if "worst" in l])
+    e2e_script("loss-scaling", "check_loss_scaling.py", "fp16 loss scaling",
+               lambda lines: [l.split(":")[0] + ": " +
+                              ("ok" if "FAIL" not in l else l)
+                              for l in lines
+                              if l and not l.startswith("SUMMARY")])
 
     print("\nmtc GPU check")
     width = max(len(n) for n, _, _ in results)

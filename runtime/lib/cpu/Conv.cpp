@@ -101,17 +101,6 @@ void im2col(const Conv2dParams &p, const ConvShape &s, const Operand &x,
         p, s, static_cast<const uint16_t *>(x.data) + offset, col);
 }
 
-/// Elements [offset, offset + n) of `x` as float32: in place, or widened
-/// into `scratch`.
-const float *asFloat(Context &ctx, const Operand &x, int64_t offset, int64_t n,
-                     float *scratch) {
-  if (!x.low)
-    return static_cast<const float *>(x.data) + offset;
-  widen16(ctx, x.storage, static_cast<const uint16_t *>(x.data) + offset, n,
-          scratch);
-  return scratch;
-}
-
 /// The adjoint of im2col: dx[ci, iy, ix] += col[r, pixel] for every tap
 /// that read (ci, iy, ix). Threads own whole channels, so each dx element
 /// is accumulated by one thread in a fixed order.

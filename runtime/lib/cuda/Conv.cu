@@ -134,17 +134,6 @@ void im2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
   checkLaunch(ctx, "im2colKernel");
 }
 
-/// Elements [offset, offset + n) of `x` as float32: in place, or widened
-/// into `scratch`.
-const float *asFloat(Context &ctx, const Operand &x, int64_t offset, int64_t n,
-                     float *scratch) {
-  if (!x.low)
-    return static_cast<const float *>(x.data) + offset;
-  widen16(ctx, x.storage, static_cast<const uint16_t *>(x.data) + offset, n,
-          scratch);
-  return scratch;
-}
-
 void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
              const Operand &w, const float *bias, float *y, float *workspace) {
   if (!validParams(ctx, p, "conv2dForward"))
