@@ -13,6 +13,8 @@ using namespace mlir;
 
 void mtc::buildDifferentiatePipeline(OpPassManager &pm,
                                      const TrainPipelineOptions &options) {
+  if (options.flashAttention)
+    pm.addPass(createAttentionFusionPass());
   pm.addPass(createAutodiffPass(options.autodiff));
   // Gradient rules create many identical scalar constants.
   pm.addPass(createCSEPass());

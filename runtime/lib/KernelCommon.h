@@ -452,6 +452,32 @@ MTC_HOST_DEVICE inline float dropoutElement(float x, bool keep,
 }
 
 //===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+/// Where head `h`'s mask starts (broadcast batch dims have stride 0).
+MTC_HOST_DEVICE inline int64_t attentionMaskOffset(const AttentionDims &a,
+                                                   int64_t h) {
+  int64_t offset = 0;
+  for (int r = a.batchRank - 1; r >= 0; --r) {
+    offset += (h % a.batchDims[r]) * a.maskStrides[r];
+    h /= a.batchDims[r];
+  }
+  return offset;
+}
+
+/// Whether the attention dropout keeps element (h, i, j), drawing the words
+/// a dropout op over [batch, sq, sk] would draw.
+MTC_HOST_DEVICE inline bool attentionKeep(const DropoutParams &p,
+                                          const AttentionDims &a, int64_t h,
+                                          int64_t i, int64_t j) {
+  const uint64_t flat = static_cast<uint64_t>((h * a.sq + i) * a.sk + j);
+  bool keep[kDropoutGroup];
+  dropoutGroupKeep(p, flat / kDropoutGroup, keep);
+  return keep[flat % kDropoutGroup];
+}
+
+//===----------------------------------------------------------------------===//
 // Gather
 //===----------------------------------------------------------------------===//
 

@@ -19,7 +19,10 @@ Steps, each printed with its figures:
      trajectories against fp32);
   5. fp16 dynamic loss scaling on the cuda target (check_loss_scaling.py:
      gradients against PyTorch's float16 step, skipped steps and resumed
-     runs bitwise, an injected overflow skipped).
+     runs bitwise, an injected overflow skipped);
+  6. fused attention on the cuda target (check_flash_attention.py:
+     gradients and losses against PyTorch, dropout against the unfused
+     ops with the same seed).
 Exit status 0 only when everything passes.
 """
 
@@ -139,6 +142,10 @@ def main():
                               ("ok" if "FAIL" not in l else l)
                               for l in lines
                               if l and not l.startswith("SUMMARY")])
+    e2e_script("flash-attention", "check_flash_attention.py",
+               "fused attention",
+               lambda lines: [l.strip()[7:] for l in lines
+                              if "rel err" in l or "peak" in l])
 
     print("\nmtc GPU check")
     width = max(len(n) for n, _, _ in results)

@@ -216,6 +216,13 @@ static cl::opt<bool> noFusion(
              "(for comparisons; on the CPU fusion changes no bit of the "
              "results)"),
     cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
+static cl::opt<bool> noFlashAttention(
+    "no-flash-attention",
+    cl::desc("Keep attention (matmul, scale, mask, softmax, dropout, matmul) "
+             "as separate ops that store the Sq x Sk scores, instead of one "
+             "fused op whose memory is linear in the sequence length (for "
+             "comparisons)"),
+    cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> verbose("v", cl::desc("Print the build commands"),
                              cl::sub(compileCmd), cl::cat(buildCat));
 
@@ -486,6 +493,7 @@ int runCompile(MLIRContext &context) {
   pipeline.optimizer.accumulate = accumulate;
   pipeline.optimizer.keepGrads = keepGrads;
   pipeline.fusion = !noFusion;
+  pipeline.flashAttention = !noFlashAttention;
   if (precision != "fp32" && precision != "bf16" && precision != "fp16")
     return fail("unknown --precision '" + precisionName +
                 "' (expected auto, fp32, bf16 or fp16)");
@@ -596,6 +604,8 @@ int runCompile(MLIRContext &context) {
     }
     PassManager pm(&context);
     if (forwardOnly) {
+      if (pipeline.flashAttention)
+        pm.addPass(createAttentionFusionPass());
       pm.addPass(createCSEPass());
     } else {
       ImportOptions evalOptions = trainOptions;

@@ -222,6 +222,12 @@ private:
   GemmCall gemmOperands(Operation *op, Value a, Value b);
   void emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis, bool log,
                        bool backward);
+  /// The runtime's AttentionDims of a mtc.attention or mtc.attention_grad,
+  /// as an initializer list.
+  template <typename AttentionLike>
+  std::string attentionDims(AttentionLike op) const;
+  /// `call` with a constexpr `dims` in scope.
+  void emitAttentionCall(const std::string &dims, const Twine &call);
 };
 
 int64_t Emitter::offsetOf(Value v) const {
@@ -415,6 +421,39 @@ void Emitter::emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis,
   else
     emitCall("softmaxForward(ctx, " + dims + ", " + ptr(in) + ", " + ptr(out) +
              ", " + (log ? "true" : "false") + ")");
+}
+
+template <typename AttentionLike>
+std::string Emitter::attentionDims(AttentionLike op) const {
+  ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey());
+  int64_t rank = q.size(), sq = q[rank - 2], sk = k[rank - 2];
+  SmallVector<int64_t> batchDims(q.drop_back(2));
+  SmallVector<int64_t> maskStrides(rank, 0);
+  if (Value mask = op.getMask()) {
+    // Right-aligned broadcast to [batch..., sq, sk]: stride 0 where the
+    // mask has no dim or a dim of 1.
+    ArrayRef<int64_t> m = shapeOf(mask);
+    SmallVector<int64_t> strides = stridesOf(m);
+    int64_t lead = rank - static_cast<int64_t>(m.size());
+    for (int64_t d = lead; d < rank; ++d)
+      if (m[d - lead] != 1)
+        maskStrides[d] = strides[d - lead];
+  }
+  return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}u, {8}, {{{9}}, "
+                       "{{{10}}, {11}, {12}",
+                       numel(op.getQuery()) / (sq * q.back()), sq, sk,
+                       q.back(), shapeOf(op.getValue()).back(),
+                       floatLiteral(op.getScale().convertToFloat()),
+                       floatLiteral(op.getDropoutRatio().convertToFloat()),
+                       op.getDropoutStream(), rank - 2, list(batchDims),
+                       list(ArrayRef<int64_t>(maskStrides).drop_back(2)),
+                       maskStrides[rank - 2], maskStrides[rank - 1])
+      .str();
+}
+
+void Emitter::emitAttentionCall(const std::string &dims, const Twine &call) {
+  s << "  {\n    static constexpr AttentionDims dims = {" << dims << "};\n"
+    << "    " << call << ";\n  }\n";
 }
 
 Emitter::GemmCall Emitter::gemmOperands(Operation *op, Value a, Value b) {
@@ -927,6 +966,26 @@ void Emitter::emitOpBody(Operation *op) {
                      ptr(g.getInputGrad()), ptr(g.getScaleGrad()),
                      ptr(g.getBiasGrad()))
                      .str());
+      })
+      .Case([&](AttentionOp a) {
+        emitAttentionCall(
+            attentionDims(a),
+            llvm::formatv("attentionForward(ctx, dims, {0}, {1}, {2}, {3}, "
+                          "{4}, {5})",
+                          ptr(a.getQuery()), ptr(a.getKey()), ptr(a.getValue()),
+                          a.getMask() ? ptr(a.getMask()) : "nullptr",
+                          ptr(a.getOutput()), ptr(a.getLogsumexp())));
+      })
+      .Case([&](AttentionGradOp g) {
+        emitAttentionCall(
+            attentionDims(g),
+            llvm::formatv("attentionBackward(ctx, dims, {0}, {1}, {2}, {3}, "
+                          "{4}, {5}, {6}, {7}, {8}, {9})",
+                          ptr(g.getQuery()), ptr(g.getKey()), ptr(g.getValue()),
+                          g.getMask() ? ptr(g.getMask()) : "nullptr",
+                          ptr(g.getOutput()), ptr(g.getLogsumexp()),
+                          ptr(g.getGrad()), ptr(g.getQueryGrad()),
+                          ptr(g.getKeyGrad()), ptr(g.getValueGrad())));
       })
       .Case([&](DropoutOp d) {
         emitCall(llvm::formatv("dropoutForward(ctx, {0}, {1}, {2}, {3}, {4}u)",

@@ -451,6 +451,27 @@ LogicalResult LayerNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
   return success();
 }
 
+LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
+                                         SmallVectorImpl<Value> &dx) {
+  if (!dy[0]) {
+    dx.append(getNumOperands(), Value());
+    return success();
+  }
+  auto grad = b.create<AttentionGradOp>(
+      getLoc(),
+      TypeRange{getQuery().getType(), getKey().getType(),
+                getValue().getType()},
+      dy[0], getQuery(), getKey(), getValue(), getOutput(), getLogsumexp(),
+      getMask(), getScaleAttr(), getDropoutRatioAttr(),
+      getDropoutStreamAttr());
+  dx.push_back(grad.getQueryGrad());
+  dx.push_back(grad.getKeyGrad());
+  dx.push_back(grad.getValueGrad());
+  if (getMask())
+    dx.push_back(Value());
+  return success();
+}
+
 LogicalResult DropoutOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
                                        SmallVectorImpl<Value> &dx) {
   dx.push_back(b.create<DropoutGradOp>(getLoc(), getType(), dy[0],

@@ -624,6 +624,53 @@ LogicalResult LayerNormOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  ArrayRef<int64_t> q = shapeOf(adaptor.getQuery()),
+                    v = shapeOf(adaptor.getValue());
+  if (q.size() < 2 || v.size() != q.size())
+    return emitOptionalError(loc, "attention operands must have one rank "
+                                  ">= 2");
+  SmallVector<int64_t> out(q.begin(), q.end());
+  out.back() = v.back();
+  Type f32 = elementOf(adaptor.getQuery());
+  types.push_back(tensorOf(out, f32));
+  types.push_back(tensorOf(q.drop_back(), f32));
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  ArrayRef<int64_t> q = shapeOf(getQuery()), k = shapeOf(getKey()),
+                    v = shapeOf(getValue());
+  if (k.size() != q.size() || k.drop_back(2) != q.drop_back(2) ||
+      v.drop_back(2) != q.drop_back(2))
+    return emitOpError("query, key and value must share their leading dims");
+  if (k.back() != q.back())
+    return emitOpError("query and key must have the same head dim");
+  if (v[v.size() - 2] != k[k.size() - 2])
+    return emitOpError("key and value must have the same sequence length");
+  if (q.back() > kMaxAttentionHeadDim || v.back() > kMaxAttentionHeadDim)
+    return emitOpError("head dims above ")
+           << kMaxAttentionHeadDim << " are not supported";
+  if (Value mask = getMask()) {
+    SmallVector<int64_t> scores(q.begin(), q.end());
+    scores.back() = k[k.size() - 2];
+    auto shape = broadcastShapes(shapeOf(mask), scores);
+    if (failed(shape) || *shape != ArrayRef<int64_t>(scores))
+      return emitOpError("mask must broadcast to the scores' shape");
+  }
+  float ratio = getDropoutRatio().convertToFloat();
+  if (!(ratio >= 0.0f && ratio < 1.0f))
+    return emitOpError("dropout_ratio must lie in [0, 1)");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Indexing and concatenation
 //===----------------------------------------------------------------------===//
 

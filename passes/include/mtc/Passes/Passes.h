@@ -26,15 +26,18 @@ struct TrainPipelineOptions {
   RematPassOptions remat;
   /// Elementwise fusion (`mtc compile --no-fusion` turns it off).
   bool fusion = true;
+  /// Fused attention (`mtc compile --no-flash-attention` turns it off).
+  bool flashAttention = true;
   MemoryPlanPassOptions memoryPlan;
 };
 
-/// import output -> autodiff -> cse -> optimizer -> precision -> remat ->
-/// fusion -> memory plan.
+/// import output -> attention fusion -> autodiff -> cse -> optimizer ->
+/// precision -> remat -> elementwise fusion -> memory plan.
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 
-/// Its first half: autodiff -> cse -> optimizer -> precision.
+/// Its first half: attention fusion -> autodiff -> cse -> optimizer ->
+/// precision.
 void buildDifferentiatePipeline(mlir::OpPassManager &pm,
                                 const TrainPipelineOptions &options);
 

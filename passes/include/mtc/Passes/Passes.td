@@ -136,6 +136,26 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
   ];
 }
 
+def AttentionFusionPass : Pass<"mtc-fuse-attention", "mlir::ModuleOp"> {
+  let summary = "Replace softmax attention by one fused, memory-linear op";
+  let description = [{
+    Finds, in every function, `matmul(softmax(mask(scale * matmul(Q, K^T))),
+    V)` with optional dropout on the probabilities: the scale a scalar
+    constant multiplying (or dividing) the scores or Q, the mask a `select`
+    of -inf by a boolean tensor, K^T a transpose, a `transpose_b` matmul or
+    a materialized transpose. Each intermediate must have no other use. The
+    chain becomes one `mtc.attention`, whose kernels never store the
+    Sq x Sk scores, so neither the forward nor the backward pass holds them.
+    Runs before autodiff, so the gradient is `mtc.attention_grad`.
+
+    Example: `mtc-opt --mtc-fuse-attention`
+  }];
+  let dependentDialects = ["::mtc::MtcDialect"];
+  let statistics = [
+    Statistic<"numFused", "fused-attention", "Attention patterns fused">,
+  ];
+}
+
 def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
   let summary = "Fuse chains of elementwise ops into single kernels";
   let description = [{

@@ -183,6 +183,50 @@ void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c,
                                  float *dlogits);
 
 //===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+/// One fused attention op: softmax(scale * Q K^T, masked) (dropped out) V
+/// over `batch` independent heads, the flattened leading dims. Q is
+/// [batch, sq, d], K [batch, sk, d], V [batch, sk, dv], the output
+/// [batch, sq, dv] and the log-sum-exp of each row of scores [batch, sq].
+/// The score matrix is never stored: the forward keeps a running maximum and
+/// sum per row (online softmax), the backward recomputes the probabilities
+/// from the saved log-sum-exp.
+struct AttentionDims {
+  int64_t batch, sq, sk, d, dv;
+  float scale;
+  /// Dropout on the probabilities (0: none). The mask is the one a dropout
+  /// op with this `stream` would draw over the [batch, sq, sk] probabilities:
+  /// element (h, i, j) is flat index (h * sq + i) * sk + j (see
+  /// dropoutForward), so fused and unfused attention drop the same weights.
+  float dropout;
+  uint64_t stream;
+  /// The optional mask (a nonzero byte replaces the score by -inf) is
+  /// broadcast to [batchDims..., sq, sk]: maskStrides[r] is its element
+  /// stride along batch dim r and maskRowStride / maskColStride along the
+  /// query and key dims, 0 where it is broadcast.
+  int batchRank;
+  int64_t batchDims[kMaxRank];
+  int64_t maskStrides[kMaxRank];
+  int64_t maskRowStride, maskColStride;
+};
+
+/// out and lse from q, k, v (and mask, or null). A row whose scores are all
+/// masked gets a zero output and lse = -inf.
+void attentionForward(Context &ctx, const AttentionDims &dims, const float *q,
+                      const float *k, const float *v,
+                      const unsigned char *mask, float *out, float *lse);
+/// dq, dk, dv (overwritten) from the forward's inputs, its output and lse,
+/// and the output gradient dout. Deterministic: no atomics, the same sums in
+/// the same order at any thread count.
+void attentionBackward(Context &ctx, const AttentionDims &dims,
+                       const float *q, const float *k, const float *v,
+                       const unsigned char *mask, const float *out,
+                       const float *lse, const float *dout, float *dq,
+                       float *dk, float *dv);
+
+//===----------------------------------------------------------------------===//
 // Normalization
 //===----------------------------------------------------------------------===//
 

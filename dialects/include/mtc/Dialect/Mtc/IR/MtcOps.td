@@ -811,6 +811,75 @@ def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+def Mtc_AttentionOp : Mtc_DiffOp<"attention", [InferTypeOpAdaptor]> {
+  let summary = "Fused scaled dot-product attention";
+  let description = [{
+    `softmax(scale * query @ key^T, masked) @ value` with inverted dropout
+    on the probabilities when `dropout_ratio` > 0, computed without storing
+    the score matrix (FlashAttention: online softmax). `query` is
+    `[..., Sq, D]`, `key` `[..., Sk, D]`, `value` `[..., Sk, Dv]`, all with
+    the same leading (batch, head) dims. Where the optional boolean `mask`,
+    broadcast to `[..., Sq, Sk]`, is true the score is -inf. The dropout
+    mask is the one a `mtc.dropout` with `dropout_stream` would draw on the
+    `[..., Sq, Sk]` probabilities. Returns the output `[..., Sq, Dv]` and the
+    log-sum-exp of each row of scores `[..., Sq]`, which the gradient uses
+    to recompute the probabilities. The fusion pass `mtc-fuse-attention`
+    forms it from the unfused pattern.
+
+    Example:
+
+    ```mlir
+    %o, %lse = mtc.attention %q, %k, %v, %mask {scale = 0.125 : f32}
+        : (tensor<2x4x64x64xf32>, tensor<2x4x64x64xf32>,
+           tensor<2x4x64x64xf32>, tensor<1x1x64x64xi1>)
+        -> (tensor<2x4x64x64xf32>, tensor<2x4x64xf32>)
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$query, Mtc_FloatTensor:$key,
+                   Mtc_FloatTensor:$value, Optional<Mtc_BoolTensor>:$mask,
+                   F32Attr:$scale,
+                   DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
+                   DefaultValuedAttr<I64Attr, "0">:$dropout_stream);
+  let results = (outs Mtc_FloatTensor:$output, Mtc_FloatTensor:$logsumexp);
+  let assemblyFormat = "$query `,` $key `,` $value (`,` $mask^)? attr-dict "
+                       "`:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
+  let summary = "Gradient of fused attention";
+  let description = [{
+    The gradients of `query`, `key` and `value` from the output gradient,
+    the forward's operands, its output and its log-sum-exp; the
+    probabilities are recomputed tile by tile, never stored.
+
+    Example:
+
+    ```mlir
+    %dq, %dk, %dv = mtc.attention_grad %do, %q, %k, %v, %o, %lse
+        {scale = 0.125 : f32} : (tensor<8x64x64xf32>, tensor<8x64x64xf32>,
+        tensor<8x64x64xf32>, tensor<8x64x64xf32>, tensor<8x64x64xf32>,
+        tensor<8x64xf32>) -> (tensor<8x64x64xf32>, tensor<8x64x64xf32>,
+        tensor<8x64x64xf32>)
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$query,
+                   Mtc_FloatTensor:$key, Mtc_FloatTensor:$value,
+                   Mtc_FloatTensor:$output, Mtc_FloatTensor:$logsumexp,
+                   Optional<Mtc_BoolTensor>:$mask, F32Attr:$scale,
+                   DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
+                   DefaultValuedAttr<I64Attr, "0">:$dropout_stream);
+  let results = (outs Mtc_FloatTensor:$query_grad, Mtc_FloatTensor:$key_grad,
+                      Mtc_FloatTensor:$value_grad);
+  let assemblyFormat = "$grad `,` $query `,` $key `,` $value `,` $output `,` "
+                       "$logsumexp (`,` $mask^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
 // Dropout and indexing
 //===----------------------------------------------------------------------===//
 

@@ -1,0 +1,233 @@
+//===- AttentionFusion.cpp - Softmax attention as one fused op ------------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Runs on the imported model, before autodiff. Attention as exporters write
+// it is a chain over the [..., Sq, Sk] score matrix:
+//
+//   s = matmul(Q, K^T) (* or / a scalar constant)
+//   s = select(mask, -inf, s)                        (optional)
+//   p = softmax(s, last axis)
+//   p = dropout(p)                                   (optional)
+//   o = matmul(p, V)
+//
+// Unfused, the forward stores the scores and the probabilities, and the
+// backward holds as many: Sq x Sk per head, which at sequence 1024 is most
+// of a transformer's activation memory. The chain becomes one mtc.attention
+// (output and per-row log-sum-exp, linear in the sequence length) whose
+// gradient recomputes the probabilities tile by tile.
+//
+// A scale that divides or multiplies Q instead of the scores folds in as
+// well. K^T may be a transpose of K (composed with K's own transpose when
+// it has one), a transpose_b matmul, or any tensor (then transposed once).
+// Every value of the chain must have no other reader: a model that returns
+// its attention weights keeps them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mtc/Dialect/Mtc/IR/MtcOps.h"
+#include "mtc/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
+
+#include <cmath>
+
+namespace mtc {
+#define GEN_PASS_DEF_ATTENTIONFUSIONPASS
+#include "mtc/Passes/Passes.h.inc"
+} // namespace mtc
+
+using namespace mlir;
+using namespace mtc;
+
+namespace {
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+/// The value of a one-element float constant.
+std::optional<float> scalarConstant(Value v) {
+  auto constant = v.getDefiningOp<ConstantOp>();
+  if (!constant || getNumElements(v.getType()) != 1)
+    return std::nullopt;
+  auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
+  if (!dense || !isa<FloatType>(dense.getElementType()))
+    return std::nullopt;
+  return (*dense.getValues<APFloat>().begin()).convertToFloat();
+}
+
+bool hasOneUse(Value v) { return v.hasOneUse(); }
+
+/// `v` = x * c, c * x or x / c with c a scalar constant and x of v's shape:
+/// x and the factor c (or 1 / c).
+std::optional<std::pair<Value, float>> scaledBy(Value v) {
+  Operation *op = v.getDefiningOp();
+  if (!op || !isa<MulOp, DivOp>(op))
+    return std::nullopt;
+  Value a = op->getOperand(0), b = op->getOperand(1);
+  if (isa<MulOp>(op) && scalarConstant(a) && shapeOf(b) == shapeOf(v))
+    std::swap(a, b);
+  std::optional<float> c = scalarConstant(b);
+  if (!c || shapeOf(a) != shapeOf(v))
+    return std::nullopt;
+  return std::make_pair(a, isa<DivOp>(op) ? 1.0f / *c : *c);
+}
+
+/// The swap of the last two dims of a rank-`rank` tensor.
+SmallVector<int64_t> swapLastTwo(int64_t rank) {
+  SmallVector<int64_t> perm;
+  for (int64_t i = 0; i < rank; ++i)
+    perm.push_back(i);
+  std::swap(perm[rank - 2], perm[rank - 1]);
+  return perm;
+}
+
+/// K ([..., Sk, D]) from the right operand of the score matmul, built at
+/// `b`'s insertion point: the operand itself under transpose_b, else its
+/// transpose, composed with the transpose that made it if there is one.
+Value keyFrom(OpBuilder &b, MatMulOp scores) {
+  Value rhs = scores.getB();
+  if (scores.getTransposeB())
+    return rhs;
+  int64_t rank = shapeOf(rhs).size();
+  SmallVector<int64_t> perm = swapLastTwo(rank);
+  Value source = rhs;
+  if (auto t = rhs.getDefiningOp<TransposeOp>()) {
+    // out.shape[i] = in.shape[perm[i]]: transposing twice composes.
+    ArrayRef<int64_t> inner = t.getPerm();
+    SmallVector<int64_t> composed;
+    for (int64_t i : perm)
+      composed.push_back(inner[i]);
+    perm = composed;
+    source = t.getInput();
+  }
+  if (llvm::equal(perm, llvm::seq<int64_t>(0, rank)))
+    return source;
+  return b.create<TransposeOp>(scores.getLoc(), source,
+                               b.getDenseI64ArrayAttr(perm));
+}
+
+class AttentionFusionPass
+    : public mtc::impl::AttentionFusionPassBase<AttentionFusionPass> {
+public:
+  using AttentionFusionPassBase::AttentionFusionPassBase;
+
+  void runOnOperation() override {
+    SmallVector<SoftmaxOp> softmaxes;
+    getOperation().walk([&](SoftmaxOp op) { softmaxes.push_back(op); });
+    bool changed = false;
+    for (SoftmaxOp softmax : softmaxes)
+      if (succeeded(fuse(softmax))) {
+        ++numFused;
+        changed = true;
+      }
+    // The -inf and scale constants the chains read.
+    if (changed)
+      getOperation().walk([](func::FuncOp f) {
+        eraseDeadPureOps(f.getBody().front());
+      });
+  }
+
+private:
+  LogicalResult fuse(SoftmaxOp softmax);
+};
+
+LogicalResult AttentionFusionPass::fuse(SoftmaxOp softmax) {
+  ArrayRef<int64_t> scoreShape = shapeOf(softmax.getOutput());
+  int64_t rank = scoreShape.size();
+  if (rank < 2 || static_cast<int64_t>(softmax.getAxis()) != rank - 1 ||
+      !hasOneUse(softmax.getOutput()))
+    return failure();
+  // The ops to erase, each after its readers.
+  SmallVector<Operation *> chain;
+
+  // Forward from the probabilities: optional dropout, then P @ V.
+  Operation *user = *softmax->getUsers().begin();
+  float ratio = 0.0f;
+  int64_t stream = 0;
+  if (auto dropout = dyn_cast<DropoutOp>(user)) {
+    if (!hasOneUse(dropout.getOutput()))
+      return failure();
+    ratio = dropout.getRatio().convertToFloat();
+    stream = dropout.getStream();
+    chain.push_back(dropout);
+    user = *dropout->getUsers().begin();
+  }
+  chain.push_back(softmax);
+  auto values = dyn_cast<MatMulOp>(user);
+  if (!values || values.getA() != chain.front()->getResult(0) ||
+      values.getTransposeA() || values.getTransposeB())
+    return failure();
+  Value v = values.getB();
+  ArrayRef<int64_t> batch = scoreShape.drop_back(2);
+  if (shapeOf(v).size() != static_cast<size_t>(rank) ||
+      shapeOf(v).drop_back(2) != batch)
+    return failure();
+
+  // Backward from the scores: optional mask, optional scale, Q @ K^T.
+  Value scores = softmax.getInput();
+  Value mask;
+  bool maskKeeps = false;
+  if (auto select = scores.getDefiningOp<SelectOp>()) {
+    std::optional<float> t = scalarConstant(select.getTrueValue());
+    std::optional<float> f = scalarConstant(select.getFalseValue());
+    Value rest;
+    if (t && std::isinf(*t) && *t < 0)
+      rest = select.getFalseValue();
+    else if (f && std::isinf(*f) && *f < 0)
+      rest = select.getTrueValue(), maskKeeps = true;
+    if (!rest || shapeOf(rest) != scoreShape || !hasOneUse(scores))
+      return failure();
+    mask = select.getCondition();
+    chain.push_back(select);
+    scores = rest;
+  }
+  float scale = 1.0f;
+  if (auto scaled = scaledBy(scores)) {
+    if (!hasOneUse(scores))
+      return failure();
+    chain.push_back(scores.getDefiningOp());
+    scale = scaled->second;
+    scores = scaled->first;
+  }
+  auto product = scores.getDefiningOp<MatMulOp>();
+  if (!product || product.getTransposeA() || !hasOneUse(scores))
+    return failure();
+  chain.push_back(product);
+  Value q = product.getA();
+  if (shapeOf(q).size() != static_cast<size_t>(rank) ||
+      shapeOf(q).drop_back(2) != batch ||
+      shapeOf(product.getB()).drop_back(2) != batch)
+    return failure();
+  if (shapeOf(q).back() > kMaxAttentionHeadDim ||
+      shapeOf(v).back() > kMaxAttentionHeadDim)
+    return failure();
+  if (auto scaled = scaledBy(q); scaled && hasOneUse(q)) {
+    chain.push_back(q.getDefiningOp());
+    scale *= scaled->second;
+    q = scaled->first;
+  }
+
+  OpBuilder b(values);
+  Value k = keyFrom(b, product);
+  if (maskKeeps)
+    mask = b.create<NotOp>(softmax.getLoc(), mask.getType(), mask);
+  auto attention = b.create<AttentionOp>(
+      softmax.getLoc(), q, k, v, mask, b.getF32FloatAttr(scale),
+      b.getF32FloatAttr(ratio), b.getI64IntegerAttr(stream));
+  values.getOutput().replaceAllUsesWith(attention.getOutput());
+  values.erase();
+  Operation *keyTranspose = product.getB().getDefiningOp<TransposeOp>();
+  for (Operation *op : chain)
+    op->erase();
+  if (keyTranspose && keyTranspose->use_empty())
+    keyTranspose->erase();
+  return success();
+}
+
+} // namespace

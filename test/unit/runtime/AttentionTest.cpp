@@ -1,0 +1,545 @@
+//===- AttentionTest.cpp - Fused attention forward and backward -----------===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Random inputs against a double-precision reference that materializes the
+// whole score matrix and differentiates the plain softmax by the chain rule,
+// so it shares nothing with the kernels' online softmax and recomputation
+// but the dropout generator (whose mask the contract defines). Shapes are
+// chosen to be multiples of no tile size; masks are stored in broadcast
+// layouts and expanded independently for the reference.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelCommon.h"
+#include "KernelTestFixture.h"
+
+#include "mtc/runtime/Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace mtc::rt;
+using mtc::rt::unittest::expectRelNear;
+using mtc::rt::unittest::Kernels;
+
+namespace {
+
+/// float32 kernels against the double reference.
+constexpr double kRel = 1e-4, kAbs = 1e-5;
+
+std::vector<float> randomNormal(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(gen);
+  return v;
+}
+
+/// Unmasked, undropped attention over one batch dim.
+AttentionDims attentionDims(int64_t batch, int64_t sq, int64_t sk, int64_t d,
+                            int64_t dv, float scale) {
+  AttentionDims a{};
+  a.batch = batch;
+  a.sq = sq;
+  a.sk = sk;
+  a.d = d;
+  a.dv = dv;
+  a.scale = scale;
+  a.dropout = 0.0f;
+  a.stream = 0;
+  a.batchRank = 1;
+  a.batchDims[0] = batch;
+  a.maskStrides[0] = 0;
+  a.maskRowStride = 0;
+  a.maskColStride = 0;
+  return a;
+}
+
+std::string describe(const AttentionDims &a) {
+  return "batch=" + std::to_string(a.batch) + " sq=" + std::to_string(a.sq) +
+         " sk=" + std::to_string(a.sk) + " d=" + std::to_string(a.d) +
+         " dv=" + std::to_string(a.dv);
+}
+
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+  /// The mask as the kernel reads it (empty: no mask) ...
+  std::vector<unsigned char> mask;
+  /// ... and, for the reference, what it means: [batch, sq, sk].
+  std::vector<unsigned char> fullMask;
+};
+
+Inputs randomInputs(const AttentionDims &a, unsigned seed) {
+  Inputs in;
+  in.q = randomNormal(a.batch * a.sq * a.d, seed);
+  in.k = randomNormal(a.batch * a.sk * a.d, seed + 1);
+  in.v = randomNormal(a.batch * a.sk * a.dv, seed + 2);
+  in.dout = randomNormal(a.batch * a.sq * a.dv, seed + 3);
+  return in;
+}
+
+/// fullMask from the meaning of a mask, `masked(h, i, j)`.
+std::vector<unsigned char>
+expandMask(const AttentionDims &a,
+           const std::function<bool(int64_t, int64_t, int64_t)> &masked) {
+  std::vector<unsigned char> full(a.batch * a.sq * a.sk);
+  for (int64_t h = 0; h < a.batch; ++h)
+    for (int64_t i = 0; i < a.sq; ++i)
+      for (int64_t j = 0; j < a.sk; ++j)
+        full[(h * a.sq + i) * a.sk + j] = masked(h, i, j) ? 1 : 0;
+  return full;
+}
+
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+/// The definition, score matrix and all, in double. Dropout draws its mask
+/// with the shared generator at (seed, step, a.stream).
+Reference attentionReference(const AttentionDims &a, const Inputs &in,
+                             uint64_t seed, int64_t step) {
+  const int64_t sq = a.sq, sk = a.sk, d = a.d, dv = a.dv;
+  const double scale = a.scale;
+  const double ratio = a.dropout;
+  const DropoutParams dropout = dropoutParams(seed, step, a.stream, a.dropout);
+  Reference r;
+  r.out.assign(a.batch * sq * dv, 0.0);
+  r.lse.assign(a.batch * sq, 0.0);
+  r.dq.assign(a.batch * sq * d, 0.0);
+  r.dk.assign(a.batch * sk * d, 0.0);
+  r.dv.assign(a.batch * sk * dv, 0.0);
+  for (int64_t h = 0; h < a.batch; ++h) {
+    const float *q = in.q.data() + h * sq * d;
+    const float *k = in.k.data() + h * sk * d;
+    const float *v = in.v.data() + h * sk * dv;
+    const float *dout = in.dout.data() + h * sq * dv;
+    // Scores, probabilities and the dropout factor of every (i, j).
+    std::vector<double> s(sq * sk), p(sq * sk, 0.0), factor(sq * sk, 1.0);
+    for (int64_t i = 0; i < sq; ++i) {
+      double rowMax = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < sk; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c)
+          dot += static_cast<double>(q[i * d + c]) * k[j * d + c];
+        bool masked =
+            !in.fullMask.empty() && in.fullMask[(h * sq + i) * sk + j] != 0;
+        s[i * sk + j] =
+            masked ? -std::numeric_limits<double>::infinity() : scale * dot;
+        rowMax = std::max(rowMax, s[i * sk + j]);
+        if (ratio > 0)
+          factor[i * sk + j] =
+              attentionKeep(dropout, a, h, i, j) ? 1.0 / (1.0 - ratio) : 0.0;
+      }
+      if (std::isinf(rowMax)) {
+        // Every key masked: p stays 0, so out stays 0.
+        r.lse[h * sq + i] = -std::numeric_limits<double>::infinity();
+        continue;
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < sk; ++j)
+        sum += std::exp(s[i * sk + j] - rowMax);
+      for (int64_t j = 0; j < sk; ++j)
+        p[i * sk + j] = std::exp(s[i * sk + j] - rowMax) / sum;
+      r.lse[h * sq + i] = rowMax + std::log(sum);
+    }
+    // out = (p * factor) v.
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t j = 0; j < sk; ++j)
+        for (int64_t c = 0; c < dv; ++c)
+          r.out[(h * sq + i) * dv + c] +=
+              p[i * sk + j] * factor[i * sk + j] * v[j * dv + c];
+
+    // Backward through out = pd v, pd = p * factor, p = softmax(s),
+    // s = scale q k^T.
+    for (int64_t i = 0; i < sq; ++i) {
+      std::vector<double> dp(sk);
+      double rowDot = 0; // sum_k p_ik dP_ik
+      for (int64_t j = 0; j < sk; ++j) {
+        double pd = p[i * sk + j] * factor[i * sk + j];
+        double dpd = 0;
+        for (int64_t c = 0; c < dv; ++c) {
+          r.dv[(h * sk + j) * dv + c] += pd * dout[i * dv + c];
+          dpd += static_cast<double>(dout[i * dv + c]) * v[j * dv + c];
+        }
+        dp[j] = dpd * factor[i * sk + j];
+        rowDot += p[i * sk + j] * dp[j];
+      }
+      for (int64_t j = 0; j < sk; ++j) {
+        double ds = p[i * sk + j] * (dp[j] - rowDot);
+        for (int64_t c = 0; c < d; ++c) {
+          r.dq[(h * sq + i) * d + c] += scale * ds * k[j * d + c];
+          r.dk[(h * sk + j) * d + c] += scale * ds * q[i * d + c];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+struct Result {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+/// Compares the result with the reference; lse entries of fully masked rows
+/// must be exactly -inf.
+void expectMatches(const Result &r, const Reference &ref, double rel = kRel,
+                   double abs = kAbs, double gradAbs = kAbs) {
+  {
+    SCOPED_TRACE("out");
+    expectRelNear(r.out, ref.out, rel, abs);
+  }
+  {
+    SCOPED_TRACE("lse");
+    ASSERT_EQ(r.lse.size(), ref.lse.size());
+    std::vector<float> finite;
+    std::vector<double> finiteRef;
+    for (size_t i = 0; i < ref.lse.size(); ++i) {
+      if (std::isinf(ref.lse[i])) {
+        EXPECT_EQ(r.lse[i], -std::numeric_limits<float>::infinity())
+            << "at index " << i;
+        continue;
+      }
+      finite.push_back(r.lse[i]);
+      finiteRef.push_back(ref.lse[i]);
+    }
+    expectRelNear(finite, finiteRef, rel, abs);
+  }
+  {
+    SCOPED_TRACE("dq");
+    expectRelNear(r.dq, ref.dq, rel, gradAbs);
+  }
+  {
+    SCOPED_TRACE("dk");
+    expectRelNear(r.dk, ref.dk, rel, gradAbs);
+  }
+  {
+    SCOPED_TRACE("dv");
+    expectRelNear(r.dv, ref.dv, rel, gradAbs);
+  }
+}
+
+bool bitwiseEqual(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// The kernel fixture plus a forward-then-backward driver.
+class Attention : public Kernels {
+protected:
+  static constexpr size_t kGuard = 3;
+
+  /// The fixture's float sentinel does not fit a byte, so the mask is
+  /// copied without a guard.
+  const unsigned char *uploadMask(const std::vector<unsigned char> &bytes) {
+    unsigned char *p = nullptr;
+    Status s = device::allocate(bytes.size() + 1, &p);
+    EXPECT_TRUE(s.ok()) << s.message();
+    allocations.push_back(p);
+    EXPECT_TRUE(device::copyToDevice(ctx, p, bytes.data(), bytes.size()).ok());
+    return p;
+  }
+
+  /// Output buffer of n elements filled with garbage, plus the guard.
+  float *output(size_t n) {
+    return upload(std::vector<float>(n, 9.0f), kGuard);
+  }
+
+  /// The first n elements of `p`, after checking that its guard is intact.
+  std::vector<float> take(const float *p, size_t n, const char *what) {
+    std::vector<float> all = download(p, n + kGuard);
+    for (size_t i = n; i < n + kGuard; ++i)
+      EXPECT_EQ(all[i], kSentinel) << what << " written past its end at " << i;
+    all.resize(n);
+    return all;
+  }
+
+  /// attentionForward, then attentionBackward on the forward's out and lse,
+  /// at the context's seed and step.
+  Result run(const AttentionDims &a, const Inputs &in) {
+    const size_t outSize = a.batch * a.sq * a.dv, lseSize = a.batch * a.sq;
+    const size_t dqSize = a.batch * a.sq * a.d, dkSize = a.batch * a.sk * a.d;
+    const size_t dvSize = a.batch * a.sk * a.dv;
+    float *q = upload(in.q), *k = upload(in.k), *v = upload(in.v);
+    float *dout = upload(in.dout);
+    const unsigned char *mask = in.mask.empty() ? nullptr : uploadMask(in.mask);
+    float *out = output(outSize), *lse = output(lseSize);
+    float *dq = output(dqSize), *dk = output(dkSize), *dv = output(dvSize);
+    attentionForward(ctx, a, q, k, v, mask, out, lse);
+    attentionBackward(ctx, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
+    EXPECT_FALSE(hasError(ctx));
+    Result r;
+    r.out = take(out, outSize, "out");
+    r.lse = take(lse, lseSize, "lse");
+    r.dq = take(dq, dqSize, "dq");
+    r.dk = take(dk, dkSize, "dk");
+    r.dv = take(dv, dvSize, "dv");
+    return r;
+  }
+};
+
+TEST_F(Attention, UnmaskedMatchesReference) {
+  struct Case {
+    int64_t batch, sq, sk, d, dv;
+    float scale;
+  } cases[] = {
+      {3, 37, 37, 16, 16, 0.25f}, // 37: a multiple of no tile size
+      {2, 5, 70, 8, 12, 0.4f},    // sq != sk, d != dv, scale != 1/sqrt(d)
+      {2, 70, 5, 12, 8, 0.3f},
+      {1, 1, 1, 4, 4, 0.5f}, // one key: p = 1, no gradient reaches q or k
+  };
+  unsigned seed = 1;
+  for (const Case &c : cases) {
+    AttentionDims a = attentionDims(c.batch, c.sq, c.sk, c.d, c.dv, c.scale);
+    SCOPED_TRACE(describe(a));
+    Inputs in = randomInputs(a, seed);
+    seed += 10;
+    expectMatches(run(a, in), attentionReference(a, in, ctx.seed, ctx.step));
+  }
+}
+
+TEST_F(Attention, CausalMaskBroadcastOverHeads) {
+  // A [1, 1, S, S] causal mask over batch dims {2, 3}.
+  const int64_t s = 65;
+  AttentionDims a = attentionDims(6, s, s, 32, 32, 1.0f / std::sqrt(32.0f));
+  a.batchRank = 2;
+  a.batchDims[0] = 2;
+  a.batchDims[1] = 3;
+  a.maskStrides[0] = 0;
+  a.maskStrides[1] = 0;
+  a.maskRowStride = s;
+  a.maskColStride = 1;
+  Inputs in = randomInputs(a, 100);
+  in.mask.resize(s * s);
+  for (int64_t i = 0; i < s; ++i)
+    for (int64_t j = 0; j < s; ++j)
+      in.mask[i * s + j] = j > i ? 1 : 0;
+  in.fullMask =
+      expandMask(a, [](int64_t, int64_t i, int64_t j) { return j > i; });
+  Result r = run(a, in);
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
+  // Query 0 sees only key 0, so its output is v's row 0.
+  for (int64_t c = 0; c < a.dv; ++c)
+    EXPECT_NEAR(r.out[c], in.v[c], 1e-6f) << "channel " << c;
+}
+
+TEST_F(Attention, PaddingMask) {
+  // A [2, 1, 1, S] key padding mask over batch dims {2, 3}: batch entry b
+  // attends to its first length[b] keys.
+  const int64_t sq = 17, sk = 33;
+  const int64_t length[2] = {28, 9};
+  AttentionDims a = attentionDims(6, sq, sk, 16, 16, 0.25f);
+  a.batchRank = 2;
+  a.batchDims[0] = 2;
+  a.batchDims[1] = 3;
+  a.maskStrides[0] = sk;
+  a.maskStrides[1] = 0;
+  a.maskRowStride = 0;
+  a.maskColStride = 1;
+  Inputs in = randomInputs(a, 200);
+  in.mask.resize(2 * sk);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t j = 0; j < sk; ++j)
+      in.mask[b * sk + j] = j >= length[b] ? 1 : 0;
+  in.fullMask = expandMask(
+      a, [&](int64_t h, int64_t, int64_t j) { return j >= length[h / 3]; });
+  Result r = run(a, in);
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
+  // Padded keys get no gradient at all.
+  for (int64_t h = 0; h < a.batch; ++h)
+    for (int64_t j = length[h / 3]; j < sk; ++j) {
+      for (int64_t c = 0; c < a.d; ++c)
+        EXPECT_EQ(r.dk[(h * sk + j) * a.d + c], 0.0f);
+      for (int64_t c = 0; c < a.dv; ++c)
+        EXPECT_EQ(r.dv[(h * sk + j) * a.dv + c], 0.0f);
+    }
+}
+
+TEST_F(Attention, LeftPaddingMask) {
+  // Keys before pad[b] masked, with pad 70: the rows of batch entry 0 see
+  // none of their first 70 keys, so a running maximum starts late.
+  const int64_t sq = 20, sk = 100;
+  const int64_t pad[2] = {70, 3};
+  AttentionDims a = attentionDims(2, sq, sk, 16, 24, 0.25f);
+  a.maskStrides[0] = sk;
+  a.maskColStride = 1;
+  Inputs in = randomInputs(a, 250);
+  in.mask.resize(2 * sk);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t j = 0; j < sk; ++j)
+      in.mask[b * sk + j] = j < pad[b] ? 1 : 0;
+  in.fullMask =
+      expandMask(a, [&](int64_t h, int64_t, int64_t j) { return j < pad[h]; });
+  expectMatches(run(a, in), attentionReference(a, in, ctx.seed, ctx.step));
+}
+
+TEST_F(Attention, PerHeadMaskWithFullyMaskedRow) {
+  // A random [1, 3, sq, sk] mask over batch dims {2, 3} (broadcast over the
+  // first, not the second), where head 1's query 2 sees no key.
+  const int64_t sq = 11, sk = 19;
+  AttentionDims a = attentionDims(6, sq, sk, 8, 8, 0.35f);
+  a.batchRank = 2;
+  a.batchDims[0] = 2;
+  a.batchDims[1] = 3;
+  a.maskStrides[0] = 0;
+  a.maskStrides[1] = sq * sk;
+  a.maskRowStride = sk;
+  a.maskColStride = 1;
+  Inputs in = randomInputs(a, 300);
+  std::mt19937 gen(301);
+  std::bernoulli_distribution bit(0.3);
+  in.mask.resize(3 * sq * sk);
+  for (unsigned char &m : in.mask)
+    m = bit(gen) ? 1 : 0;
+  for (int64_t j = 0; j < sk; ++j)
+    in.mask[(1 * sq + 2) * sk + j] = 7; // any nonzero byte masks
+  in.fullMask = expandMask(a, [&](int64_t h, int64_t i, int64_t j) {
+    return in.mask[((h % 3) * sq + i) * sk + j] != 0;
+  });
+  Result r = run(a, in);
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
+  for (int64_t h : {1, 4}) {
+    EXPECT_EQ(r.lse[h * sq + 2], -std::numeric_limits<float>::infinity());
+    for (int64_t c = 0; c < a.dv; ++c)
+      EXPECT_EQ(r.out[(h * sq + 2) * a.dv + c], 0.0f);
+    for (int64_t c = 0; c < a.d; ++c)
+      EXPECT_EQ(r.dq[(h * sq + 2) * a.d + c], 0.0f);
+  }
+}
+
+TEST_F(Attention, FullyMaskedRow) {
+  // A [sq, sk] mask whose row 1 masks every key: that row's output is 0,
+  // its lse -inf, its dq 0, and nothing anywhere is NaN.
+  const int64_t sq = 3, sk = 4;
+  AttentionDims a = attentionDims(1, sq, sk, 4, 5, 0.5f);
+  a.maskRowStride = sk;
+  a.maskColStride = 1;
+  Inputs in = randomInputs(a, 400);
+  in.mask = {0, 1, 0, 0, //
+             1, 1, 1, 1, //
+             0, 0, 0, 1};
+  in.fullMask = in.mask;
+  Result r = run(a, in);
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
+  EXPECT_EQ(r.lse[1], -std::numeric_limits<float>::infinity());
+  for (int64_t c = 0; c < a.dv; ++c)
+    EXPECT_EQ(r.out[a.dv + c], 0.0f);
+  for (int64_t c = 0; c < a.d; ++c)
+    EXPECT_EQ(r.dq[a.d + c], 0.0f);
+  for (const std::vector<float> *v : {&r.out, &r.dq, &r.dk, &r.dv})
+    for (float x : *v)
+      EXPECT_TRUE(std::isfinite(x));
+}
+
+TEST_F(Attention, DropoutMatchesReference) {
+  // sq != sk, so a kernel that indexes the mask by anything but
+  // (h * sq + i) * sk + j draws different bits.
+  AttentionDims a = attentionDims(2, 19, 23, 16, 8, 0.25f);
+  a.dropout = 0.25f;
+  a.stream = 7;
+  ctx.seed = 20240611;
+  ctx.step = 3;
+  Inputs in = randomInputs(a, 500);
+  Result r = run(a, in);
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
+
+  // With a causal mask as well.
+  AttentionDims masked = attentionDims(2, 23, 23, 16, 8, 0.25f);
+  masked.dropout = 0.25f;
+  masked.stream = 7;
+  masked.maskRowStride = 23;
+  masked.maskColStride = 1;
+  Inputs maskedIn = randomInputs(masked, 510);
+  maskedIn.mask.resize(23 * 23);
+  for (int64_t i = 0; i < 23; ++i)
+    for (int64_t j = 0; j < 23; ++j)
+      maskedIn.mask[i * 23 + j] = j > i ? 1 : 0;
+  maskedIn.fullMask =
+      expandMask(masked, [](int64_t, int64_t i, int64_t j) { return j > i; });
+  expectMatches(run(masked, maskedIn),
+                attentionReference(masked, maskedIn, ctx.seed, ctx.step));
+
+  // Another step, or another stream, draws another mask: nearly every output
+  // row mixes 23 keep decisions, so nearly every element changes.
+  auto differing = [&](const std::vector<float> &other) {
+    int64_t count = 0;
+    for (size_t i = 0; i < r.out.size(); ++i)
+      count += r.out[i] != other[i] ? 1 : 0;
+    return count;
+  };
+  const int64_t outSize = static_cast<int64_t>(r.out.size());
+  ctx.step = 4;
+  EXPECT_GT(differing(run(a, in).out), outSize * 9 / 10);
+  ctx.step = 3;
+  a.stream = 8;
+  EXPECT_GT(differing(run(a, in).out), outSize * 9 / 10);
+  a.stream = 7;
+  EXPECT_TRUE(bitwiseEqual(run(a, in).out, r.out));
+}
+
+TEST_F(Attention, Deterministic) {
+  // Large enough to be split over threads (and blocks), with a mask and
+  // dropout on.
+  const int64_t s = 130;
+  AttentionDims a = attentionDims(4, s, s, 64, 64, 0.125f);
+  a.dropout = 0.1f;
+  a.stream = 2;
+  a.maskRowStride = s;
+  a.maskColStride = 1;
+  ctx.seed = 99;
+  ctx.step = 5;
+  Inputs in = randomInputs(a, 600);
+  in.mask.resize(s * s);
+  for (int64_t i = 0; i < s; ++i)
+    for (int64_t j = 0; j < s; ++j)
+      in.mask[i * s + j] = j > i ? 1 : 0;
+  Result first = run(a, in);
+  Result second = run(a, in);
+  EXPECT_TRUE(bitwiseEqual(first.out, second.out));
+  EXPECT_TRUE(bitwiseEqual(first.lse, second.lse));
+  EXPECT_TRUE(bitwiseEqual(first.dq, second.dq));
+  EXPECT_TRUE(bitwiseEqual(first.dk, second.dk));
+  EXPECT_TRUE(bitwiseEqual(first.dv, second.dv));
+}
+
+TEST_F(Attention, LargestHeadDims) {
+  unsigned seed = 700;
+  for (int64_t d : {128, 256}) {
+    AttentionDims a =
+        attentionDims(2, 9, 13, d, d, 1.0f / std::sqrt(static_cast<float>(d)));
+    SCOPED_TRACE(describe(a));
+    Inputs in = randomInputs(a, seed);
+    seed += 10;
+    expectMatches(run(a, in), attentionReference(a, in, ctx.seed, ctx.step));
+  }
+}
+
+TEST_F(Attention, LargeScoresDoNotOverflow) {
+  // Scores of a few hundred: exp of them overflows float, so this needs the
+  // running maximum. A score of ~300 formed in float is off by ~3e-5 (the
+  // rounding of its products and sums), which moves its probability by as
+  // much relative; outputs that are differences of such terms have that
+  // absolute error, and the gradients of q and k, which the scale of 20
+  // multiplies, a few times more.
+  AttentionDims a = attentionDims(2, 21, 21, 16, 16, 20.0f);
+  Inputs in = randomInputs(a, 800);
+  Result r = run(a, in);
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step), kRel,
+                /*abs=*/1e-4, /*gradAbs=*/2e-4);
+  for (float x : r.lse)
+    EXPECT_GT(x, 50.0f);
+}
+
+} // namespace
