@@ -11,7 +11,9 @@ the trainer through OMP_NUM_THREADS):
   caches and allocators), the trainer's from its --metrics (`time_ms`,
   which includes the batch copy), PyTorch's measured around zero_grad +
   forward + backward + step in the child; also the trainer compiled with
-  --no-fusion (every elementwise op its own loop);
+  --no-fusion (every elementwise op its own loop) and, for the models with
+  attention, with --no-flash-attention (the exported matmul / softmax ops,
+  storing the score matrices);
 * peak RSS: of the trainer process, and of the PyTorch child minus a child
   that only imports torch and builds the model (the training increment).
 
@@ -41,7 +43,24 @@ import remat_budgets as rb  # noqa: E402  (zoo access, RSS measurement)
 
 # Batches that keep a step between ~10 ms and ~1 s on a small CPU.
 BATCH = {"resnet18": 32, "mobilenetv2": 32, "transformer": 32, "gpt": 32,
-         "vit": 32}
+         "vit": 32, "gpt-512": 4}
+
+# Not in the zoo: its GPT at sequence 512 (d_model 128, 4 heads of 32, 2
+# layers), where the score matrices are most of the activations.
+LONG_SEQ = 512
+
+
+def long_gpt_spec(zl):
+    models = zl.models
+    gpt = models.get("gpt")
+    return models.ModelSpec(
+        "gpt-512",
+        lambda dropout=0.0: models._gpt_class()(
+            d_model=128, nhead=4, num_layers=2, block_size=LONG_SEQ,
+            dropout=dropout),
+        lambda n: models._next_token_data(n, seq=LONG_SEQ),
+        batch=BATCH["gpt-512"], dropout_p=None, sgd=gpt.sgd, adamw=gpt.adamw,
+        smooth=True, loss=models.next_token_loss)
 
 
 def thread_env(threads):
@@ -52,7 +71,7 @@ def thread_env(threads):
 
 
 def spec_of(zl, name):
-    spec = zl.models.get(name)
+    spec = long_gpt_spec(zl) if name == "gpt-512" else zl.models.get(name)
     spec.batch = BATCH.get(name, spec.batch)
     return spec
 
@@ -116,10 +135,15 @@ def bench_model(args, name):
                            str(args.steps), "--metrics", metrics], env)
         with open(metrics) as f:
             times = [json.loads(line)["time_ms"] for line in f if line.strip()]
-        return arena, kib, median_after_warmup(times)
+        with open(exe + ".cpp") as f:
+            attention = "attentionForward(" in f.read()
+        return arena, kib, median_after_warmup(times), attention
 
-    arena, mtc_kib, mtc_ms = mtc_run("fused", [])
-    _, _, unfused_ms = mtc_run("unfused", ["--no-fusion"])
+    arena, mtc_kib, mtc_ms, attention = mtc_run("fused", [])
+    _, _, unfused_ms, _ = mtc_run("unfused", ["--no-fusion"])
+    plain = None
+    if attention:
+        plain = mtc_run("no-flash", ["--no-flash-attention"])
 
     child = [sys.executable, os.path.abspath(__file__), "--torch-child", name,
              data_dir]
@@ -130,6 +154,8 @@ def bench_model(args, name):
                    re.search(r"STEP_MS (.*)", out).group(1).split()]
     res = {"name": name, "batch": spec.batch,
            "mtc_ms": mtc_ms, "unfused_ms": unfused_ms,
+           "noflash_ms": plain[2] if plain else None,
+           "noflash_arena": plain[0] if plain else None,
            "torch_ms": median_after_warmup(torch_times),
            "mtc_rss": mtc_kib * 1024, "arena": arena,
            "torch_rss": (torch_kib - base_kib) * 1024}
@@ -142,14 +168,17 @@ def bench_model(args, name):
 
 
 def table(results):
-    out = ["| model (batch) | mtc ms/step | mtc --no-fusion | PyTorch ms/step "
+    out = ["| model (batch) | mtc ms/step | mtc --no-fusion | mtc "
+           "--no-flash-attention (arena MiB) | PyTorch ms/step "
            "| time ratio | mtc peak RSS MiB (arena) | PyTorch training RSS MiB "
            "| RSS ratio |",
-           "|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        out.append("| %s (%d) | %.1f | %.1f | %.1f | %.2f | %s (%s) | %s | %.2f |" % (
-            r["name"], r["batch"], r["mtc_ms"], r["unfused_ms"], r["torch_ms"],
-            r["mtc_ms"] / r["torch_ms"], rb.mib(r["mtc_rss"]),
+        noflash = "-" if r["noflash_ms"] is None else "%.1f (%s)" % (
+            r["noflash_ms"], rb.mib(r["noflash_arena"]))
+        out.append("| %s (%d) | %.1f | %.1f | %s | %.1f | %.2f | %s (%s) | %s | %.2f |" % (
+            r["name"], r["batch"], r["mtc_ms"], r["unfused_ms"], noflash,
+            r["torch_ms"], r["mtc_ms"] / r["torch_ms"], rb.mib(r["mtc_rss"]),
             rb.mib(r["arena"]), rb.mib(r["torch_rss"]),
             r["mtc_rss"] / r["torch_rss"] if r["torch_rss"] > 0 else 0.0))
     return "\n".join(out)
@@ -164,7 +193,7 @@ def main():
     ap.add_argument("--mtc", required=True, help="the mtc executable")
     ap.add_argument("--work", required=True, help="scratch directory")
     ap.add_argument("--models",
-                    default="resnet18,mobilenetv2,transformer,gpt,vit")
+                    default="resnet18,mobilenetv2,transformer,gpt,vit,gpt-512")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--precision", default="fp32")

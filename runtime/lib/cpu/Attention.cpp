@@ -35,6 +35,85 @@ namespace {
 constexpr int64_t kRows = 16, kCols = 64, kMaxHeadDim = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// The tile loops are most of the step at long sequences; they are compiled
+// for AVX-512 and AVX2 besides the baseline, and the loader picks the
+// widest the CPU has (GCC function multiversioning).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define MTC_SIMD_CLONES                                                        \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3",            \
+                               "default")))
+#else
+#define MTC_SIMD_CLONES
+#endif
+
+/// acc[0, n) += sum over t < count of w[t * wStride] * x[t * xStride + (0,
+/// n)], in t order. With the width N known at compile time the accumulator
+/// row stays in registers over the whole sum (N = 0: any width n).
+template <int N>
+void weightedRowSum(int64_t n, float *acc, const float *w, int64_t wStride,
+                    const float *x, int64_t xStride, int64_t count) {
+  if constexpr (N == 0) {
+    for (int64_t t = 0; t < count; ++t)
+      for (int64_t i = 0; i < n; ++i)
+        acc[i] += w[t * wStride] * x[t * xStride + i];
+  } else {
+    float a[N];
+    for (int i = 0; i < N; ++i)
+      a[i] = acc[i];
+    for (int64_t t = 0; t < count; ++t) {
+      const float wt = w[t * wStride];
+      const float *xt = x + t * xStride;
+      for (int i = 0; i < N; ++i)
+        a[i] += wt * xt[i];
+    }
+    for (int i = 0; i < N; ++i)
+      acc[i] = a[i];
+  }
+}
+
+/// tile[x * kCols + c] = rows[c * n + x] for the `cols` rows of width n,
+/// and 0 in the columns past them.
+void transposeTile(const float *rows, int64_t n, int64_t cols, float *tile) {
+  for (int64_t x = 0; x < n; ++x) {
+    float *tx = tile + x * kCols;
+    for (int64_t c = 0; c < cols; ++c)
+      tx[c] = rows[c * n + x];
+    std::fill(tx + cols, tx + kCols, 0.0f);
+  }
+}
+
+/// out[c] = row . column c of a transposed tile, for all kCols columns: a
+/// fixed width, so the kCols sums stay in registers.
+MTC_SIMD_CLONES void rowTimesTile(const float *row, const float *tile, int64_t n,
+                  float *out) {
+  float acc[kCols] = {};
+  for (int64_t x = 0; x < n; ++x) {
+    const float rx = row[x];
+    const float *tx = tile + x * kCols;
+    for (int64_t c = 0; c < kCols; ++c)
+      acc[c] += rx * tx[c];
+  }
+  for (int64_t c = 0; c < kCols; ++c)
+    out[c] = acc[c];
+}
+
+/// weightedRowSum for the common head dims, else the generic loop.
+MTC_SIMD_CLONES void accumulateRows(int64_t n, float *acc, const float *w, int64_t wStride,
+                    const float *x, int64_t xStride, int64_t count) {
+  switch (n) {
+  case 16:
+    return weightedRowSum<16>(n, acc, w, wStride, x, xStride, count);
+  case 32:
+    return weightedRowSum<32>(n, acc, w, wStride, x, xStride, count);
+  case 64:
+    return weightedRowSum<64>(n, acc, w, wStride, x, xStride, count);
+  case 128:
+    return weightedRowSum<128>(n, acc, w, wStride, x, xStride, count);
+  default:
+    return weightedRowSum<0>(n, acc, w, wStride, x, xStride, count);
+  }
+}
+
 /// What every tile of one call shares.
 struct Problem {
   const AttentionDims &a;
@@ -48,22 +127,11 @@ struct Problem {
   /// transposed, kT[x * kCols + c].
   void scores(int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
               float *kT, float *s) const {
-    const float *kh = k + (h * a.sk + j0) * a.d;
-    for (int64_t c = 0; c < cols; ++c)
-      for (int64_t x = 0; x < a.d; ++x)
-        kT[x * kCols + c] = kh[c * a.d + x];
+    transposeTile(k + (h * a.sk + j0) * a.d, a.d, cols, kT);
     for (int64_t r = 0; r < rows; ++r) {
-      const float *qi = q + (h * a.sq + i0 + r) * a.d;
-      float *sr = s + r * kCols;
-      std::fill(sr, sr + cols, 0.0f);
-      for (int64_t x = 0; x < a.d; ++x) {
-        const float qx = qi[x];
-        const float *kx = kT + x * kCols;
-        for (int64_t c = 0; c < cols; ++c)
-          sr[c] += qx * kx[c];
-      }
+      rowTimesTile(q + (h * a.sq + i0 + r) * a.d, kT, a.d, s + r * kCols);
       for (int64_t c = 0; c < cols; ++c)
-        sr[c] *= a.scale;
+        s[r * kCols + c] *= a.scale;
     }
     if (!mask)
       return;
@@ -103,8 +171,8 @@ struct Problem {
   }
 };
 
-void forwardTile(const Problem &p, int64_t h, int64_t i0, float *out,
-                 float *lse) {
+MTC_SIMD_CLONES void forwardTile(const Problem &p, int64_t h, int64_t i0,
+                                 float *out, float *lse) {
   const AttentionDims &a = p.a;
   const int64_t rows = std::min(kRows, a.sq - i0);
   float kT[kMaxHeadDim * kCols], s[kRows * kCols], factor[kCols];
@@ -134,13 +202,10 @@ void forwardTile(const Problem &p, int64_t h, int64_t i0, float *out,
       for (int64_t c = 0; c < cols; ++c) {
         const float e = std::exp(sr[c] - m);
         rowSum[r] += e;
-        const float w = p.dropout ? e * factor[c] : e;
-        if (w == 0.0f)
-          continue;
-        const float *vj = p.v + (h * a.sk + j0 + c) * a.dv;
-        for (int64_t x = 0; x < a.dv; ++x)
-          orow[x] += w * vj[x];
+        sr[c] = p.dropout ? e * factor[c] : e; // the weight of V_(j0+c)
       }
+      accumulateRows(a.dv, orow, sr, 1, p.v + (h * a.sk + j0) * a.dv, a.dv,
+                     cols);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -184,21 +249,9 @@ void outputGradDotValues(const Problem &p, const float *dout, int64_t h,
                          int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                          float *vT, float *dp) {
   const AttentionDims &a = p.a;
-  const float *vh = p.v + (h * a.sk + j0) * a.dv;
-  for (int64_t c = 0; c < cols; ++c)
-    for (int64_t x = 0; x < a.dv; ++x)
-      vT[x * kCols + c] = vh[c * a.dv + x];
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *gi = dout + (h * a.sq + i0 + r) * a.dv;
-    float *dpr = dp + r * kCols;
-    std::fill(dpr, dpr + cols, 0.0f);
-    for (int64_t x = 0; x < a.dv; ++x) {
-      const float gx = gi[x];
-      const float *vx = vT + x * kCols;
-      for (int64_t c = 0; c < cols; ++c)
-        dpr[c] += gx * vx[c];
-    }
-  }
+  transposeTile(p.v + (h * a.sk + j0) * a.dv, a.dv, cols, vT);
+  for (int64_t r = 0; r < rows; ++r)
+    rowTimesTile(dout + (h * a.sq + i0 + r) * a.dv, vT, a.dv, dp + r * kCols);
 }
 
 /// delta[r] = dO_(i0+r) . O_(i0+r).
@@ -211,6 +264,51 @@ void rowDeltas(const AttentionDims &a, const float *out, const float *dout,
     for (int64_t x = 0; x < a.dv; ++x)
       sum += o[x] * g[x];
     delta[r] = sum;
+  }
+}
+
+/// dQ, dK and dV of head h.
+MTC_SIMD_CLONES void backwardHead(const Problem &p, int64_t h,
+                                  const float *out, const float *lse,
+                                  const float *dout, float *dq, float *dk,
+                                  float *dv) {
+  const AttentionDims &a = p.a;
+  const float *q = p.q, *k = p.k;
+  float kT[kMaxHeadDim * kCols], vT[kMaxHeadDim * kCols];
+  float s[kRows * kCols], dp[kRows * kCols], dropped[kRows * kCols],
+      delta[kRows];
+  float *gq = dq + h * a.sq * a.d;
+  float *gk = dk + h * a.sk * a.d;
+  float *gv = dv + h * a.sk * a.dv;
+  std::fill(gq, gq + a.sq * a.d, 0.0f);
+  std::fill(gk, gk + a.sk * a.d, 0.0f);
+  std::fill(gv, gv + a.sk * a.dv, 0.0f);
+  for (int64_t i0 = 0; i0 < a.sq; i0 += kRows) {
+    const int64_t rows = std::min(kRows, a.sq - i0);
+    rowDeltas(a, out, dout, h, i0, rows, delta);
+    for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
+      const int64_t cols = std::min(kCols, a.sk - j0);
+      p.scores(h, i0, rows, j0, cols, kT, s);
+      p.probabilities(h, i0, rows, cols, lse, s);
+      outputGradDotValues(p, dout, h, i0, rows, j0, cols, vT, dp);
+      scoreGradients(p, h, i0, rows, j0, cols, delta, s, dp, dropped);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          s[r * kCols + c] *= a.scale;
+      // dQ_i += dS_i. K, dK_j += dS_.j Q and dV_j += dropped(P)_.j dO.
+      const float *kh = k + (h * a.sk + j0) * a.d;
+      const float *qh = q + (h * a.sq + i0) * a.d;
+      const float *gh = dout + (h * a.sq + i0) * a.dv;
+      for (int64_t r = 0; r < rows; ++r)
+        accumulateRows(a.d, gq + (i0 + r) * a.d, s + r * kCols, 1, kh, a.d,
+                       cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        accumulateRows(a.d, gk + (j0 + c) * a.d, s + c, kCols, qh, a.d,
+                       rows);
+        accumulateRows(a.dv, gv + (j0 + c) * a.dv, dropped + c, kCols, gh,
+                       a.dv, rows);
+      }
+    }
   }
 }
 
@@ -266,46 +364,7 @@ void attentionBackward(Context &ctx, const AttentionDims &a, const float *q,
   // after tile in a fixed order, and every tile's probabilities are
   // computed once.
   cpu::parallelFor(0, a.batch, parallelWork(a), [&](int64_t h) {
-    float kT[kMaxHeadDim * kCols], vT[kMaxHeadDim * kCols];
-    float s[kRows * kCols], dp[kRows * kCols], dropped[kRows * kCols],
-        delta[kRows];
-    float *gq = dq + h * a.sq * a.d;
-    float *gk = dk + h * a.sk * a.d;
-    float *gv = dv + h * a.sk * a.dv;
-    std::fill(gq, gq + a.sq * a.d, 0.0f);
-    std::fill(gk, gk + a.sk * a.d, 0.0f);
-    std::fill(gv, gv + a.sk * a.dv, 0.0f);
-    for (int64_t i0 = 0; i0 < a.sq; i0 += kRows) {
-      const int64_t rows = std::min(kRows, a.sq - i0);
-      rowDeltas(a, out, dout, h, i0, rows, delta);
-      for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
-        const int64_t cols = std::min(kCols, a.sk - j0);
-        p.scores(h, i0, rows, j0, cols, kT, s);
-        p.probabilities(h, i0, rows, cols, lse, s);
-        outputGradDotValues(p, dout, h, i0, rows, j0, cols, vT, dp);
-        scoreGradients(p, h, i0, rows, j0, cols, delta, s, dp, dropped);
-        for (int64_t r = 0; r < rows; ++r) {
-          const float *qi = q + (h * a.sq + i0 + r) * a.d;
-          const float *gi = dout + (h * a.sq + i0 + r) * a.dv;
-          float *gr = gq + (i0 + r) * a.d;
-          for (int64_t c = 0; c < cols; ++c) {
-            const float ws = s[r * kCols + c] * a.scale;
-            const float wp = dropped[r * kCols + c];
-            float *kc = gk + (j0 + c) * a.d, *vc = gv + (j0 + c) * a.dv;
-            if (ws != 0.0f) {
-              const float *kj = k + (h * a.sk + j0 + c) * a.d;
-              for (int64_t x = 0; x < a.d; ++x)
-                gr[x] += ws * kj[x];
-              for (int64_t x = 0; x < a.d; ++x)
-                kc[x] += ws * qi[x];
-            }
-            if (wp != 0.0f)
-              for (int64_t x = 0; x < a.dv; ++x)
-                vc[x] += wp * gi[x];
-          }
-        }
-      }
-    }
+    backwardHead(p, h, out, lse, dout, dq, dk, dv);
   });
 }
 
