@@ -2,7 +2,8 @@
 """CPU training step time and peak RSS: the mtc trainer against PyTorch eager.
 
 For each zoo model (test/zoo/models.py, exported with dropout p = 0) at a
-bench batch, both sides train the same model on the same data with AdamW
+bench batch, and the zoo's GPT at sequence 512 (gpt-512: d_model 128, 4
+heads, 2 layers, where the attention scores dominate), both sides train the same model on the same data with AdamW
 (the zoo's hyperparameters) with the same number of threads
 (`--threads`, default: all cores; PyTorch through torch.set_num_threads,
 the trainer through OMP_NUM_THREADS):

@@ -101,6 +101,8 @@ MTC_SIMD_CLONES void rowTimesTile(const float *row, const float *tile, int64_t n
 MTC_SIMD_CLONES void accumulateRows(int64_t n, float *acc, const float *w, int64_t wStride,
                     const float *x, int64_t xStride, int64_t count) {
   switch (n) {
+  case 8:
+    return weightedRowSum<8>(n, acc, w, wStride, x, xStride, count);
   case 16:
     return weightedRowSum<16>(n, acc, w, wStride, x, xStride, count);
   case 32:
