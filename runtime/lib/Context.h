@@ -36,6 +36,9 @@ struct Context {
   /// Micro-batch within the optimizer step (gradient accumulation).
   int64_t microBatch = 0;
   uint64_t seed = 0;
+  /// CUDA: run the training step as a captured CUDA graph (the trainer's
+  /// --no-cuda-graphs clears it). Ignored on the CPU.
+  bool cudaGraphs = true;
 
   /// Data errors found during a step. Kernels keep going (treating the bad
   /// element as ignored) so that a step never crashes; the trainer checks
@@ -50,6 +53,22 @@ struct Context {
 #ifdef MTC_RUNTIME_CUDA
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  /// The step counters kernels read (cuda::stepCounters), in device memory
+  /// so that a replayed CUDA graph sees each step's values, and the values
+  /// last uploaded there.
+  void *deviceCounters = nullptr;
+  int64_t uploadedStep = -1, uploadedOptimizerStep = -1;
+  /// The device error record's address, found once at start-up.
+  void *errorRecord = nullptr;
+  /// The training step captured as a CUDA graph, one per micro-batch
+  /// position (the step's host-side branches depend on whether the
+  /// micro-batch is the first and the last of its optimizer step).
+  struct StepGraph {
+    bool warm = false;   ///< ran once eagerly (modules loaded, cuBLAS ready)
+    bool failed = false; ///< capture failed: launch eagerly
+    cudaGraphExec_t exec = nullptr;
+  };
+  StepGraph graphs[4];
 #endif
 };
 

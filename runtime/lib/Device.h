@@ -57,6 +57,20 @@ Status copyToHost(Context &ctx, void *dst, const void *src, uint64_t bytes);
 /// recorded on the device (CUDA) into the context's error.
 Status synchronize(Context &ctx);
 
+/// The generated training step.
+using StepFunction = void (*)(Context &, unsigned char *);
+
+/// Runs one training step (micro-batch ctx.microBatch of `microBatches`).
+/// The CPU calls `step`. CUDA, unless ctx.cudaGraphs is off, runs the first
+/// step of each micro-batch position (first, last, both or neither of its
+/// optimizer step) eagerly, captures the second into a CUDA graph and
+/// replays that graph from then on: one launch per step instead of one per
+/// kernel. Kernels read the step counters from device memory, uploaded
+/// here before every step, so the replayed graph sees each step's values.
+/// A capture the driver refuses falls back to eager launches, with a note.
+Status runStep(Context &ctx, StepFunction step, unsigned char *arena,
+               int64_t microBatches);
+
 } // namespace device
 } // namespace mtc::rt
 

@@ -235,21 +235,27 @@ struct AdamwScalars {
   float eps;
 };
 
-inline AdamwScalars adamwScalars(int64_t step, double lr, double beta1,
-                                 double beta2, double eps,
-                                 double weightDecay) {
+/// What an AdamW update is configured with.
+struct AdamwHyperparameters {
+  double lr, beta1, beta2, eps, weightDecay;
+};
+
+/// The update's scalars at optimizer step `step` (the CUDA kernels form
+/// them on the device from the step counter there).
+MTC_HOST_DEVICE inline AdamwScalars adamwScalars(int64_t step,
+                                                 const AdamwHyperparameters &h) {
   // Step 0 would divide by zero in the bias corrections; treat it as step 1.
   double t = step < 1 ? 1.0 : static_cast<double>(step);
-  double bc1 = 1.0 - std::pow(beta1, t);
-  double bc2 = 1.0 - std::pow(beta2, t);
+  double bc1 = 1.0 - ::pow(h.beta1, t);
+  double bc2 = 1.0 - ::pow(h.beta2, t);
   AdamwScalars s;
-  s.decay = static_cast<float>(1.0 - lr * weightDecay);
-  s.lerpWeight = static_cast<float>(1.0 - beta1);
-  s.beta2 = static_cast<float>(beta2);
-  s.oneMinusBeta2 = static_cast<float>(1.0 - beta2);
-  s.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  s.negStepSize = static_cast<float>(-(lr / bc1));
-  s.eps = static_cast<float>(eps);
+  s.decay = static_cast<float>(1.0 - h.lr * h.weightDecay);
+  s.lerpWeight = static_cast<float>(1.0 - h.beta1);
+  s.beta2 = static_cast<float>(h.beta2);
+  s.oneMinusBeta2 = static_cast<float>(1.0 - h.beta2);
+  s.bc2Sqrt = static_cast<float>(::sqrt(bc2));
+  s.negStepSize = static_cast<float>(-(h.lr / bc1));
+  s.eps = static_cast<float>(h.eps);
   return s;
 }
 

@@ -122,6 +122,7 @@ struct Options {
   int64_t logEvery = 1;
   std::string dumpGradsPath;
   bool eval = false;
+  bool cudaGraphs = true;
   std::string exportPath;
 };
 
@@ -170,6 +171,10 @@ void printUsage(const char *prog, const ModelDesc &desc) {
       "                      statistics) over every full batch of --data and\n"
       "                      print the mean loss and the accuracy; use --load\n"
       "                      for trained weights\n"
+      "  --no-cuda-graphs    cuda: launch the step's kernels one by one\n"
+      "                      instead of replaying it as one CUDA graph\n"
+      "                      (captured on the second step); the results\n"
+      "                      are the same (no effect on the cpu)\n"
       "  --help              show this help and exit\n"
       "\n"
       "Flags also accept the --flag=value form.\n",
@@ -226,6 +231,10 @@ ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
       return ParseOutcome::Help;
     if (arg == "--eval") {
       opts.eval = true;
+      continue;
+    }
+    if (arg == "--no-cuda-graphs") {
+      opts.cudaGraphs = false;
       continue;
     }
     if (arg.rfind("--", 0) != 0) {
@@ -795,6 +804,7 @@ int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
 int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   Context ctx;
   ctx.seed = opts.seed;
+  ctx.cudaGraphs = opts.cudaGraphs;
   const TensorDesc &lossTensor = desc.tensors[lossIndex];
   const TensorDesc *lossScaleTensor = nullptr, *gradStatusTensor = nullptr;
   for (int i = 0; i < desc.numTensors; ++i) {
@@ -1028,10 +1038,10 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
         return kExitFailure;
       }
 
-      desc.step(ctx, arena);
-
-      Status s = device::copyToHost(ctx, &loss, arena + lossTensor.offset,
-                                    sizeof(float));
+      Status s = device::runStep(ctx, desc.step, arena, micro);
+      if (s.ok())
+        s = device::copyToHost(ctx, &loss, arena + lossTensor.offset,
+                               sizeof(float));
       if (s.ok() && gradStatusTensor && m + 1 == micro)
         s = device::copyToHost(ctx, status, arena + gradStatusTensor->offset,
                                sizeof(status));
@@ -1243,8 +1253,8 @@ int inferenceMain(int argc, char **argv, const ModelDesc &desc) {
     }
   }
   ctx.step = 1;
-  desc.step(ctx, arena);
-  if (Status s = device::synchronize(ctx); !s.ok()) {
+  Status ran = device::runStep(ctx, desc.step, arena, 1);
+  if (Status s = ran.ok() ? device::synchronize(ctx) : ran; !s.ok()) {
     printError(s.message());
     return kExitFailure;
   }

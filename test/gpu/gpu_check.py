@@ -22,7 +22,10 @@ Steps, each printed with its figures:
      runs bitwise, an injected overflow skipped);
   6. fused attention on the cuda target (check_flash_attention.py:
      gradients and losses against PyTorch, dropout against the unfused
-     ops with the same seed).
+     ops with the same seed);
+  7. CUDA graphs (check_cuda_graphs.py): the step replayed as a graph gives
+     bitwise the losses and checkpoint of eager launches (dropout, AdamW
+     with accumulation, SGD momentum), and the capture succeeded.
 Exit status 0 only when everything passes.
 """
 
@@ -146,6 +149,9 @@ def main():
                "fused attention",
                lambda lines: [l.strip()[7:] for l in lines
                               if "rel err" in l or "peak" in l])
+    e2e_script("cuda-graphs", "check_cuda_graphs.py", "CUDA graphs",
+               lambda lines: [l.strip() for l in lines
+                              if l.strip().startswith("[")])
 
     print("\nmtc GPU check")
     width = max(len(n) for n, _, _ in results)

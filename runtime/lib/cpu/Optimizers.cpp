@@ -40,7 +40,8 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
     return;
   const float unscale = gradUnscale(gradStatus);
   AdamwScalars s =
-      adamwScalars(ctx.optimizerStep, lr, beta1, beta2, eps, weightDecay);
+      adamwScalars(ctx.optimizerStep,
+                   AdamwHyperparameters{lr, beta1, beta2, eps, weightDecay});
   const bool parallel = n >= cpu::kParallelGrain;
   cpu::parallelFor(0, n, parallel, [&](int64_t i) {
     adamwElement(p[i], g[i] * unscale, m[i], v[i], s);

@@ -176,11 +176,14 @@ template <int kT>
 __global__ void __launch_bounds__(kThreads)
     attentionForwardKernel(AttentionDims a, const float *q, const float *k,
                            const float *v, const unsigned char *mask,
-                           DropoutParams drop, bool dropout, int ld, float *out,
+                           DropoutParams drop,
+                           const cuda::StepCounters *counters, bool dropout,
+                           int ld, float *out,
                            float *lse) {
   constexpr int R = kForwardRows;
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
+  drop.step = static_cast<uint64_t>(counters->step); // this step's mask
   const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
   float *qs = smem;
   float *chunk = smem + kTile * d;
@@ -278,10 +281,13 @@ __global__ void __launch_bounds__(kThreads)
     attentionDqKernel(AttentionDims a, const float *q, const float *k,
                       const float *v, const unsigned char *mask,
                       const float *out, const float *lse, const float *dout,
-                      DropoutParams drop, bool dropout, int ld, float *dq) {
+                      DropoutParams drop,
+                           const cuda::StepCounters *counters, bool dropout,
+                           int ld, float *dq) {
   constexpr int R = rowsPerWarp(kT);
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
+  drop.step = static_cast<uint64_t>(counters->step); // this step's mask
   const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
   float *qs = smem;
   float *gs = qs + kTile * d;
@@ -374,11 +380,14 @@ __global__ void __launch_bounds__(kThreads)
     attentionDkvKernel(AttentionDims a, const float *q, const float *k,
                        const float *v, const unsigned char *mask,
                        const float *out, const float *lse, const float *dout,
-                       DropoutParams drop, bool dropout, int ld, float *dk,
+                       DropoutParams drop,
+                           const cuda::StepCounters *counters, bool dropout,
+                           int ld, float *dk,
                        float *dv) {
   constexpr int R = rowsPerWarp(kT);
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
+  drop.step = static_cast<uint64_t>(counters->step); // this step's mask
   const int d = static_cast<int>(a.d), dvDim = static_cast<int>(a.dv);
   float *ks = smem;
   float *vs = ks + kTile * d;
@@ -511,17 +520,21 @@ int chunkStride(const AttentionDims &a) {
 }
 
 /// Opts the kernel into `bytes` of dynamic shared memory when that is more
-/// than the default allows.
-template <typename Kernel>
-bool allowSharedBytes(Context &ctx, Kernel kernel, size_t bytes,
-                      const char *name) {
-  if (bytes <= kDefaultSharedBytes)
+/// than the default allows. Each kernel instance asks once per size it
+/// grows to, so a step being captured into a CUDA graph (which ran eagerly
+/// before) sets no attribute.
+template <auto kernel>
+bool allowSharedBytes(Context &ctx, size_t bytes, const char *name) {
+  static size_t granted = kDefaultSharedBytes; // per kernel
+  if (bytes <= granted)
     return true;
   cudaError_t error =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(bytes));
-  if (error == cudaSuccess)
+  if (error == cudaSuccess) {
+    granted = bytes;
     return true;
+  }
   reportError(ctx, std::string(name) + ": cannot use " + std::to_string(bytes) +
                        " bytes of shared memory: " + cudaGetErrorString(error));
   return false;
@@ -536,11 +549,11 @@ void launchForward(Context &ctx, const AttentionDims &a, const float *q,
   const int ld = chunkStride(a);
   const size_t bytes = sizeof(float) * (kTile * a.d + kChunk * ld);
   auto kernel = attentionForwardKernel<kT>;
-  if (!allowSharedBytes(ctx, kernel, bytes, "attentionForwardKernel"))
+  if (!allowSharedBytes<attentionForwardKernel<kT>>(ctx, bytes, "attentionForwardKernel"))
     return;
   const int64_t tiles = a.batch * ((a.sq + kTile - 1) / kTile);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, bytes, ctx.stream>>>(
-      a, q, k, v, mask, drop, dropout, ld, out, lse);
+      a, q, k, v, mask, drop, cuda::stepCounters(ctx), dropout, ld, out, lse);
   checkLaunch(ctx, "attentionForwardKernel");
 }
 
@@ -553,11 +566,11 @@ void launchDq(Context &ctx, const AttentionDims &a, const float *q,
   const int ld = chunkStride(a);
   const size_t bytes = sizeof(float) * (kTile * (a.d + a.dv) + kChunk * ld);
   auto kernel = attentionDqKernel<kT>;
-  if (!allowSharedBytes(ctx, kernel, bytes, "attentionDqKernel"))
+  if (!allowSharedBytes<attentionDqKernel<kT>>(ctx, bytes, "attentionDqKernel"))
     return;
   const int64_t tiles = a.batch * ((a.sq + kTile - 1) / kTile);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, bytes, ctx.stream>>>(
-      a, q, k, v, mask, out, lse, dout, drop, dropout, ld, dq);
+      a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout, ld, dq);
   checkLaunch(ctx, "attentionDqKernel");
 }
 
@@ -571,11 +584,11 @@ void launchDkv(Context &ctx, const AttentionDims &a, const float *q,
   const size_t bytes =
       sizeof(float) * (kTile * (a.d + a.dv) + kChunk * (ld + 2));
   auto kernel = attentionDkvKernel<kT>;
-  if (!allowSharedBytes(ctx, kernel, bytes, "attentionDkvKernel"))
+  if (!allowSharedBytes<attentionDkvKernel<kT>>(ctx, bytes, "attentionDkvKernel"))
     return;
   const int64_t tiles = a.batch * ((a.sk + kTile - 1) / kTile);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, bytes, ctx.stream>>>(
-      a, q, k, v, mask, out, lse, dout, drop, dropout, ld, dk, dv);
+      a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout, ld, dk, dv);
   checkLaunch(ctx, "attentionDkvKernel");
 }
 
@@ -606,8 +619,9 @@ void attentionForward(Context &ctx, const AttentionDims &a, const float *q,
   if (!checkDims(ctx, a))
     return;
   // Ratio 1 keeps nothing, so its infinite scale is never used.
-  const DropoutParams drop =
-      dropoutParams(ctx.seed, ctx.step, a.stream, a.dropout);
+  // The step is read on the device (a replayed CUDA graph's kernels keep
+  // their arguments).
+  const DropoutParams drop = dropoutParams(ctx.seed, 0, a.stream, a.dropout);
   const bool dropout = a.dropout > 0.0f;
   withSlices(slices(a.dv), [&](auto kT) {
     launchForward<decltype(kT)::value>(ctx, a, q, k, v, mask, drop, dropout,
@@ -622,8 +636,9 @@ void attentionBackward(Context &ctx, const AttentionDims &a, const float *q,
                        float *dk, float *dv) {
   if (!checkDims(ctx, a))
     return;
-  const DropoutParams drop =
-      dropoutParams(ctx.seed, ctx.step, a.stream, a.dropout);
+  // The step is read on the device (a replayed CUDA graph's kernels keep
+  // their arguments).
+  const DropoutParams drop = dropoutParams(ctx.seed, 0, a.stream, a.dropout);
   const bool dropout = a.dropout > 0.0f;
   withSlices(slices(a.d), [&](auto kT) {
     launchDq<decltype(kT)::value>(ctx, a, q, k, v, mask, out, lse, dout, drop,

@@ -16,6 +16,7 @@
 
 #include "mtc/runtime/Cuda.h"
 
+#include <cstdio>
 #include <string>
 
 namespace mtc::rt {
@@ -38,6 +39,26 @@ void checkLaunch(Context &ctx, const char *kernelName) {
 }
 
 namespace cuda {
+
+const StepCounters *stepCounters(Context &ctx) {
+  auto *counters = static_cast<StepCounters *>(ctx.deviceCounters);
+  if (ctx.step == ctx.uploadedStep &&
+      ctx.optimizerStep == ctx.uploadedOptimizerStep)
+    return counters;
+  // From pageable memory: the copy has taken the values when the call
+  // returns, so the host may change them right away.
+  const StepCounters values = {ctx.step, ctx.optimizerStep};
+  cudaError_t error = cudaMemcpyAsync(counters, &values, sizeof(values),
+                                      cudaMemcpyHostToDevice, ctx.stream);
+  if (error != cudaSuccess) {
+    reportError(ctx, std::string("cannot upload the step counters: ") +
+                         cudaGetErrorString(error));
+    return counters;
+  }
+  ctx.uploadedStep = ctx.step;
+  ctx.uploadedOptimizerStep = ctx.optimizerStep;
+  return counters;
+}
 
 bool checkBlas(Context &ctx, cublasStatus_t status, const char *what) {
   if (status == CUBLAS_STATUS_SUCCESS)
@@ -73,10 +94,27 @@ Status initialize(Context &ctx) {
   if (status != CUBLAS_STATUS_SUCCESS)
     return Status::error(std::string("cannot initialize cuBLAS: ") +
                          cublasGetStatusString(status));
+  error = cudaMalloc(&ctx.deviceCounters, sizeof(cuda::StepCounters));
+  if (error != cudaSuccess)
+    return cudaFailure("cannot allocate the step counters", error);
+  // Looked up now, not while a step is being captured.
+  cuda::deviceErrorRecord(ctx);
+  if (hasError(ctx))
+    return Status::error(takeError(ctx).message);
   return Status::success();
 }
 
 void shutdown(Context &ctx) {
+  for (Context::StepGraph &g : ctx.graphs) {
+    if (g.exec)
+      cudaGraphExecDestroy(g.exec);
+    g = Context::StepGraph();
+  }
+  if (ctx.deviceCounters)
+    cudaFree(ctx.deviceCounters);
+  ctx.deviceCounters = nullptr;
+  ctx.uploadedStep = ctx.uploadedOptimizerStep = -1;
+  ctx.errorRecord = nullptr;
   if (ctx.blas)
     cublasDestroy(ctx.blas);
   if (ctx.stream)
@@ -151,6 +189,66 @@ Status synchronize(Context &ctx) {
   if (error != cudaSuccess)
     return cudaFailure("CUDA error during the step", error);
   return cuda::collectDeviceErrors(ctx);
+}
+
+namespace {
+
+/// Captures one call of `step` on ctx's stream into an executable graph;
+/// null (with the reason in `why`) when the driver refuses.
+cudaGraphExec_t captureStep(Context &ctx, StepFunction step,
+                            unsigned char *arena, std::string &why) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t error =
+      cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal);
+  if (error == cudaSuccess) {
+    step(ctx, arena);
+    error = cudaStreamEndCapture(ctx.stream, &graph);
+  }
+  if (error == cudaSuccess)
+    error = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph)
+    cudaGraphDestroy(graph);
+  if (error == cudaSuccess && !hasError(ctx))
+    return exec;
+  // Launch errors recorded while capturing came from the capture itself;
+  // the eager run that follows reports any real one again.
+  why = hasError(ctx) ? takeError(ctx).message : cudaGetErrorString(error);
+  cudaGetLastError();
+  if (exec)
+    cudaGraphExecDestroy(exec);
+  return nullptr;
+}
+
+} // namespace
+
+Status runStep(Context &ctx, StepFunction step, unsigned char *arena,
+               int64_t microBatches) {
+  cuda::stepCounters(ctx);
+  Context::StepGraph &g =
+      ctx.graphs[(ctx.microBatch == 0 ? 1 : 0) |
+                 (ctx.microBatch + 1 == microBatches ? 2 : 0)];
+  if (!ctx.cudaGraphs || g.failed || !g.warm) {
+    step(ctx, arena);
+    g.warm = true;
+    return Status::success();
+  }
+  if (!g.exec) {
+    std::string why;
+    g.exec = captureStep(ctx, step, arena, why);
+    if (!g.exec) {
+      g.failed = true;
+      std::fprintf(stderr,
+                   "mtc trainer: note: the step could not be captured as a "
+                   "CUDA graph (%s); launching its kernels one by one\n",
+                   why.c_str());
+      step(ctx, arena);
+      return Status::success();
+    }
+  }
+  cudaError_t error = cudaGraphLaunch(g.exec, ctx.stream);
+  return error == cudaSuccess ? Status::success()
+                              : cudaFailure("CUDA graph launch failed", error);
 }
 
 } // namespace device

@@ -44,6 +44,8 @@ void reportRecord(Context &ctx, const DeviceErrorRecord &record) {
 } // namespace
 
 DeviceErrorRecord *deviceErrorRecord(Context &ctx) {
+  if (ctx.errorRecord)
+    return static_cast<DeviceErrorRecord *>(ctx.errorRecord);
   void *address = nullptr;
   cudaError_t error = cudaGetSymbolAddress(&address, gDeviceError);
   if (error != cudaSuccess) {
@@ -51,6 +53,7 @@ DeviceErrorRecord *deviceErrorRecord(Context &ctx) {
                          cudaGetErrorString(error));
     return nullptr;
   }
+  ctx.errorRecord = address;
   return static_cast<DeviceErrorRecord *>(address);
 }
 

@@ -20,7 +20,9 @@ namespace mtc::rt {
 namespace {
 
 __global__ void dropoutKernel(int64_t n, const float *in, float *out,
-                              DropoutParams p) {
+                              DropoutParams p,
+                              const cuda::StepCounters *counters) {
+  p.step = static_cast<uint64_t>(counters->step);
   const int64_t groups = (n + kDropoutGroup - 1) / kDropoutGroup;
   for (int64_t g = cuda::threadIndex(); g < groups; g += cuda::threadCount()) {
     bool keep[kDropoutGroup];
@@ -49,10 +51,12 @@ void applyDropout(Context &ctx, int64_t n, const float *in, float *out,
     fill(ctx, out, n, 0.0f);
     return;
   }
-  const DropoutParams p = dropoutParams(ctx.seed, ctx.step, stream, ratio);
+  // The step is read on the device (a replayed CUDA graph's kernels keep
+  // their arguments).
+  const DropoutParams p = dropoutParams(ctx.seed, 0, stream, ratio);
   const int64_t groups = (n + kDropoutGroup - 1) / kDropoutGroup;
-  dropoutKernel<<<cuda::gridFor(groups), cuda::kBlock, 0, ctx.stream>>>(n, in,
-                                                                        out, p);
+  dropoutKernel<<<cuda::gridFor(groups), cuda::kBlock, 0, ctx.stream>>>(
+      n, in, out, p, cuda::stepCounters(ctx));
   checkLaunch(ctx, "dropoutKernel");
 }
 

@@ -94,6 +94,20 @@ __device__ inline void recordDeviceError(DeviceErrorRecord *record,
 /// of range) into ctx and clears them. The stream must be synchronized.
 Status collectDeviceErrors(Context &ctx);
 
+/// The step counters of the context as kernels read them, in device
+/// memory: a kernel of a captured CUDA graph replays with the arguments of
+/// its capture, so anything that changes from step to step must be read on
+/// the device.
+struct StepCounters {
+  long long step;          ///< Context::step
+  long long optimizerStep; ///< Context::optimizerStep
+};
+
+/// The device copy of ctx's counters, uploaded first (on the stream) when
+/// the host's changed since the last upload. device::runStep uploads them
+/// before every step, so none is uploaded while a step is being captured.
+const StepCounters *stepCounters(Context &ctx);
+
 } // namespace mtc::rt::cuda
 
 #endif // MTC_RUNTIME_LIB_CUDA_LAUNCH_H

@@ -4,9 +4,10 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// The element updates and their host-side scalars come from KernelCommon.h,
-// shared with cpu/Optimizers.cpp. The step counter is read on the host and
-// folded into kernel arguments, so the kernels never read host state.
+// The element updates and their scalars come from KernelCommon.h, shared
+// with cpu/Optimizers.cpp. The optimizer step (SGD's first step, AdamW's
+// bias corrections) is read on the device (cuda::stepCounters), so a
+// replayed CUDA graph updates with each step's count.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,18 +24,23 @@ namespace {
 // The loss-scaling status lives on the device (written by gradCheck on the
 // same stream), so the skip decision needs no host synchronization.
 __global__ void sgdKernel(int64_t n, float *p, const float *g, float *buf,
-                          SgdScalars s, const float *status) {
+                          SgdScalars s, const float *status,
+                          const cuda::StepCounters *counters) {
   if (skipsStep(status))
     return;
+  s.firstStep = counters->optimizerStep <= 1;
   const float unscale = gradUnscale(status);
   for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
     sgdElement(p[i], g[i] * unscale, buf ? buf + i : nullptr, s);
 }
 
 __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
-                            float *v, AdamwScalars s, const float *status) {
+                            float *v, AdamwHyperparameters h,
+                            const float *status,
+                            const cuda::StepCounters *counters) {
   if (skipsStep(status))
     return;
+  const AdamwScalars s = adamwScalars(counters->optimizerStep, h);
   const float unscale = gradUnscale(status);
   for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
     adamwElement(p[i], g[i] * unscale, m[i], v[i], s);
@@ -80,11 +86,10 @@ void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
   if (n <= 0)
     return;
   SgdScalars s{static_cast<float>(lr), static_cast<float>(momentum),
-               static_cast<float>(weightDecay), nesterov,
-               ctx.optimizerStep <= 1};
+               static_cast<float>(weightDecay), nesterov, false};
   float *buf = momentum != 0.0 ? momentumBuf : nullptr;
-  sgdKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(n, p, g, buf, s,
-                                                               gradStatus);
+  sgdKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(
+      n, p, g, buf, s, gradStatus, cuda::stepCounters(ctx));
   checkLaunch(ctx, "sgdKernel");
 }
 
@@ -93,10 +98,9 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
                  double weightDecay, const float *gradStatus) {
   if (n <= 0)
     return;
-  AdamwScalars s =
-      adamwScalars(ctx.optimizerStep, lr, beta1, beta2, eps, weightDecay);
+  const AdamwHyperparameters h{lr, beta1, beta2, eps, weightDecay};
   adamwKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(
-      n, p, g, m, v, s, gradStatus);
+      n, p, g, m, v, h, gradStatus, cuda::stepCounters(ctx));
   checkLaunch(ctx, "adamwKernel");
 }
 
