@@ -45,7 +45,7 @@ namespace {
 bool isFusable(Operation *op) {
   if (!isa<ReluOp, TanhOp, SigmoidOp, ExpOp, LogOp, NegOp, SqrtOp, ErfOp,
            ConvertOp, AddOp, SubOp, MulOp, DivOp, ReluGradOp, ExpandOp,
-           ClipOp, ClipGradOp, SelectOp>(op))
+           ClipOp, ClipGradOp, SelectOp, DropoutOp, DropoutGradOp>(op))
     return false;
   auto type = cast<RankedTensorType>(op->getResult(0).getType());
   return isa<FloatType>(type.getElementType());

@@ -66,3 +66,26 @@ func.func @train_step(%x: tensor<16xf32> {mtc.role = "input"}) -> tensor<16xf32>
   %s = mtc.sigmoid %w : tensor<16xf32>
   return %s : tensor<16xf32>
 }
+
+// -----
+
+// Dropout and its gradient fuse like elementwise ops (the kernel draws each
+// group of four elements' mask once): the residual bias, dropout and add of
+// a transformer block is one kernel, as is the backward's dropout gradient
+// with its neighbours.
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.fused %{{.+}}, %{{.+}}, %{{.+}} : (tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+// CHECK: mtc.add
+// CHECK-NEXT: mtc.dropout {{.+}} {ratio = 1.000000e-01 : f32, stream = 2 : i64}
+// CHECK-NEXT: mtc.add
+// CHECK: mtc.fused %{{.+}}, %{{.+}} {mtc.backward}
+// CHECK: mtc.dropout_grad {{.+}} {ratio = 1.000000e-01 : f32, stream = 2 : i64}
+// CHECK-NEXT: mtc.mul
+func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %b: tensor<8xf32> {mtc.role = "param"}, %res: tensor<4x8xf32> {mtc.role = "input"}) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %a = mtc.add %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %d = mtc.dropout %a {ratio = 1.000000e-01 : f32, stream = 2 : i64} : tensor<4x8xf32>
+  %y = mtc.add %d, %res : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %g = mtc.dropout_grad %y {mtc.backward, ratio = 1.000000e-01 : f32, stream = 2 : i64} : tensor<4x8xf32>
+  %m = mtc.mul %g, %x {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %y, %m : tensor<4x8xf32>, tensor<4x8xf32>
+}

@@ -14,6 +14,7 @@
 #include "mtc/Codegen/EmitTrainer.h"
 #include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
 #include "mtc/Dialect/Mtc/IR/MtcOps.h"
+#include "mtc/runtime/Random.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -186,14 +187,18 @@ private:
   /// exprs[j] (computed by `statements`).
   void emitElementwise(Operation *op, StringRef name, ValueRange operands,
                        ValueRange outs, ArrayRef<std::string> exprs,
-                       StringRef statements);
+                       StringRef statements,
+                       ArrayRef<Operation *> dropouts = {});
   /// The scalar expression of an elementwise op over its operands' values
   /// `in0`, `in1`, ... (float32 for floats whatever their storage), and a
-  /// name for its kernel; none for other ops.
+  /// name for its kernel; none for other ops. A dropout (or its gradient)
+  /// is elementwise only inside a fused kernel, as its `dropoutSlot`-th
+  /// dropout: its mask is drawn per group of four elements (keep<K>[j]).
   struct ElementwiseExpr {
     std::string name, expr;
   };
-  std::optional<ElementwiseExpr> elementwiseExpr(Operation *op) const;
+  std::optional<ElementwiseExpr>
+  elementwiseExpr(Operation *op, int dropoutSlot = -1) const;
   /// A fused chain as one loop / kernel.
   void emitFused(FusedOp op);
   void emitCall(const Twine &call) { s << "  " << call << ";\n"; }
@@ -264,7 +269,8 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
 void Emitter::emitElementwise(Operation *op, StringRef name,
                               ValueRange operands, ValueRange outs,
                               ArrayRef<std::string> exprs,
-                              StringRef statements) {
+                              StringRef statements,
+                              ArrayRef<Operation *> dropouts) {
   std::string kernel = ("k" + Twine(opIndex) + "_" + name).str();
   Value out = outs.front();
   ArrayRef<int64_t> outShape = shapeOf(out);
@@ -280,6 +286,10 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     params += ((j ? ", " : "") + cType(v) + " *__restrict out" +
                (j ? Twine(j) : Twine()))
                   .str();
+  for (size_t d = 0; d < dropouts.size(); ++d)
+    params += ", DropoutParams drop" + std::to_string(d);
+  if (!dropouts.empty() && cuda())
+    params += ", const StepCounters *counters";
   bool needIndex = false;
   for (Value v : operands)
     needIndex |= shapeOf(v) != outShape && numel(v) != 1;
@@ -327,25 +337,47 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   k << "// " << op->getName() << (node.empty() ? "" : " from ONNX node '")
     << node << (node.empty() ? "" : "'") << "\n";
   const bool parallel = !cuda() && n >= 32768;
+  // With dropouts a thread takes a group of four elements, the elements of
+  // one generator call (Random.h): their masks are drawn once per group.
+  const bool grouped = !dropouts.empty();
+  const int64_t items = grouped ? (n + mtc::rt::kDropoutGroup - 1) / mtc::rt::kDropoutGroup : n;
+  const char *item = grouped ? "g" : "i";
   if (cuda()) {
     k << "__global__ void " << kernel << "(" << params << ") {\n"
-      << "  const int64_t i = int64_t(blockIdx.x) * blockDim.x + "
-         "threadIdx.x;\n"
-      << "  if (i < " << n << ") {\n";
+      << "  const int64_t " << item
+      << " = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;\n"
+      << "  if (" << item << " < " << items << ") {\n";
   } else {
     k << "static void " << kernel << "(" << params << ") {\n";
     // Large loops are split over the OpenMP threads (parallelFor never
     // enters OpenMP for one thread, which would allocate).
     if (parallel)
-      k << "  mtc::rt::cpu::parallelFor(0, " << n
-        << ", true, [&](int64_t i) {\n";
+      k << "  mtc::rt::cpu::parallelFor(0, " << items << ", true, [&](int64_t "
+        << item << ") {\n";
     else
-      k << "  for (int64_t i = 0; i < " << n << "; ++i) {\n";
+      k << "  for (int64_t " << item << " = 0; " << item << " < " << items
+        << "; ++" << item << ") {\n";
+  }
+  if (grouped) {
+    for (size_t d = 0; d < dropouts.size(); ++d) {
+      std::string id = std::to_string(d);
+      if (cuda()) // a replayed CUDA graph keeps the step of its capture
+        k << "    drop" << id
+          << ".step = static_cast<uint64_t>(counters->step);\n";
+      k << "    bool keep" << id << "[" << mtc::rt::kDropoutGroup << "];\n"
+        << "    dropoutGroupKeep(drop" << id
+        << ", static_cast<uint64_t>(g), keep" << id << ");\n";
+    }
+    k << "    for (int j = 0; j < " << mtc::rt::kDropoutGroup << "; ++j) {\n"
+      << "    const int64_t i = g * " << mtc::rt::kDropoutGroup << " + j;\n"
+      << "    if (i >= " << n << ")\n      break;\n";
   }
   k << index << loads << statements;
   for (auto [j, v] : llvm::enumerate(outs))
     k << "    out" << (j ? std::to_string(j) : "") << "[i] = "
       << storeAs(v, exprs[j]) << ";\n";
+  if (grouped)
+    k << "    }\n";
   k << (parallel ? "  });\n" : "  }\n") << "}\n\n";
 
   std::string args;
@@ -353,8 +385,18 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     args += ptr(v) + ", ";
   for (auto [j, v] : llvm::enumerate(outs))
     args += (j ? ", " : "") + ptr(v);
+  for (Operation *d : dropouts) {
+    auto ratio = d->getAttrOfType<FloatAttr>("ratio");
+    auto stream = d->getAttrOfType<IntegerAttr>("stream");
+    args += llvm::formatv(", dropoutParams(trainingSeed(ctx), {0}, {1}u, {2})",
+                          cuda() ? "0" : "stepCounter(ctx)", stream.getInt(),
+                          floatLiteral(ratio.getValueAsDouble()))
+                .str();
+  }
+  if (grouped && cuda())
+    args += ", deviceStepCounters(ctx)";
   if (cuda()) {
-    int64_t blocks = (n + 255) / 256;
+    int64_t blocks = (items + 255) / 256;
     s << "  " << kernel << "<<<" << std::max<int64_t>(blocks, 1)
       << ", 256, 0, cudaStreamOf(ctx)>>>(" << args << ");\n"
       << "  checkLaunch(ctx, \"" << kernel << "\");\n";
@@ -573,7 +615,7 @@ void Emitter::emitOp(Operation *op) {
 }
 
 std::optional<Emitter::ElementwiseExpr>
-Emitter::elementwiseExpr(Operation *op) const {
+Emitter::elementwiseExpr(Operation *op, int dropoutSlot) const {
   auto math = [&](StringRef name, StringRef cpuExpr, StringRef cudaExpr) {
     return ElementwiseExpr{name.str(), (cuda() ? cudaExpr : cpuExpr).str()};
   };
@@ -620,6 +662,16 @@ Emitter::elementwiseExpr(Operation *op) const {
         return same("compare", "(in0 " + symbol + " in1) ? 1 : 0");
       })
       .Case([&](NotOp) { return same("not", "in0 ? 0 : 1"); })
+      .Case<DropoutOp, DropoutGradOp>(
+          [&](auto d) -> std::optional<ElementwiseExpr> {
+            if (dropoutSlot < 0)
+              return std::nullopt; // a runtime call on its own
+            // dropoutElement's formula on the mask the runtime draws.
+            std::string k = std::to_string(dropoutSlot);
+            return same(isa<DropoutOp>(d) ? "dropout" : "dropout_grad",
+                        "keep" + k + "[j] ? in0 * drop" + k +
+                            ".scale : 0.0f");
+          })
       .Default([](Operation *) { return std::nullopt; });
 }
 
@@ -633,8 +685,13 @@ void Emitter::emitFused(FusedOp op) {
     names[arg] = "in" + std::to_string(arg.getArgNumber());
   std::string statements, kernel = "fused";
   int temps = 0;
+  SmallVector<Operation *> dropouts;
   for (Operation &inner : body.without_terminator()) {
-    std::optional<ElementwiseExpr> e = elementwiseExpr(&inner);
+    bool dropout = isa<DropoutOp, DropoutGradOp>(inner);
+    std::optional<ElementwiseExpr> e =
+        elementwiseExpr(&inner, dropout ? dropouts.size() : -1);
+    if (dropout)
+      dropouts.push_back(&inner);
     if (!e) {
       if (error.empty())
         error = ("mtc.fused holds a non-elementwise op " +
@@ -648,7 +705,7 @@ void Emitter::emitFused(FusedOp op) {
       args += (j ? ", " : "") + names[operand];
     }
     Value result = inner.getResult(0);
-    std::string value = "[](" + params + ") { return " + e->expr + "; }(" +
+    std::string value = "[&](" + params + ") { return " + e->expr + "; }(" +
                         args + ")";
     // A 16-bit value is rounded as storing it rounds it.
     if (isLowPrecision(result))
@@ -662,7 +719,7 @@ void Emitter::emitFused(FusedOp op) {
   for (Value v : op.getYielded())
     values.push_back(names[v]);
   emitElementwise(op, kernel, op.getInputs(), op.getOutputs(), values,
-                  statements);
+                  statements, dropouts);
 }
 
 void Emitter::emitOpBody(Operation *op) {
@@ -1243,6 +1300,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
      << "#include \"mtc/runtime/Half.h\"\n"
      << "#include \"mtc/runtime/Kernels.h\"\n"
      << "#include \"mtc/runtime/Parallel.h\"\n"
+     << "#include \"mtc/runtime/Random.h\"\n"
      << "#include \"mtc/runtime/Trainer.h\"\n";
   if (cuda())
     os << "#include \"mtc/runtime/Cuda.h\"\n";

@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kThreads)
     attentionForwardKernel(AttentionDims a, const float *q, const float *k,
                            const float *v, const unsigned char *mask,
                            DropoutParams drop,
-                           const cuda::StepCounters *counters, bool dropout,
+                           const StepCounters *counters, bool dropout,
                            int ld, float *out,
                            float *lse) {
   constexpr int R = kForwardRows;
@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(kThreads)
                       const float *v, const unsigned char *mask,
                       const float *out, const float *lse, const float *dout,
                       DropoutParams drop,
-                           const cuda::StepCounters *counters, bool dropout,
+                           const StepCounters *counters, bool dropout,
                            int ld, float *dq) {
   constexpr int R = rowsPerWarp(kT);
   constexpr int kTile = R * kWarps;
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(kThreads)
                        const float *v, const unsigned char *mask,
                        const float *out, const float *lse, const float *dout,
                        DropoutParams drop,
-                           const cuda::StepCounters *counters, bool dropout,
+                           const StepCounters *counters, bool dropout,
                            int ld, float *dk,
                        float *dv) {
   constexpr int R = rowsPerWarp(kT);

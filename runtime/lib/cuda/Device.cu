@@ -31,6 +31,10 @@ Status cudaFailure(const std::string &what, cudaError_t error) {
 
 cudaStream_t cudaStreamOf(Context &ctx) { return ctx.stream; }
 
+const StepCounters *deviceStepCounters(Context &ctx) {
+  return cuda::stepCounters(ctx);
+}
+
 void checkLaunch(Context &ctx, const char *kernelName) {
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess)
@@ -94,7 +98,7 @@ Status initialize(Context &ctx) {
   if (status != CUBLAS_STATUS_SUCCESS)
     return Status::error(std::string("cannot initialize cuBLAS: ") +
                          cublasGetStatusString(status));
-  error = cudaMalloc(&ctx.deviceCounters, sizeof(cuda::StepCounters));
+  error = cudaMalloc(&ctx.deviceCounters, sizeof(StepCounters));
   if (error != cudaSuccess)
     return cudaFailure("cannot allocate the step counters", error);
   // Looked up now, not while a step is being captured.

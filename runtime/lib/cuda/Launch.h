@@ -17,6 +17,7 @@
 #include "Context.h"
 
 #include "mtc/runtime/Cuda.h"
+#include "mtc/runtime/Random.h"
 #include "mtc/runtime/Status.h"
 
 #include <cstdint>
@@ -93,15 +94,6 @@ __device__ inline void recordDeviceError(DeviceErrorRecord *record,
 /// Folds data errors that kernels recorded on the device (e.g. labels out
 /// of range) into ctx and clears them. The stream must be synchronized.
 Status collectDeviceErrors(Context &ctx);
-
-/// The step counters of the context as kernels read them, in device
-/// memory: a kernel of a captured CUDA graph replays with the arguments of
-/// its capture, so anything that changes from step to step must be read on
-/// the device.
-struct StepCounters {
-  long long step;          ///< Context::step
-  long long optimizerStep; ///< Context::optimizerStep
-};
 
 /// The device copy of ctx's counters, uploaded first (on the stream) when
 /// the host's changed since the last upload. device::runStep uploads them

@@ -25,7 +25,7 @@ namespace {
 // same stream), so the skip decision needs no host synchronization.
 __global__ void sgdKernel(int64_t n, float *p, const float *g, float *buf,
                           SgdScalars s, const float *status,
-                          const cuda::StepCounters *counters) {
+                          const StepCounters *counters) {
   if (skipsStep(status))
     return;
   s.firstStep = counters->optimizerStep <= 1;
@@ -37,7 +37,7 @@ __global__ void sgdKernel(int64_t n, float *p, const float *g, float *buf,
 __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
                             float *v, AdamwHyperparameters h,
                             const float *status,
-                            const cuda::StepCounters *counters) {
+                            const StepCounters *counters) {
   if (skipsStep(status))
     return;
   const AdamwScalars s = adamwScalars(counters->optimizerStep, h);

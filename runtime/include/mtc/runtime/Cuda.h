@@ -18,6 +18,7 @@
 
 namespace mtc::rt {
 struct Context;
+struct StepCounters; // Random.h
 enum class Storage16 : int; // Kernels.h
 /// gemm() and gemmStridedBatched() (Kernels.h) on operands A and B both
 /// stored in 16 bits (`storage`): cuBLAS multiplies them on the tensor cores
@@ -38,6 +39,9 @@ cudaStream_t cudaStreamOf(Context &ctx);
 /// Reports a failed launch (cudaGetLastError) with the kernel's name; the
 /// trainer stops with a clear error after the step.
 void checkLaunch(Context &ctx, const char *kernelName);
+/// The step counters in device memory, which kernels read instead of
+/// taking the step as an argument (a replayed CUDA graph keeps arguments).
+const StepCounters *deviceStepCounters(Context &ctx);
 } // namespace mtc::rt
 
 #endif // MTC_RUNTIME_CUDA_H
