@@ -15,7 +15,10 @@ batch 64), all in bf16 with AdamW on the same data:
 * torch.compile of the same module when this PyTorch has it (2.0+); the
   time to compile is reported apart.
 
-The first losses agree within 2e-2 (bf16 forward passes). Ratios are
+The trainer is also run for 5 steps with --profile: the bandwidth its
+generated elementwise kernels reach (bytes of operands and results over
+their time) is reported against a device-to-device copy of 1 GiB measured
+in the same run. The first losses agree within 2e-2 (bf16 forward passes). Ratios are
 mtc / peer. `--device cpu --small` runs everything at toy sizes on the
 CPU (float32 for PyTorch's peak memory is then process RSS), which is how
 the script itself is tested without a GPU. Prints a Markdown table;
@@ -28,6 +31,7 @@ Usage: gpu_bench.py --mtc PATH --work DIR [--models gpt2s,resnet50]
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -104,9 +108,19 @@ def run_mtc(args, name, onnx_path, data_dir):
         records = [json.loads(line) for line in f if line.strip()]
     with open(exe + ".json") as f:
         arena = json.load(f)["total_bytes"]
+    # A second, short run times every op (--profile): the bandwidth the
+    # generated elementwise kernels reach, and the largest ops.
+    prof = subprocess.run([exe, "--data", data_dir, "--steps", "5",
+                           "--profile"], check=True, stdout=subprocess.PIPE,
+                          text=True).stdout
+    with open(exe + ".profile.txt", "w") as f:
+        f.write(prof)
+    m = re.search(r"elementwise kernels: \d+, [0-9.]+ ms, [0-9.]+ GB moved, "
+                  r"([0-9.]+) GB/s", prof)
     return {"ms": median_after_warmup([r["time_ms"] for r in records]),
             "bytes": arena, "loss": float(records[0]["loss"]),
-            "build_s": build_s}
+            "build_s": build_s,
+            "elementwise_gbs": float(m.group(1)) if m else 0.0}
 
 
 def run_torch(args, model, loss_fn, x, y, compiled):
@@ -156,6 +170,27 @@ def run_torch(args, model, loss_fn, x, y, compiled):
             "compile_s": compile_s}
 
 
+def copy_bandwidth(args):
+    """GB/s of a device-to-device copy of 1 GiB (read + write), the
+    bandwidth the elementwise kernels are measured against."""
+    import torch
+    n = (2 ** 28) if not args.small else (2 ** 22)
+    x = torch.ones(n, device=args.device)
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    reps = 20
+    for _ in range(reps):
+        y.copy_(x)
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    seconds = (time.perf_counter() - start) / reps
+    return 2 * 4 * n / seconds / 1e9
+
+
 def bench_model(args, name):
     import torch
     import mtc_testlib as tl
@@ -189,15 +224,15 @@ def bench_model(args, name):
     return res
 
 
-def table(results):
+def table(results, copy_gbs):
     out = ["| model (batch) | mtc ms | eager ms | compile ms | mtc/eager | "
            "mtc/compile | mtc MiB (planned) | eager MiB | compile MiB | "
-           "first loss mtc / eager |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "first loss mtc / eager | mtc elementwise GB/s (of copy) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         c = r.get("compile")
         out.append("| %s (%d) | %.1f | %.1f | %s | %.2f | %s | %.0f | %.0f | "
-                   "%s | %.4f / %.4f |" % (
+                   "%s | %.4f / %.4f | %.0f (%.0f%%) |" % (
                        r["name"], r["batch"], r["mtc"]["ms"],
                        r["eager"]["ms"], "%.1f" % c["ms"] if c else "-",
                        r["mtc"]["ms"] / r["eager"]["ms"],
@@ -205,7 +240,9 @@ def table(results):
                        r["mtc"]["bytes"] / 2 ** 20,
                        r["eager"]["bytes"] / 2 ** 20,
                        "%.0f" % (c["bytes"] / 2 ** 20) if c else "-",
-                       r["mtc"]["loss"], r["eager"]["loss"]))
+                       r["mtc"]["loss"], r["eager"]["loss"],
+                       r["mtc"]["elementwise_gbs"],
+                       100.0 * r["mtc"]["elementwise_gbs"] / copy_gbs))
     return "\n".join(out)
 
 
@@ -230,8 +267,14 @@ def main():
         torch.__version__, args.device,
         " (%s)" % torch.cuda.get_device_name() if args.device == "cuda"
         else ""), flush=True)
+    copy_gbs = copy_bandwidth(args)
+    print("device-to-device copy: %.0f GB/s" % copy_gbs, flush=True)
     results = [bench_model(args, n) for n in args.models.split(",")]
-    text = table(results)
+    text = table(results, copy_gbs)
+    text += ("\n\nElementwise GB/s: what the generated elementwise and fused "
+             "kernels of one step move (operands and results) over their "
+             "time (`trainer --profile`), against a %.0f GB/s "
+             "device-to-device copy measured in the same run." % copy_gbs)
     print(text)
     failed = [r["name"] for r in results if r["loss_gap"] > LOSS_BAR]
     for name in failed:

@@ -16,10 +16,11 @@
 // once per step (before its update overwrites it), an incoming gradient once
 // for both of its backward ops, and an activation that a backward GEMM or
 // convolution needs is kept in 16 bits while its float32 original can die
-// after its last forward use. Everything else (normalization, pooling,
-// softmax, losses, elementwise ops) computes in float32; of the forward
-// values it saves for the backward pass, those of 4096 or more elements are
-// stored in 16 bits between the passes.
+// after its last forward use. Fused attention (mtc.attention and its
+// gradient) gets 16-bit Q, K, V and output gradient the same way. Everything
+// else (normalization, pooling, softmax, losses, elementwise ops) computes
+// in float32; of the forward values it saves for the backward pass, those
+// of 4096 or more elements are stored in 16 bits between the passes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -105,6 +106,13 @@ void PrecisionPass::convertOperands(func::FuncOp func, Type low) {
       if (nativeGemm && isa<GemmOp, MatMulOp>(op))
         op->setAttr(attr::kNative16BitGemm, UnitAttr::get(op->getContext()));
     }
+    // Attention's products: Q, K, V and, backward, the output gradient.
+    if (isa<AttentionOp>(op))
+      for (unsigned i = 0; i < 3; ++i)
+        narrow(op, op->getOpOperand(i));
+    if (isa<AttentionGradOp>(op))
+      for (unsigned i = 0; i < 4; ++i)
+        narrow(op, op->getOpOperand(i));
   });
 }
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #ifdef MTC_RUNTIME_CUDA
 #include <cublas_v2.h>
@@ -39,6 +40,14 @@ struct Context {
   /// CUDA: run the training step as a captured CUDA graph (the trainer's
   /// --no-cuda-graphs clears it). Ignored on the CPU.
   bool cudaGraphs = true;
+  /// --profile: each op's time over the profiled steps (ms), and the
+  /// device's per-op timers (CPU: start times; CUDA: event pairs).
+  bool profiling = false;
+  std::vector<double> profileMs;
+  std::vector<double> profileStart;
+#ifdef MTC_RUNTIME_CUDA
+  std::vector<cudaEvent_t> profileEvents;
+#endif
 
   /// Data errors found during a step. Kernels keep going (treating the bad
   /// element as ignored) so that a step never crashes; the trainer checks

@@ -57,6 +57,12 @@ Status copyToHost(Context &ctx, void *dst, const void *src, uint64_t bytes);
 /// recorded on the device (CUDA) into the context's error.
 Status synchronize(Context &ctx);
 
+/// --profile: prepares timers for `ops` ops (profileBegin / profileEnd
+/// record them), and after a synchronized step adds each op's time to
+/// ctx.profileMs.
+Status profileSetup(Context &ctx, int ops);
+Status profileCollect(Context &ctx);
+
 /// The generated training step.
 using StepFunction = void (*)(Context &, unsigned char *);
 

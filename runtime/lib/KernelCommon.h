@@ -160,27 +160,31 @@ inline bool planReduceSum(int rank, const int64_t *inShape,
   return true;
 }
 
+/// The element offset of row-major position `index` over `rank` dims with
+/// the given element strides (0 where a dim is broadcast).
+MTC_HOST_DEVICE inline int64_t stridedOffset(int64_t index, int rank,
+                                             const int64_t *dims,
+                                             const int64_t *strides) {
+  int64_t offset = 0;
+  for (int i = rank - 1; i >= 0; --i) {
+    offset += (index % dims[i]) * strides[i];
+    index /= dims[i];
+  }
+  return offset;
+}
+
 /// Input offset of the first element summed into output `o` (row-major over
 /// the kept dims).
 MTC_HOST_DEVICE inline int64_t keptOffset(const ReducePlan &plan, int64_t o) {
-  int64_t offset = 0;
-  for (int i = plan.numKept - 1; i >= 0; --i) {
-    offset += (o % plan.keptDims[i]) * plan.keptStrides[i];
-    o /= plan.keptDims[i];
-  }
-  return offset;
+  return stridedOffset(o, plan.numKept, plan.keptDims, plan.keptStrides);
 }
 
 /// Input offset (relative to keptOffset) of the r-th summed element in
 /// row-major order over the reduced dims.
 MTC_HOST_DEVICE inline int64_t reducedOffset(const ReducePlan &plan,
                                              int64_t r) {
-  int64_t offset = 0;
-  for (int i = plan.numReduced - 1; i >= 0; --i) {
-    offset += (r % plan.reducedDims[i]) * plan.reducedStrides[i];
-    r /= plan.reducedDims[i];
-  }
-  return offset;
+  return stridedOffset(r, plan.numReduced, plan.reducedDims,
+                       plan.reducedStrides);
 }
 
 //===----------------------------------------------------------------------===//
@@ -367,15 +371,20 @@ inline std::string badDropoutRatioMessage(float ratio) {
 // Attention
 //===----------------------------------------------------------------------===//
 
+/// Why the attention kernels cannot run `a` (empty when they can).
+inline std::string attentionDimsError(const AttentionDims &a) {
+  if (a.d > kMaxAttentionHeadDim || a.dv > kMaxAttentionHeadDim)
+    return "attention head dims above " +
+           std::to_string(kMaxAttentionHeadDim) + " are not supported";
+  if (dropoutMode(a.dropout) == DropoutMode::Invalid)
+    return badDropoutRatioMessage(a.dropout);
+  return "";
+}
+
 /// Where head `h`'s mask starts (broadcast batch dims have stride 0).
 MTC_HOST_DEVICE inline int64_t attentionMaskOffset(const AttentionDims &a,
                                                    int64_t h) {
-  int64_t offset = 0;
-  for (int r = a.batchRank - 1; r >= 0; --r) {
-    offset += (h % a.batchDims[r]) * a.maskStrides[r];
-    h /= a.batchDims[r];
-  }
-  return offset;
+  return stridedOffset(h, a.batchRank, a.batchDims, a.maskStrides);
 }
 
 /// Whether the attention dropout keeps element (h, i, j), drawing the words

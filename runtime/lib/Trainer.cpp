@@ -25,6 +25,7 @@
 #include "mtc/runtime/Npy.h"
 #include "mtc/runtime/Safetensors.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -123,6 +124,7 @@ struct Options {
   std::string dumpGradsPath;
   bool eval = false;
   bool cudaGraphs = true;
+  bool profile = false;
   std::string exportPath;
 };
 
@@ -171,6 +173,10 @@ void printUsage(const char *prog, const ModelDesc &desc) {
       "                      statistics) over every full batch of --data and\n"
       "                      print the mean loss and the accuracy; use --load\n"
       "                      for trained weights\n"
+      "  --profile           time every op of the step and print, after the\n"
+      "                      run, each op's share and the bytes per second\n"
+      "                      of the elementwise kernels (the first two\n"
+      "                      steps warm up; cuda: no CUDA graph)\n"
       "  --no-cuda-graphs    cuda: launch the step's kernels one by one\n"
       "                      instead of replaying it as one CUDA graph\n"
       "                      (captured on the second step); the results\n"
@@ -235,6 +241,10 @@ ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
     }
     if (arg == "--no-cuda-graphs") {
       opts.cudaGraphs = false;
+      continue;
+    }
+    if (arg == "--profile") {
+      opts.profile = true;
       continue;
     }
     if (arg.rfind("--", 0) != 0) {
@@ -801,6 +811,53 @@ int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
   return 0;
 }
 
+/// --profile skips this many steps (caches, allocators, first launches).
+int64_t profileWarmup(int64_t steps) { return steps > 3 ? 2 : 0; }
+
+/// The --profile report: each op's time per step, largest first, and what
+/// the generated elementwise kernels move per second.
+void printProfile(const Context &ctx, const ModelDesc &desc, int64_t steps) {
+  const int64_t profiled = steps - profileWarmup(steps);
+  const int n = static_cast<int>(ctx.profileMs.size());
+  std::vector<int> order(n);
+  double totalMs = 0.0, elementwiseMs = 0.0, elementwiseBytes = 0.0;
+  int elementwise = 0;
+  for (int i = 0; i < n; ++i) {
+    order[i] = i;
+    const double ms = ctx.profileMs[i] / static_cast<double>(profiled);
+    totalMs += ms;
+    if (desc.profileOps[i].elementwise) {
+      ++elementwise;
+      elementwiseMs += ms;
+      elementwiseBytes += static_cast<double>(desc.profileOps[i].bytes);
+    }
+  }
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return ctx.profileMs[a] > ctx.profileMs[b];
+  });
+  auto perSecond = [](double amount, double ms) {
+    return ms > 0.0 ? amount / (ms * 1e6) : 0.0; // G per second
+  };
+  std::printf("mtc trainer: profile of the last %" PRId64
+              " steps, per step: %d ops, %.3f ms\n",
+              profiled, n, totalMs);
+  std::printf("mtc trainer: elementwise kernels: %d, %.3f ms, %.3f GB moved, "
+              "%.1f GB/s\n",
+              elementwise, elementwiseMs, elementwiseBytes / 1e9,
+              perSecond(elementwiseBytes, elementwiseMs));
+  std::printf("   ms/step      %%     GB/s  GFLOP/s  op\n");
+  for (int rank = 0; rank < n && rank < 25; ++rank) {
+    const ProfileOp &op = desc.profileOps[order[rank]];
+    const double ms = ctx.profileMs[order[rank]] / static_cast<double>(profiled);
+    std::printf("  %8.3f %5.1f%% %8.1f %8.1f  %s%s%s%s\n", ms,
+                totalMs > 0.0 ? 100.0 * ms / totalMs : 0.0,
+                perSecond(static_cast<double>(op.bytes), ms),
+                perSecond(static_cast<double>(op.flops), ms), op.name,
+                op.node[0] ? " (ONNX node '" : "", op.node,
+                op.node[0] ? "')" : "");
+  }
+}
+
 int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   Context ctx;
   ctx.seed = opts.seed;
@@ -999,6 +1056,12 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   if (opts.eval)
     return evaluate(ctx, desc, arena, feeds, numSamples, labelFeed);
 
+  if (opts.profile) {
+    if (Status s = device::profileSetup(ctx, desc.numProfileOps); !s.ok()) {
+      printError(s.message());
+      return kExitFailure;
+    }
+  }
   float loss = std::numeric_limits<float>::quiet_NaN();
   Clock::time_point loopStart = Clock::now();
   const int64_t micro = desc.accumulateSteps > 0 ? desc.accumulateSteps : 1;
@@ -1047,6 +1110,8 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
                                sizeof(status));
       if (s.ok())
         s = device::synchronize(ctx);
+      if (s.ok() && ctx.profiling)
+        s = device::profileCollect(ctx);
       if (!s.ok()) {
         printError("step " + std::to_string(ctx.step) + ": " + s.message());
         return kExitFailure;
@@ -1067,6 +1132,8 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
     }
     if (micro > 1)
       loss = static_cast<float>(stepLoss / static_cast<double>(micro));
+    if (ctx.profiling && i + 1 == profileWarmup(opts.steps))
+      std::fill(ctx.profileMs.begin(), ctx.profileMs.end(), 0.0);
     const bool overflow = status[1] != 0.0f;
     if (overflow)
       ++skipped;
@@ -1102,6 +1169,8 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
                 opts.steps, total,
                 total > 0 ? static_cast<double>(opts.steps) / total : 0.0);
   }
+  if (ctx.profiling && opts.steps > 0)
+    printProfile(ctx, desc, opts.steps);
   if (Status s = metrics.close(); !s.ok()) {
     printError(s.message());
     return kExitFailure;

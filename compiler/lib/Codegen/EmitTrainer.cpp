@@ -70,6 +70,14 @@ StringRef storage16(Value v) {
              : "Storage16::F16";
 }
 
+/// "16" for the runtime's 16-bit entry point when `v` is stored in 16 bits.
+StringRef suffix16(Value v) { return isLowPrecision(v) ? "16" : ""; }
+
+/// The Storage16 argument (and its comma) of a 16-bit entry point.
+std::string storageArg(Value v) {
+  return isLowPrecision(v) ? (storage16(v) + ", ").str() : "";
+}
+
 /// The opening of a call to the convolution kernel `name` whose operands
 /// are stored like `v`: the 16-bit entry point takes their format.
 std::string convCall(StringRef name, Value v) {
@@ -110,6 +118,24 @@ std::string list(ArrayRef<int64_t> values) {
   for (int64_t v : values)
     s += (s.empty() ? "" : ", ") + std::to_string(v);
   return s;
+}
+
+/// The body of a C string literal holding `text`.
+std::string cString(StringRef text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      char octal[8];
+      std::snprintf(octal, sizeof(octal), "\\%03o", c);
+      out += octal;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
 }
 
 /// Exact decimal form of a float literal.
@@ -162,6 +188,8 @@ private:
   std::string kernels, body;
   llvm::raw_string_ostream k{kernels}, s{body};
   int opIndex = 0;
+  /// The kernel the last elementwise op became (for the profile table).
+  std::string lastKernel;
   std::string error;
 
   bool cuda() const { return target == Target::Cuda; }
@@ -193,7 +221,7 @@ private:
   /// `in0`, `in1`, ... (float32 for floats whatever their storage), and a
   /// name for its kernel; none for other ops. A dropout (or its gradient)
   /// is elementwise only inside a fused kernel, as its `dropoutSlot`-th
-  /// dropout: its mask is drawn per group of four elements (keep<K>[j]).
+  /// dropout: its mask is drawn per group of four elements (keep<K>[lane]).
   struct ElementwiseExpr {
     std::string name, expr;
   };
@@ -272,6 +300,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
                               StringRef statements,
                               ArrayRef<Operation *> dropouts) {
   std::string kernel = ("k" + Twine(opIndex) + "_" + name).str();
+  lastKernel = kernel;
   Value out = outs.front();
   ArrayRef<int64_t> outShape = shapeOf(out);
   int64_t n = numel(out);
@@ -321,12 +350,38 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
                      .str();
     }
   }
+  // CUDA threads take four consecutive elements when the size allows
+  // (and always with dropouts: one generator call's elements); operands and
+  // results of the output's shape then move as one 16-, 8- or 4-byte
+  // vector per thread (arena offsets are 256-byte aligned).
+  constexpr int64_t kGroup = mtc::rt::kDropoutGroup;
+  const bool grouped = !dropouts.empty() || (cuda() && n % kGroup == 0);
+  const bool vectors = cuda() && n % kGroup == 0;
+  std::string groupLoads;
+  auto vectorType = [&](Value v) -> StringRef {
+    StringRef type = cType(v);
+    return type == "float"      ? "float4"
+           : type == "uint16_t" ? "ushort4"
+           : type == "unsigned char" ? "uchar4"
+                                     : "";
+  };
+  auto vectorized = [&](Value v) {
+    return vectors && shapeOf(v) == outShape && !vectorType(v).empty();
+  };
   for (auto [j, v] : llvm::enumerate(operands)) {
     StringRef type = cType(v);
     std::string at = numel(v) == 1          ? "0"
                      : shapeOf(v) == outShape ? "i"
                                               : ("i" + Twine(j)).str();
     std::string raw = ("in" + Twine(j) + "p[" + at + "]").str();
+    if (numel(v) != 1 && vectorized(v)) {
+      std::string vec = ("in" + Twine(j) + "v").str();
+      groupLoads += ("    const " + vectorType(v) + " " + vec +
+                     " = reinterpret_cast<const " + vectorType(v) + " *>(in" +
+                     Twine(j) + "p)[g];\n")
+                        .str();
+      raw = "laneOf(" + vec + ", lane)";
+    }
     loads += ("    const " +
               (isLowPrecision(v) ? StringRef("float") : type) + " in" +
               Twine(j) + " = " + loadAsFloat(v, raw) + ";\n")
@@ -337,10 +392,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   k << "// " << op->getName() << (node.empty() ? "" : " from ONNX node '")
     << node << (node.empty() ? "" : "'") << "\n";
   const bool parallel = !cuda() && n >= 32768;
-  // With dropouts a thread takes a group of four elements, the elements of
-  // one generator call (Random.h): their masks are drawn once per group.
-  const bool grouped = !dropouts.empty();
-  const int64_t items = grouped ? (n + mtc::rt::kDropoutGroup - 1) / mtc::rt::kDropoutGroup : n;
+  const int64_t items = grouped ? (n + kGroup - 1) / kGroup : n;
   const char *item = grouped ? "g" : "i";
   if (cuda()) {
     k << "__global__ void " << kernel << "(" << params << ") {\n"
@@ -364,20 +416,43 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
       if (cuda()) // a replayed CUDA graph keeps the step of its capture
         k << "    drop" << id
           << ".step = static_cast<uint64_t>(counters->step);\n";
-      k << "    bool keep" << id << "[" << mtc::rt::kDropoutGroup << "];\n"
+      k << "    bool keep" << id << "[" << kGroup << "];\n"
         << "    dropoutGroupKeep(drop" << id
         << ", static_cast<uint64_t>(g), keep" << id << ");\n";
     }
-    k << "    for (int j = 0; j < " << mtc::rt::kDropoutGroup << "; ++j) {\n"
-      << "    const int64_t i = g * " << mtc::rt::kDropoutGroup << " + j;\n"
-      << "    if (i >= " << n << ")\n      break;\n";
+    k << groupLoads;
+    for (auto [j, v] : llvm::enumerate(outs))
+      if (vectorized(v))
+        k << "    " << vectorType(v) << " out" << j << "v;\n";
+    k << (cuda() ? "#pragma unroll\n" : "") << "    for (int lane = 0; lane < "
+      << kGroup << "; ++lane) {\n";
+    // The flat index, unless every access is a vector lane.
+    bool scalarOut = false;
+    for (Value v : outs)
+      scalarOut |= !vectorized(v);
+    if (n % kGroup || !index.empty() || scalarOut ||
+        StringRef(loads).contains("[i]"))
+      k << "    const int64_t i = g * " << kGroup << " + lane;\n";
+    if (n % kGroup)
+      k << "    if (i >= " << n << ")\n      break;\n";
   }
   k << index << loads << statements;
-  for (auto [j, v] : llvm::enumerate(outs))
-    k << "    out" << (j ? std::to_string(j) : "") << "[i] = "
-      << storeAs(v, exprs[j]) << ";\n";
-  if (grouped)
+  for (auto [j, v] : llvm::enumerate(outs)) {
+    std::string value = storeAs(v, exprs[j]);
+    if (grouped && vectorized(v))
+      k << "    setLane(out" << j << "v, lane, " << value << ");\n";
+    else
+      k << "    out" << (j ? std::to_string(j) : std::string())
+        << "[i] = " << value << ";\n";
+  }
+  if (grouped) {
     k << "    }\n";
+    for (auto [j, v] : llvm::enumerate(outs))
+      if (vectorized(v))
+        k << "    reinterpret_cast<" << vectorType(v) << " *>(out"
+          << (j ? std::to_string(j) : std::string()) << ")[g] = out" << j
+          << "v;\n";
+  }
   k << (parallel ? "  });\n" : "  }\n") << "}\n\n";
 
   std::string args;
@@ -393,7 +468,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
                           floatLiteral(ratio.getValueAsDouble()))
                 .str();
   }
-  if (grouped && cuda())
+  if (!dropouts.empty() && cuda())
     args += ", deviceStepCounters(ctx)";
   if (cuda()) {
     int64_t blocks = (items + 255) / 256;
@@ -669,7 +744,7 @@ Emitter::elementwiseExpr(Operation *op, int dropoutSlot) const {
             // dropoutElement's formula on the mask the runtime draws.
             std::string k = std::to_string(dropoutSlot);
             return same(isa<DropoutOp>(d) ? "dropout" : "dropout_grad",
-                        "keep" + k + "[j] ? in0 * drop" + k +
+                        "keep" + k + "[lane] ? in0 * drop" + k +
                             ".scale : 0.0f");
           })
       .Default([](Operation *) { return std::nullopt; });
@@ -1027,22 +1102,24 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](AttentionOp a) {
         emitAttentionCall(
             attentionDims(a),
-            llvm::formatv("attentionForward(ctx, dims, {0}, {1}, {2}, {3}, "
-                          "{4}, {5})",
+            llvm::formatv("attentionForward{6}(ctx, {7}dims, {0}, {1}, {2}, "
+                          "{3}, {4}, {5})",
                           ptr(a.getQuery()), ptr(a.getKey()), ptr(a.getValue()),
                           a.getMask() ? ptr(a.getMask()) : "nullptr",
-                          ptr(a.getOutput()), ptr(a.getLogsumexp())));
+                          ptr(a.getOutput()), ptr(a.getLogsumexp()),
+                          suffix16(a.getQuery()), storageArg(a.getQuery())));
       })
       .Case([&](AttentionGradOp g) {
         emitAttentionCall(
             attentionDims(g),
-            llvm::formatv("attentionBackward(ctx, dims, {0}, {1}, {2}, {3}, "
-                          "{4}, {5}, {6}, {7}, {8}, {9})",
+            llvm::formatv("attentionBackward{10}(ctx, {11}dims, {0}, {1}, "
+                          "{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9})",
                           ptr(g.getQuery()), ptr(g.getKey()), ptr(g.getValue()),
                           g.getMask() ? ptr(g.getMask()) : "nullptr",
                           ptr(g.getOutput()), ptr(g.getLogsumexp()),
                           ptr(g.getGrad()), ptr(g.getQueryGrad()),
-                          ptr(g.getKeyGrad()), ptr(g.getValueGrad())));
+                          ptr(g.getKeyGrad()), ptr(g.getValueGrad()),
+                          suffix16(g.getQuery()), storageArg(g.getQuery())));
       })
       .Case([&](DropoutOp d) {
         emitCall(llvm::formatv("dropoutForward(ctx, {0}, {1}, {2}, {3}, {4}u)",
@@ -1149,8 +1226,27 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
                      " has no memory plan (run --mtc-memory-plan)");
   bool inference = func.getSymName() == "forward";
 
+  // The training step's ops are bracketed for the trainer's --profile.
+  std::string profileTable;
+  int profiled = 0;
   for (Operation &op : block.without_terminator()) {
+    bool timed = !inference && !isa<ConstantOp>(op);
+    if (timed)
+      s << "  profileBegin(ctx, " << profiled << ");\n";
+    lastKernel.clear();
     emitOp(&op);
+    if (timed) {
+      s << "  profileEnd(ctx, " << profiled++ << ");\n";
+      auto cost = dyn_cast<CostOpInterface>(&op);
+      bool elementwise = isa<FusedOp>(op) || elementwiseExpr(&op);
+      std::string name = op.getName().getStringRef().str();
+      if (elementwise && !lastKernel.empty())
+        name += " " + lastKernel;
+      profileTable += llvm::formatv(
+          "    {{\"{0}\", \"{1}\", {2}ull, {3}ull, {4}},\n", cString(name),
+          cString(nodeName(op.getLoc())), cost ? cost.getBytesMoved() : 0,
+          cost ? cost.getFlops() : 0, elementwise ? "true" : "false");
+    }
     ++opIndex;
   }
   // The evaluation function, if any, goes to its own body.
@@ -1183,7 +1279,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
     ArrayRef<int64_t> shape = shapeOf(v);
     SmallVector<int64_t> padded(shape);
     padded.resize(8, 0);
-    t << "    {\"" << name << "\", " << role << ", "
+    t << "    {\"" << cString(name) << "\", " << role << ", "
       << (isFloat(v) ? "DType::F32" : isBool(v) ? "DType::Bool" : "DType::I64")
       << ", " << shape.size()
       << ", {" << list(padded) << "}, " << offset << "ull, "
@@ -1326,6 +1422,10 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
   os
      << "const TensorDesc kTensors[] = {\n"
      << table << "};\n\n";
+  if (profiled)
+    os << "/// The step's ops as --profile reports them.\n"
+       << "const ProfileOp kProfileOps[] = {\n"
+       << profileTable << "};\n\n";
   if (exportLayout)
     os << "/// Where --export writes each weight in the inference model.\n"
        << "const ExportWeight kExportWeights[] = {\n"
@@ -1362,6 +1462,9 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
                    ";\n"
              : std::string())
      << (eval ? "  desc.evalStep = evalStep;\n" : "") << lossScaling
+     << (profiled ? "  desc.profileOps = kProfileOps;\n  desc.numProfileOps = " +
+                        std::to_string(profiled) + ";\n"
+                  : std::string())
      << "  return trainerMain(argc, argv, desc);\n"
      << "}\n";
   return llvm::Error::success();

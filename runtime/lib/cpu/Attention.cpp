@@ -21,18 +21,20 @@
 #include "Context.h"
 #include "KernelCommon.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Parallel.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace mtc::rt {
 
 namespace {
 
-constexpr int64_t kRows = 16, kCols = 64, kMaxHeadDim = 256;
+constexpr int64_t kRows = 16, kCols = 64, kMaxHeadDim = kMaxAttentionHeadDim;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The tile loops are most of the step at long sequences; they are compiled
@@ -71,21 +73,40 @@ void weightedRowSum(int64_t n, float *acc, const float *w, int64_t wStride,
   }
 }
 
-/// tile[x * kCols + c] = rows[c * n + x] for the `cols` rows of width n,
-/// and 0 in the columns past them.
-void transposeTile(const float *rows, int64_t n, int64_t cols, float *tile) {
+/// An operand element as float32: float32 as is, 16 bits widened.
+inline float widen(float x, bool) { return x; }
+inline float widen(uint16_t x, bool bf16) { return storedToFloat(x, bf16); }
+
+/// tile[x * kCols + c] = rows[c * n + x] (as float32) for the `cols` rows
+/// of width n, and 0 in the columns past them.
+template <typename T>
+inline void transposeTile(const T *rows, int64_t n, int64_t cols, bool bf16,
+                          float *tile) {
   for (int64_t x = 0; x < n; ++x) {
     float *tx = tile + x * kCols;
     for (int64_t c = 0; c < cols; ++c)
-      tx[c] = rows[c * n + x];
+      tx[c] = widen(rows[c * n + x], bf16);
     std::fill(tx + cols, tx + kCols, 0.0f);
   }
 }
 
+/// `count` rows of width n as float32: the rows themselves for float32
+/// operands, else widened into `buffer`.
+inline const float *floatRows(const float *rows, int64_t, int64_t, bool,
+                              float *) {
+  return rows;
+}
+inline const float *floatRows(const uint16_t *rows, int64_t count, int64_t n,
+                              bool bf16, float *buffer) {
+  for (int64_t i = 0; i < count * n; ++i)
+    buffer[i] = storedToFloat(rows[i], bf16);
+  return buffer;
+}
+
 /// out[c] = row . column c of a transposed tile, for all kCols columns: a
 /// fixed width, so the kCols sums stay in registers.
-MTC_SIMD_CLONES void rowTimesTile(const float *row, const float *tile, int64_t n,
-                  float *out) {
+MTC_SIMD_CLONES void rowTimesTile(const float *row, const float *tile,
+                                  int64_t n, float *out) {
   float acc[kCols] = {};
   for (int64_t x = 0; x < n; ++x) {
     const float rx = row[x];
@@ -98,8 +119,9 @@ MTC_SIMD_CLONES void rowTimesTile(const float *row, const float *tile, int64_t n
 }
 
 /// weightedRowSum for the common head dims, else the generic loop.
-MTC_SIMD_CLONES void accumulateRows(int64_t n, float *acc, const float *w, int64_t wStride,
-                    const float *x, int64_t xStride, int64_t count) {
+MTC_SIMD_CLONES void accumulateRows(int64_t n, float *acc, const float *w,
+                                    int64_t wStride, const float *x,
+                                    int64_t xStride, int64_t count) {
   switch (n) {
   case 8:
     return weightedRowSum<8>(n, acc, w, wStride, x, xStride, count);
@@ -116,22 +138,35 @@ MTC_SIMD_CLONES void accumulateRows(int64_t n, float *acc, const float *w, int64
   }
 }
 
-/// What every tile of one call shares.
-struct Problem {
+/// What every tile of one call shares. T is how Q, K, V and dO are stored:
+/// float, or uint16_t in bfloat16 (bf16) or float16.
+template <typename T> struct Problem {
+  static constexpr bool kNarrow = !std::is_same_v<T, float>;
+  /// Floats of a widening buffer of `size` (1 when nothing is widened).
+  static constexpr int64_t buffer(int64_t size) { return kNarrow ? size : 1; }
+
   const AttentionDims &a;
-  const float *q, *k, *v;
+  const T *q, *k, *v;
   const unsigned char *mask;
   DropoutParams drop;
-  bool dropout;
+  bool dropout, bf16;
 
-  /// The masked and scaled scores of rows [i0, i0 + rows) against keys
-  /// [j0, j0 + cols) of head h: s[r * kCols + c]. kT is the key tile
-  /// transposed, kT[x * kCols + c].
+  /// A product operand as the 16-bit products see it: rounded to the
+  /// storage format (as is for float32).
+  float operand(float x) const {
+    if constexpr (kNarrow)
+      return bf16 ? bf16ToFloat(floatToBf16(x)) : halfToFloat(floatToHalf(x));
+    return x;
+  }
+
+  /// The masked and scaled scores of rows [i0, i0 + rows) (qRows, as
+  /// float32) against keys [j0, j0 + cols) of head h: s[r * kCols + c]. kT
+  /// receives the key tile transposed, kT[x * kCols + c].
   void scores(int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-              float *kT, float *s) const {
-    transposeTile(k + (h * a.sk + j0) * a.d, a.d, cols, kT);
+              const float *qRows, float *kT, float *s) const {
+    transposeTile(k + (h * a.sk + j0) * a.d, a.d, cols, bf16, kT);
     for (int64_t r = 0; r < rows; ++r) {
-      rowTimesTile(q + (h * a.sq + i0 + r) * a.d, kT, a.d, s + r * kCols);
+      rowTimesTile(qRows + r * a.d, kT, a.d, s + r * kCols);
       for (int64_t c = 0; c < cols; ++c)
         s[r * kCols + c] *= a.scale;
     }
@@ -173,19 +208,28 @@ struct Problem {
   }
 };
 
-MTC_SIMD_CLONES void forwardTile(const Problem &p, int64_t h, int64_t i0,
-                                 float *out, float *lse) {
+template <typename T>
+[[gnu::always_inline]] inline void forwardTile(const Problem<T> &p, int64_t h,
+                                               int64_t i0, float *out,
+                                               float *lse) {
+  using P = Problem<T>;
   const AttentionDims &a = p.a;
   const int64_t rows = std::min(kRows, a.sq - i0);
   float kT[kMaxHeadDim * kCols], s[kRows * kCols], factor[kCols];
+  float qBuffer[P::buffer(kRows * kMaxHeadDim)];
+  float vBuffer[P::buffer(kCols * kMaxHeadDim)];
   float rowMax[kRows], rowSum[kRows];
   std::fill(rowMax, rowMax + rows, kNegInf);
   std::fill(rowSum, rowSum + rows, 0.0f);
   float *o = out + (h * a.sq + i0) * a.dv;
   std::fill(o, o + rows * a.dv, 0.0f);
+  const float *qRows =
+      floatRows(p.q + (h * a.sq + i0) * a.d, rows, a.d, p.bf16, qBuffer);
   for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
     const int64_t cols = std::min(kCols, a.sk - j0);
-    p.scores(h, i0, rows, j0, cols, kT, s);
+    p.scores(h, i0, rows, j0, cols, qRows, kT, s);
+    const float *vRows =
+        floatRows(p.v + (h * a.sk + j0) * a.dv, cols, a.dv, p.bf16, vBuffer);
     for (int64_t r = 0; r < rows; ++r) {
       float *sr = s + r * kCols;
       float m = rowMax[r];
@@ -204,10 +248,10 @@ MTC_SIMD_CLONES void forwardTile(const Problem &p, int64_t h, int64_t i0,
       for (int64_t c = 0; c < cols; ++c) {
         const float e = std::exp(sr[c] - m);
         rowSum[r] += e;
-        sr[c] = p.dropout ? e * factor[c] : e; // the weight of V_(j0+c)
+        // The weight of V_(j0+c), an operand of the P V product.
+        sr[c] = p.operand(p.dropout ? e * factor[c] : e);
       }
-      accumulateRows(a.dv, orow, sr, 1, p.v + (h * a.sk + j0) * a.dv, a.dv,
-                     cols);
+      accumulateRows(a.dv, orow, sr, 1, vRows, a.dv, cols);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -227,11 +271,14 @@ MTC_SIMD_CLONES void forwardTile(const Problem &p, int64_t h, int64_t i0,
 
 /// The backward's per-tile terms: from probabilities P (in s), the
 /// gradient of the dropped probabilities dO V^T (in dp) and each row's
-/// dO . O (delta), turns s into dS = P * (dP - delta) and stores the
-/// dropped probabilities in `dropped`.
-void scoreGradients(const Problem &p, int64_t h, int64_t i0, int64_t rows,
-                    int64_t j0, int64_t cols, const float *delta, float *s,
-                    const float *dp, float *dropped) {
+/// dO . O (delta), turns s into scale * dS = scale * P * (dP - delta) and
+/// stores the dropped probabilities in `dropped`, both as the operands of
+/// the products that follow.
+template <typename T>
+inline void scoreGradients(const Problem<T> &p, int64_t h, int64_t i0,
+                           int64_t rows, int64_t j0, int64_t cols,
+                           const float *delta, float *s, const float *dp,
+                           float *dropped) {
   float factor[kCols];
   for (int64_t r = 0; r < rows; ++r) {
     float *sr = s + r * kCols;
@@ -240,45 +287,40 @@ void scoreGradients(const Problem &p, int64_t h, int64_t i0, int64_t rows,
       p.dropFactors(h, i0 + r, j0, cols, factor);
     for (int64_t c = 0; c < cols; ++c) {
       const float f = p.dropout ? factor[c] : 1.0f;
-      dropped[r * kCols + c] = sr[c] * f;
-      sr[c] = sr[c] * (dpr[c] * f - delta[r]);
+      dropped[r * kCols + c] = p.operand(sr[c] * f);
+      sr[c] = p.operand(sr[c] * (dpr[c] * f - delta[r]) * p.a.scale);
     }
   }
 }
 
-/// dp[r][c] = dO_(i0+r) . V_(j0+c), through the transposed value tile vT.
-void outputGradDotValues(const Problem &p, const float *dout, int64_t h,
-                         int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-                         float *vT, float *dp) {
-  const AttentionDims &a = p.a;
-  transposeTile(p.v + (h * a.sk + j0) * a.dv, a.dv, cols, vT);
-  for (int64_t r = 0; r < rows; ++r)
-    rowTimesTile(dout + (h * a.sq + i0 + r) * a.dv, vT, a.dv, dp + r * kCols);
-}
-
-/// delta[r] = dO_(i0+r) . O_(i0+r).
-void rowDeltas(const AttentionDims &a, const float *out, const float *dout,
-               int64_t h, int64_t i0, int64_t rows, float *delta) {
+/// delta[r] = dO_r . O_(i0+r) for the tile's output gradient rows g.
+inline void rowDeltas(const AttentionDims &a, const float *out,
+                      const float *g, int64_t h, int64_t i0, int64_t rows,
+                      float *delta) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *o = out + (h * a.sq + i0 + r) * a.dv;
-    const float *g = dout + (h * a.sq + i0 + r) * a.dv;
+    const float *gr = g + r * a.dv;
     float sum = 0.0f;
     for (int64_t x = 0; x < a.dv; ++x)
-      sum += o[x] * g[x];
+      sum += o[x] * gr[x];
     delta[r] = sum;
   }
 }
 
 /// dQ, dK and dV of head h.
-MTC_SIMD_CLONES void backwardHead(const Problem &p, int64_t h,
-                                  const float *out, const float *lse,
-                                  const float *dout, float *dq, float *dk,
-                                  float *dv) {
+template <typename T>
+[[gnu::always_inline]] inline void
+backwardHead(const Problem<T> &p, int64_t h, const float *out,
+             const float *lse, const T *dout, float *dq, float *dk,
+             float *dv) {
+  using P = Problem<T>;
   const AttentionDims &a = p.a;
-  const float *q = p.q, *k = p.k;
   float kT[kMaxHeadDim * kCols], vT[kMaxHeadDim * kCols];
   float s[kRows * kCols], dp[kRows * kCols], dropped[kRows * kCols],
       delta[kRows];
+  float qBuffer[P::buffer(kRows * kMaxHeadDim)];
+  float gBuffer[P::buffer(kRows * kMaxHeadDim)];
+  float kBuffer[P::buffer(kCols * kMaxHeadDim)];
   float *gq = dq + h * a.sq * a.d;
   float *gk = dk + h * a.sk * a.d;
   float *gv = dv + h * a.sk * a.dv;
@@ -287,57 +329,107 @@ MTC_SIMD_CLONES void backwardHead(const Problem &p, int64_t h,
   std::fill(gv, gv + a.sk * a.dv, 0.0f);
   for (int64_t i0 = 0; i0 < a.sq; i0 += kRows) {
     const int64_t rows = std::min(kRows, a.sq - i0);
-    rowDeltas(a, out, dout, h, i0, rows, delta);
+    const float *qRows =
+        floatRows(p.q + (h * a.sq + i0) * a.d, rows, a.d, p.bf16, qBuffer);
+    const float *gRows =
+        floatRows(dout + (h * a.sq + i0) * a.dv, rows, a.dv, p.bf16, gBuffer);
+    rowDeltas(a, out, gRows, h, i0, rows, delta);
     for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
       const int64_t cols = std::min(kCols, a.sk - j0);
-      p.scores(h, i0, rows, j0, cols, kT, s);
+      p.scores(h, i0, rows, j0, cols, qRows, kT, s);
       p.probabilities(h, i0, rows, cols, lse, s);
-      outputGradDotValues(p, dout, h, i0, rows, j0, cols, vT, dp);
+      // dp[r][c] = dO_(i0+r) . V_(j0+c), through the transposed values.
+      transposeTile(p.v + (h * a.sk + j0) * a.dv, a.dv, cols, p.bf16, vT);
+      for (int64_t r = 0; r < rows; ++r)
+        rowTimesTile(gRows + r * a.dv, vT, a.dv, dp + r * kCols);
       scoreGradients(p, h, i0, rows, j0, cols, delta, s, dp, dropped);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c)
-          s[r * kCols + c] *= a.scale;
       // dQ_i += dS_i. K, dK_j += dS_.j Q and dV_j += dropped(P)_.j dO.
-      const float *kh = k + (h * a.sk + j0) * a.d;
-      const float *qh = q + (h * a.sq + i0) * a.d;
-      const float *gh = dout + (h * a.sq + i0) * a.dv;
+      const float *kRowsF =
+          floatRows(p.k + (h * a.sk + j0) * a.d, cols, a.d, p.bf16, kBuffer);
       for (int64_t r = 0; r < rows; ++r)
-        accumulateRows(a.d, gq + (i0 + r) * a.d, s + r * kCols, 1, kh, a.d,
-                       cols);
+        accumulateRows(a.d, gq + (i0 + r) * a.d, s + r * kCols, 1, kRowsF,
+                       a.d, cols);
       for (int64_t c = 0; c < cols; ++c) {
-        accumulateRows(a.d, gk + (j0 + c) * a.d, s + c, kCols, qh, a.d,
+        accumulateRows(a.d, gk + (j0 + c) * a.d, s + c, kCols, qRows, a.d,
                        rows);
-        accumulateRows(a.dv, gv + (j0 + c) * a.dv, dropped + c, kCols, gh,
+        accumulateRows(a.dv, gv + (j0 + c) * a.dv, dropped + c, kCols, gRows,
                        a.dv, rows);
       }
     }
   }
 }
 
+// The tiles compiled per instruction set (see MTC_SIMD_CLONES).
+MTC_SIMD_CLONES void forwardTile32(const Problem<float> &p, int64_t h,
+                                   int64_t i0, float *out, float *lse) {
+  forwardTile(p, h, i0, out, lse);
+}
+MTC_SIMD_CLONES void forwardTile16(const Problem<uint16_t> &p, int64_t h,
+                                   int64_t i0, float *out, float *lse) {
+  forwardTile(p, h, i0, out, lse);
+}
+MTC_SIMD_CLONES void backwardHead32(const Problem<float> &p, int64_t h,
+                                    const float *out, const float *lse,
+                                    const float *dout, float *dq, float *dk,
+                                    float *dv) {
+  backwardHead(p, h, out, lse, dout, dq, dk, dv);
+}
+MTC_SIMD_CLONES void backwardHead16(const Problem<uint16_t> &p, int64_t h,
+                                    const float *out, const float *lse,
+                                    const uint16_t *dout, float *dq,
+                                    float *dk, float *dv) {
+  backwardHead(p, h, out, lse, dout, dq, dk, dv);
+}
+
+/// Reports what keeps the kernels from running `a`; whether there is
+/// work to do.
 bool checkDims(Context &ctx, const AttentionDims &a) {
-  if (a.d > kMaxHeadDim || a.dv > kMaxHeadDim) {
-    reportError(ctx, "attention head dims above " +
-                         std::to_string(kMaxHeadDim) + " are not supported");
-    return false;
-  }
-  if (dropoutMode(a.dropout) == DropoutMode::Invalid) {
-    reportError(ctx, badDropoutRatioMessage(a.dropout));
+  if (std::string why = attentionDimsError(a); !why.empty()) {
+    reportError(ctx, why);
     return false;
   }
   return a.batch > 0 && a.sq > 0 && a.sk > 0;
 }
 
-Problem makeProblem(Context &ctx, const AttentionDims &a, const float *q,
-                    const float *k, const float *v,
-                    const unsigned char *mask) {
+template <typename T>
+Problem<T> makeProblem(Context &ctx, const AttentionDims &a, const T *q,
+                       const T *k, const T *v, const unsigned char *mask,
+                       bool bf16 = false) {
   // Ratio 1 keeps nothing, so its infinite scale is never used.
-  return Problem{a, q, k, v, mask,
-                 dropoutParams(ctx.seed, ctx.step, a.stream, a.dropout),
-                 a.dropout > 0.0f};
+  return Problem<T>{a,
+                    q,
+                    k,
+                    v,
+                    mask,
+                    dropoutParams(ctx.seed, ctx.step, a.stream, a.dropout),
+                    a.dropout > 0.0f,
+                    bf16};
 }
 
 bool parallelWork(const AttentionDims &a) {
   return a.batch * a.sq * a.sk * (a.d + a.dv) >= cpu::kParallelGrain;
+}
+
+/// One query tile per task.
+template <typename T, typename Tile>
+void forwardTiles(const Problem<T> &p, Tile tile, float *out, float *lse) {
+  const AttentionDims &a = p.a;
+  const int64_t blocks = (a.sq + kRows - 1) / kRows;
+  cpu::parallelFor(0, a.batch * blocks, parallelWork(a), [&](int64_t t) {
+    tile(p, t / blocks, (t % blocks) * kRows, out, lse);
+  });
+}
+
+/// One head per task: its dQ, dK and dV are summed by one thread, tile
+/// after tile in a fixed order, and every tile's probabilities are computed
+/// once.
+template <typename T, typename Head>
+void backwardHeads(const Problem<T> &p, Head head, const float *out,
+                   const float *lse, const T *dout, float *dq, float *dk,
+                   float *dv) {
+  cpu::parallelFor(0, p.a.batch, parallelWork(p.a), [&](int64_t h) {
+    head(p, h, out, lse, dout, dq, dk, dv);
+  });
 }
 
 } // namespace
@@ -345,13 +437,8 @@ bool parallelWork(const AttentionDims &a) {
 void attentionForward(Context &ctx, const AttentionDims &a, const float *q,
                       const float *k, const float *v,
                       const unsigned char *mask, float *out, float *lse) {
-  if (!checkDims(ctx, a))
-    return;
-  const Problem p = makeProblem(ctx, a, q, k, v, mask);
-  const int64_t blocks = (a.sq + kRows - 1) / kRows;
-  cpu::parallelFor(0, a.batch * blocks, parallelWork(a), [&](int64_t t) {
-    forwardTile(p, t / blocks, (t % blocks) * kRows, out, lse);
-  });
+  if (checkDims(ctx, a))
+    forwardTiles(makeProblem(ctx, a, q, k, v, mask), forwardTile32, out, lse);
 }
 
 void attentionBackward(Context &ctx, const AttentionDims &a, const float *q,
@@ -359,15 +446,31 @@ void attentionBackward(Context &ctx, const AttentionDims &a, const float *q,
                        const unsigned char *mask, const float *out,
                        const float *lse, const float *dout, float *dq,
                        float *dk, float *dv) {
-  if (!checkDims(ctx, a))
-    return;
-  const Problem p = makeProblem(ctx, a, q, k, v, mask);
-  // One head per task: its dQ, dK and dV are summed by one thread, tile
-  // after tile in a fixed order, and every tile's probabilities are
-  // computed once.
-  cpu::parallelFor(0, a.batch, parallelWork(a), [&](int64_t h) {
-    backwardHead(p, h, out, lse, dout, dq, dk, dv);
-  });
+  if (checkDims(ctx, a))
+    backwardHeads(makeProblem(ctx, a, q, k, v, mask), backwardHead32, out,
+                  lse, dout, dq, dk, dv);
+}
+
+void attentionForward16(Context &ctx, Storage16 storage,
+                        const AttentionDims &a, const uint16_t *q,
+                        const uint16_t *k, const uint16_t *v,
+                        const unsigned char *mask, float *out, float *lse) {
+  if (checkDims(ctx, a))
+    forwardTiles(makeProblem(ctx, a, q, k, v, mask,
+                             storage == Storage16::Bf16),
+                 forwardTile16, out, lse);
+}
+
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &a, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const float *out,
+                         const float *lse, const uint16_t *dout, float *dq,
+                         float *dk, float *dv) {
+  if (checkDims(ctx, a))
+    backwardHeads(makeProblem(ctx, a, q, k, v, mask,
+                              storage == Storage16::Bf16),
+                  backwardHead16, out, lse, dout, dq, dk, dv);
 }
 
 } // namespace mtc::rt

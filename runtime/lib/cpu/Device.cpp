@@ -8,6 +8,7 @@
 #include "Context.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cblas.h>
 #include <cstdlib>
@@ -18,6 +19,28 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+namespace mtc::rt {
+
+namespace {
+double nowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+} // namespace
+
+void profileBegin(Context &ctx, int op) {
+  if (ctx.profiling)
+    ctx.profileStart[op] = nowMs();
+}
+
+void profileEnd(Context &ctx, int op) {
+  if (ctx.profiling)
+    ctx.profileMs[op] += nowMs() - ctx.profileStart[op];
+}
+
+} // namespace mtc::rt
 
 namespace mtc::rt::device {
 
@@ -32,6 +55,16 @@ Status initialize(Context &) {
 }
 
 void shutdown(Context &) {}
+
+Status profileSetup(Context &ctx, int ops) {
+  ctx.profiling = true;
+  ctx.profileMs.assign(ops, 0.0);
+  ctx.profileStart.assign(ops, 0.0);
+  return Status::success();
+}
+
+// The CPU times ops as they run: profileEnd adds to the total at once.
+Status profileCollect(Context &) { return Status::success(); }
 
 Status runStep(Context &ctx, StepFunction step, unsigned char *arena,
                int64_t) {

@@ -28,14 +28,24 @@
 // chunk (or Q and dO) in turn, which keeps shared memory at or under
 // 57,472 bytes for head dims up to 256 (Turing allows 64 KB per block).
 //
+// With 16-bit operands (attentionForward16, attentionBackward16) the products
+// run on the tensor cores through WMMA (16 x 16 x 16 steps, float32
+// accumulators); see the section of that name below.
+//
 //===----------------------------------------------------------------------===//
 
 #include "KernelCommon.h"
 #include "Launch.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -48,7 +58,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 /// Rows of the streamed side per step: one per lane.
 constexpr int kChunk = 32;
-constexpr int64_t kMaxHeadDim = 256;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 /// Dynamic shared memory a kernel may use without opting in.
@@ -176,10 +185,8 @@ template <int kT>
 __global__ void __launch_bounds__(kThreads)
     attentionForwardKernel(AttentionDims a, const float *q, const float *k,
                            const float *v, const unsigned char *mask,
-                           DropoutParams drop,
-                           const StepCounters *counters, bool dropout,
-                           int ld, float *out,
-                           float *lse) {
+                           DropoutParams drop, const StepCounters *counters,
+                           bool dropout, int ld, float *out, float *lse) {
   constexpr int R = kForwardRows;
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
@@ -281,9 +288,8 @@ __global__ void __launch_bounds__(kThreads)
     attentionDqKernel(AttentionDims a, const float *q, const float *k,
                       const float *v, const unsigned char *mask,
                       const float *out, const float *lse, const float *dout,
-                      DropoutParams drop,
-                           const StepCounters *counters, bool dropout,
-                           int ld, float *dq) {
+                      DropoutParams drop, const StepCounters *counters,
+                      bool dropout, int ld, float *dq) {
   constexpr int R = rowsPerWarp(kT);
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
@@ -380,10 +386,8 @@ __global__ void __launch_bounds__(kThreads)
     attentionDkvKernel(AttentionDims a, const float *q, const float *k,
                        const float *v, const unsigned char *mask,
                        const float *out, const float *lse, const float *dout,
-                       DropoutParams drop,
-                           const StepCounters *counters, bool dropout,
-                           int ld, float *dk,
-                       float *dv) {
+                       DropoutParams drop, const StepCounters *counters,
+                       bool dropout, int ld, float *dk, float *dv) {
   constexpr int R = rowsPerWarp(kT);
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
@@ -493,14 +497,11 @@ __global__ void __launch_bounds__(kThreads)
 // Host side
 //===----------------------------------------------------------------------===//
 
+/// Reports what keeps the kernels from running `a`; whether there is
+/// work to do.
 bool checkDims(Context &ctx, const AttentionDims &a) {
-  if (a.d > kMaxHeadDim || a.dv > kMaxHeadDim) {
-    reportError(ctx, "attention head dims above " +
-                         std::to_string(kMaxHeadDim) + " are not supported");
-    return false;
-  }
-  if (dropoutMode(a.dropout) == DropoutMode::Invalid) {
-    reportError(ctx, badDropoutRatioMessage(a.dropout));
+  if (std::string why = attentionDimsError(a); !why.empty()) {
+    reportError(ctx, why);
     return false;
   }
   return a.batch > 0 && a.sq > 0 && a.sk > 0 && a.d >= 0 && a.dv >= 0;
@@ -549,7 +550,8 @@ void launchForward(Context &ctx, const AttentionDims &a, const float *q,
   const int ld = chunkStride(a);
   const size_t bytes = sizeof(float) * (kTile * a.d + kChunk * ld);
   auto kernel = attentionForwardKernel<kT>;
-  if (!allowSharedBytes<attentionForwardKernel<kT>>(ctx, bytes, "attentionForwardKernel"))
+  if (!allowSharedBytes<attentionForwardKernel<kT>>(ctx, bytes,
+                                                    "attentionForwardKernel"))
     return;
   const int64_t tiles = a.batch * ((a.sq + kTile - 1) / kTile);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, bytes, ctx.stream>>>(
@@ -570,7 +572,8 @@ void launchDq(Context &ctx, const AttentionDims &a, const float *q,
     return;
   const int64_t tiles = a.batch * ((a.sq + kTile - 1) / kTile);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, bytes, ctx.stream>>>(
-      a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout, ld, dq);
+      a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
+      ld, dq);
   checkLaunch(ctx, "attentionDqKernel");
 }
 
@@ -584,11 +587,13 @@ void launchDkv(Context &ctx, const AttentionDims &a, const float *q,
   const size_t bytes =
       sizeof(float) * (kTile * (a.d + a.dv) + kChunk * (ld + 2));
   auto kernel = attentionDkvKernel<kT>;
-  if (!allowSharedBytes<attentionDkvKernel<kT>>(ctx, bytes, "attentionDkvKernel"))
+  if (!allowSharedBytes<attentionDkvKernel<kT>>(ctx, bytes,
+                                                "attentionDkvKernel"))
     return;
   const int64_t tiles = a.batch * ((a.sk + kTile - 1) / kTile);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, bytes, ctx.stream>>>(
-      a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout, ld, dk, dv);
+      a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
+      ld, dk, dv);
   checkLaunch(ctx, "attentionDkvKernel");
 }
 
@@ -609,6 +614,809 @@ template <typename F> void withSlices(int n, F &&f) {
     f(std::integral_constant<int, 8>());
     break;
   }
+}
+
+//===----------------------------------------------------------------------===//
+// 16-bit operands on the tensor cores
+//===----------------------------------------------------------------------===//
+//
+// The same three kernels with Q, K, V and dO in 16 bits and every product on
+// the tensor cores: WMMA 16 x 16 x 16 steps of __half (sm_70+) or
+// __nv_bfloat16 (sm_80+) operands into float32 accumulators. A block of
+// kWarps warps owns `own` rows of one head (queries; keys for dK/dV) and
+// streams the other side `step` rows at a time through shared memory, where
+// the operands are staged as 16-bit rows zero-padded to the head dims
+// rounded up to 16 (zeros add nothing to any product) and the rows past the
+// end of the sequence are zero. Work within a phase is dealt out in 16 x 16
+// output tiles, tile x to warp x % kWarps, and the phases are separated by
+// __syncthreads.
+//
+// The accumulator fragments' element layout is opaque, so every per-row or
+// per-element step (masking, the online softmax, dropout, dS) works on
+// tiles stored to shared memory with store_matrix_sync and read back with
+// load_matrix_sync, never on fragment elements:
+//
+//  - forward, one block per (head, query tile): S = Q K^T into a float32
+//    tile [own][step]; a warp per row takes the running maximum and sum and
+//    writes P = round16(e * dropout factor) over its own row of S; then each
+//    output tile, kept in shared float32, is scaled by its rows' rescale
+//    factors, loaded, gets P V added and is stored back. out = O / rowSum.
+//  - backward dQ, one block per (head, query tile): per key step, a warp
+//    forms the S and dP = dO V^T tiles of one 16 x 16 block, stores both to
+//    its scratch tiles and writes round16(scale * dS) from them; then dQ,
+//    kept in shared float32, gets dS K added.
+//  - backward dK/dV, one block per (head, key tile): the same with the
+//    roles swapped (S^T = K Q^T, dP^T = V dO^T), writing round16(dropped P)^T
+//    and round16(scale * dS)^T; dV gets P^T dO and dK gets dS^T Q.
+//
+// Each output element is accumulated by one warp in a fixed order of
+// tensor-core steps, so results are reproducible run to run. The tile sizes
+// are chosen per call from the head dims and the device's shared memory
+// (capped at 99 KB): the largest of 64 x 64, 32 x 64, 32 x 32, 16 x 32 and
+// 16 x 16 (own x step) that fits in 80 KB, else the largest that fits.
+// For d = dv = 64 on sm_80 and sm_90 the forward and dQ tiles are 64 x 64
+// (54,016 and 74,240 bytes) and the dK/dV tiles 32 x 64 (65,024 bytes). On
+// sm_75 (64 KB) bfloat16 is refused, and with float16 the dK/dV kernel does
+// not fit once d + dv, each rounded up to 16, reaches 416 (d = dv = 208):
+// attentionBackward16 reports that as an error.
+
+namespace wmma = nvcuda::wmma;
+
+/// The WMMA tile edge.
+constexpr int kEdge = 16;
+/// Padding after each shared row: 8 16-bit elements or 4 floats (16 bytes),
+/// which keeps the row strides multiples of 16 bytes (as WMMA requires) and
+/// moves consecutive rows to different banks.
+constexpr int kPad16 = 8, kPad32 = 4;
+/// The longest step: the forward's row pass gives each lane at most
+/// kMaxStep / 32 columns.
+constexpr int kMaxStep = 64;
+constexpr int kColsPerLane = kMaxStep / 32;
+/// The stride of the backward kernels' per-warp float32 scratch tiles.
+constexpr int kScratchLd = kEdge + kPad32;
+constexpr size_t kScratchBytes =
+    sizeof(float) * kWarps * 2 * kEdge * kScratchLd;
+/// The most shared memory a 16-bit kernel asks for: what sm_86 and sm_89
+/// allow a block; sm_80 and sm_90 allow more, sm_75 less (64 KB).
+constexpr size_t kMaxShared16 = 99 * 1024;
+/// Tilings up to this size come first: two blocks still fit an sm_80 SM
+/// (164 KB), where one block of 4 warps would leave it mostly idle.
+constexpr size_t kPreferredShared16 = 80 * 1024;
+
+using Accumulator =
+    wmma::fragment<wmma::accumulator, kEdge, kEdge, kEdge, float>;
+
+/// How a 16-bit kernel cuts the problem: `own` rows of the block's side and
+/// `step` rows of the streamed side at a time (multiples of 16, step at most
+/// kMaxStep), and the head dims rounded up to 16.
+struct Tiling16 {
+  int own, step, d16, dv16;
+};
+
+__host__ __device__ constexpr int roundUp16(int64_t n) {
+  return static_cast<int>((n + kEdge - 1) / kEdge * kEdge);
+}
+
+__host__ __device__ constexpr int maxInt(int x, int y) { return x > y ? x : y; }
+
+// Shared memory layouts: byte offsets, each a multiple of 32 bytes (WMMA
+// wants 256-bit aligned tiles), and the row strides in elements.
+
+/// Forward: the query tile, one buffer for the K step and then the V step,
+/// the float32 scores (P overwrites each row in 16 bits), the float32 output
+/// accumulator and each row's maximum, sum and latest rescale factor.
+struct ForwardLayout {
+  int ldQ, ldKV, ldS, ldO;
+  size_t q, kv, s, o, stats, bytes;
+  __host__ __device__ explicit ForwardLayout(const Tiling16 &t)
+      : ldQ(t.d16 + kPad16), ldKV(maxInt(t.d16, t.dv16) + kPad16),
+        ldS(t.step + kPad32), ldO(t.dv16 + kPad32) {
+    q = 0;
+    kv = q + sizeof(uint16_t) * t.own * ldQ;
+    s = kv + sizeof(uint16_t) * t.step * ldKV;
+    o = s + sizeof(float) * t.own * ldS;
+    stats = o + sizeof(float) * t.own * ldO;
+    bytes = stats + sizeof(float) * 3 * t.own;
+  }
+};
+
+/// Backward dQ: the query and output gradient tiles, the K and V steps,
+/// scale * dS in 16 bits, the float32 dQ accumulator, the warps' scratch
+/// tiles and each row's log-sum-exp and delta.
+struct DqLayout {
+  int ldQ, ldG, ldK, ldV, ldDs, ldAcc;
+  size_t q, g, k, v, ds, acc, scratch, lse, delta, bytes;
+  __host__ __device__ explicit DqLayout(const Tiling16 &t)
+      : ldQ(t.d16 + kPad16), ldG(t.dv16 + kPad16), ldK(t.d16 + kPad16),
+        ldV(t.dv16 + kPad16), ldDs(t.step + kPad16), ldAcc(t.d16 + kPad32) {
+    q = 0;
+    g = q + sizeof(uint16_t) * t.own * ldQ;
+    k = g + sizeof(uint16_t) * t.own * ldG;
+    v = k + sizeof(uint16_t) * t.step * ldK;
+    ds = v + sizeof(uint16_t) * t.step * ldV;
+    acc = ds + sizeof(uint16_t) * t.own * ldDs;
+    scratch = acc + sizeof(float) * t.own * ldAcc;
+    lse = scratch + kScratchBytes;
+    delta = lse + sizeof(float) * t.own;
+    bytes = delta + sizeof(float) * t.own;
+  }
+};
+
+/// Backward dK/dV (own = keys, step = queries): the key and value tiles, the
+/// query and output gradient steps, scale * dS^T and the dropped P^T in 16
+/// bits, the float32 dK and dV accumulators, the warps' scratch tiles and
+/// each query's log-sum-exp and delta.
+struct DkvLayout {
+  int ldK, ldV, ldQ, ldG, ldT, ldAccK, ldAccV;
+  size_t k, v, q, g, dsT, pT, accK, accV, scratch, lse, delta, bytes;
+  __host__ __device__ explicit DkvLayout(const Tiling16 &t)
+      : ldK(t.d16 + kPad16), ldV(t.dv16 + kPad16), ldQ(t.d16 + kPad16),
+        ldG(t.dv16 + kPad16), ldT(t.step + kPad16), ldAccK(t.d16 + kPad32),
+        ldAccV(t.dv16 + kPad32) {
+    k = 0;
+    v = k + sizeof(uint16_t) * t.own * ldK;
+    q = v + sizeof(uint16_t) * t.own * ldV;
+    g = q + sizeof(uint16_t) * t.step * ldQ;
+    dsT = g + sizeof(uint16_t) * t.step * ldG;
+    pT = dsT + sizeof(uint16_t) * t.own * ldT;
+    accK = pT + sizeof(uint16_t) * t.own * ldT;
+    accV = accK + sizeof(float) * t.own * ldAccK;
+    scratch = accV + sizeof(float) * t.own * ldAccV;
+    lse = scratch + kScratchBytes;
+    delta = lse + sizeof(float) * t.step;
+    bytes = delta + sizeof(float) * t.step;
+  }
+};
+
+template <typename T> __host__ __device__ constexpr bool isBf16() {
+  return std::is_same<T, __nv_bfloat16>::value;
+}
+
+/// Whether the architecture being compiled has tensor-core steps for T:
+/// bfloat16 needs sm_80. The host never launches a kernel on a device
+/// without them.
+template <typename T> __device__ constexpr bool wmmaSupports() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  return !isBf16<T>();
+#else
+  return true;
+#endif
+}
+
+/// x rounded to T's format, as the 16-bit operand of a later product.
+template <typename T> __device__ inline uint16_t round16(float x) {
+  return isBf16<T>() ? floatToBf16(x) : floatToHalf(x);
+}
+
+/// Copies `valid` rows of `width` contiguous 16-bit elements from src to
+/// dst[row * ld + x] and writes zeros over the rest of the rows x padded
+/// tile (columns [width, padded), rows [valid, rows)). Called by the whole
+/// block.
+__device__ void stage16(uint16_t *dst, int ld, const uint16_t *src, int valid,
+                        int rows, int width, int padded) {
+  // Rows of whole 16-byte vectors: copied 8 elements at a time.
+  if (width % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const int vectors = padded / 8;
+    for (int x = threadIdx.x; x < rows * vectors; x += kThreads) {
+      const int r = x / vectors, c = x % vectors * 8;
+      uint4 value = make_uint4(0u, 0u, 0u, 0u);
+      if (r < valid && c < width)
+        value = *reinterpret_cast<const uint4 *>(
+            src + static_cast<int64_t>(r) * width + c);
+      *reinterpret_cast<uint4 *>(dst + r * ld + c) = value;
+    }
+    return;
+  }
+  for (int x = threadIdx.x; x < rows * padded; x += kThreads) {
+    const int r = x / padded, c = x % padded;
+    dst[r * ld + c] = r < valid && c < width
+                          ? src[static_cast<int64_t>(r) * width + c]
+                          : static_cast<uint16_t>(0);
+  }
+}
+
+/// acc += A B over `steps` 16-deep slices. A is 16 x (16 steps), row-major
+/// at a with stride lda; B is (16 steps) x 16, row-major at b with stride
+/// ldb, or with kTransposedB stored as its transpose (16 x (16 steps),
+/// row-major at b): S = Q K^T takes the staged K rows as they are.
+template <typename T, bool kTransposedB>
+__device__ inline void mmaTile(Accumulator &acc, const uint16_t *a, int lda,
+                               const uint16_t *b, int ldb, int steps) {
+  using LayoutB =
+      std::conditional_t<kTransposedB, wmma::col_major, wmma::row_major>;
+  wmma::fragment<wmma::matrix_a, kEdge, kEdge, kEdge, T, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, kEdge, kEdge, kEdge, T, LayoutB> fb;
+  for (int k = 0; k < steps; ++k) {
+    wmma::load_matrix_sync(fa, reinterpret_cast<const T *>(a + k * kEdge),
+                           static_cast<unsigned>(lda));
+    const uint16_t *bk = kTransposedB ? b + k * kEdge : b + k * kEdge * ldb;
+    wmma::load_matrix_sync(fb, reinterpret_cast<const T *>(bk),
+                           static_cast<unsigned>(ldb));
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+}
+
+/// The 16 x 16 tile at `tile` (stride ld) += A B, through an accumulator.
+template <typename T, bool kTransposedB>
+__device__ inline void accumulateTile(float *tile, int ld, const uint16_t *a,
+                                      int lda, const uint16_t *b, int ldb,
+                                      int steps) {
+  Accumulator acc;
+  wmma::load_matrix_sync(acc, tile, static_cast<unsigned>(ld),
+                         wmma::mem_row_major);
+  mmaTile<T, kTransposedB>(acc, a, lda, b, ldb, steps);
+  wmma::store_matrix_sync(tile, acc, static_cast<unsigned>(ld),
+                          wmma::mem_row_major);
+}
+
+/// The 16 x 16 tile A B^T, stored at `tile` (stride ld).
+template <typename T>
+__device__ inline void productTile(float *tile, int ld, const uint16_t *a,
+                                   int lda, const uint16_t *b, int ldb,
+                                   int steps) {
+  Accumulator acc;
+  wmma::fill_fragment(acc, 0.0f);
+  mmaTile<T, true>(acc, a, lda, b, ldb, steps);
+  wmma::store_matrix_sync(tile, acc, static_cast<unsigned>(ld),
+                          wmma::mem_row_major);
+}
+
+__device__ inline void zeroShared(float *p, int n) {
+  for (int x = threadIdx.x; x < n; x += kThreads)
+    p[x] = 0.0f;
+}
+
+/// lse and delta = dO . O of rows [i0, i0 + count) of head h into
+/// lseOut[r] and deltaOut[r] for r < tileRows (-inf and 0 past count). A
+/// warp per row; called by the whole block.
+template <typename T>
+__device__ void rowTerms(const AttentionDims &a, const float *out,
+                         const float *lse, const uint16_t *dout, int64_t h,
+                         int64_t i0, int count, int tileRows, float *lseOut,
+                         float *deltaOut) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int r = warp; r < tileRows; r += kWarps) {
+    const int64_t base = (h * a.sq + i0 + r) * a.dv;
+    float part = 0.0f;
+    if (r < count)
+      for (int64_t x = lane; x < a.dv; x += 32)
+        part = fmaf(storedToFloat(dout[base + x], isBf16<T>()), out[base + x],
+                    part);
+    const float sum = warpSum(part);
+    if (lane == 0) {
+      deltaOut[r] = sum;
+      lseOut[r] = r < count ? lse[h * a.sq + i0 + r] : kNegInf;
+    }
+  }
+}
+
+template <typename T>
+__device__ void forward16(const AttentionDims &a, const uint16_t *q,
+                          const uint16_t *k, const uint16_t *v,
+                          const unsigned char *mask, const DropoutParams &drop,
+                          bool dropout, const Tiling16 &t, unsigned char *smem,
+                          float *out, float *lse) {
+  const ForwardLayout L(t);
+  uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
+  uint16_t *kv = reinterpret_cast<uint16_t *>(smem + L.kv);
+  float *s = reinterpret_cast<float *>(smem + L.s);
+  // Row r of P (16-bit) overwrites the first half of row r of S.
+  uint16_t *p = reinterpret_cast<uint16_t *>(s);
+  const int ldP = 2 * L.ldS;
+  float *o = reinterpret_cast<float *>(smem + L.o);
+  float *rowMax = reinterpret_cast<float *>(smem + L.stats);
+  float *rowSum = rowMax + t.own;
+  float *rescale = rowSum + t.own;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int ownTiles = t.own / kEdge, stepTiles = t.step / kEdge;
+  const int dvTiles = t.dv16 / kEdge;
+  const int64_t tilesPerHead = (a.sq + t.own - 1) / t.own;
+
+  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
+       tile += gridDim.x) {
+    const int64_t h = tile / tilesPerHead;
+    const int64_t i0 = (tile % tilesPerHead) * t.own;
+    const int rows = countFrom(a.sq, i0, t.own);
+    const unsigned char *maskHead =
+        mask ? mask + attentionMaskOffset(a, h) : nullptr;
+    __syncthreads(); // the previous tile's output pass is done
+    stage16(qs, L.ldQ, q + (h * a.sq + i0) * a.d, rows, t.own,
+            static_cast<int>(a.d), t.d16);
+    zeroShared(o, t.own * L.ldO);
+    for (int r = threadIdx.x; r < t.own; r += kThreads) {
+      rowMax[r] = kNegInf;
+      rowSum[r] = 0.0f;
+    }
+
+    for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
+      const int cols = countFrom(a.sk, j0, t.step);
+      __syncthreads(); // the last P V product is done with kv and P
+      stage16(kv, L.ldKV, k + (h * a.sk + j0) * a.d, cols, t.step,
+              static_cast<int>(a.d), t.d16);
+      __syncthreads();
+      for (int x = warp; x < ownTiles * stepTiles; x += kWarps) {
+        const int rt = x / stepTiles, ct = x % stepTiles;
+        productTile<T>(s + rt * kEdge * L.ldS + ct * kEdge, L.ldS,
+                       qs + rt * kEdge * L.ldQ, L.ldQ, kv + ct * kEdge * L.ldKV,
+                       L.ldKV, t.d16 / kEdge);
+      }
+      __syncthreads(); // S is complete; K is no longer needed
+      stage16(kv, L.ldKV, v + (h * a.sk + j0) * a.dv, cols, t.step,
+              static_cast<int>(a.dv), t.dv16);
+
+      // The online softmax, a warp per row, lane l owning columns l + 32 u.
+      for (int r = warp; r < t.own; r += kWarps) {
+        const int64_t i = i0 + r;
+        float score[kColsPerLane], e[kColsPerLane];
+        bool live[kColsPerLane];
+        float localMax = kNegInf;
+#pragma unroll
+        for (int u = 0; u < kColsPerLane; ++u) {
+          const int c = lane + 32 * u;
+          live[u] = r < rows && c < cols && !maskedOut(a, maskHead, i, j0 + c);
+          score[u] = live[u] ? s[r * L.ldS + c] * a.scale : kNegInf;
+          localMax = fmaxf(localMax, score[u]);
+        }
+        const float old = rowMax[r];
+        // Uniform across the warp: the reductions give every lane the same
+        // value.
+        const float m = fmaxf(old, warpMax(localMax));
+        // m == -inf: every key so far is masked; nothing to rescale.
+        const float factor = m == kNegInf ? 1.0f : expf(old - m);
+        float sum = 0.0f;
+#pragma unroll
+        for (int u = 0; u < kColsPerLane; ++u) {
+          e[u] = m == kNegInf ? 0.0f : expf(score[u] - m);
+          sum += e[u];
+        }
+        sum = warpSum(sum);
+        __syncwarp(); // every lane has read its scores before P overwrites
+#pragma unroll
+        for (int u = 0; u < kColsPerLane; ++u) {
+          const int c = lane + 32 * u;
+          if (c < t.step)
+            p[r * ldP + c] = round16<T>(
+                live[u] ? e[u] * dropFactor(drop, dropout, a, h, i, j0 + c)
+                        : 0.0f);
+        }
+        if (lane == 0) {
+          rowMax[r] = m;
+          rowSum[r] = rowSum[r] * factor + sum;
+          rescale[r] = factor;
+        }
+      }
+      __syncthreads(); // P, the rescale factors and V are ready
+
+      // O = rescale * O + P V, a 16 x 16 output tile at a time.
+      for (int x = warp; x < ownTiles * dvTiles; x += kWarps) {
+        const int rt = x / dvTiles, ct = x % dvTiles;
+        float *tileO = o + rt * kEdge * L.ldO + ct * kEdge;
+        for (int e = lane; e < kEdge * kEdge; e += 32) {
+          const int r = e / kEdge;
+          tileO[r * L.ldO + e % kEdge] *= rescale[rt * kEdge + r];
+        }
+        __syncwarp();
+        accumulateTile<T, false>(tileO, L.ldO, p + rt * kEdge * ldP, ldP,
+                                 kv + ct * kEdge, L.ldKV, stepTiles);
+      }
+    }
+
+    __syncthreads(); // O is complete
+    for (int r = warp; r < rows; r += kWarps) {
+      const float sum = rowSum[r];
+      const bool empty = sum == 0.0f; // every key masked
+      const float inv = empty ? 0.0f : 1.0f / sum;
+      float *orow = out + (h * a.sq + i0 + r) * a.dv;
+      for (int x = lane; x < a.dv; x += 32)
+        orow[x] = empty ? 0.0f : o[r * L.ldO + x] * inv;
+      if (lane == 0)
+        lse[h * a.sq + i0 + r] = empty ? kNegInf : rowMax[r] + logf(sum);
+    }
+  }
+}
+
+template <typename T>
+__device__ void
+dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
+     const uint16_t *v, const unsigned char *mask, const float *out,
+     const float *lse, const uint16_t *dout, const DropoutParams &drop,
+     bool dropout, const Tiling16 &t, unsigned char *smem, float *dq) {
+  const DqLayout L(t);
+  uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
+  uint16_t *gs = reinterpret_cast<uint16_t *>(smem + L.g);
+  uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
+  uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
+  uint16_t *ds = reinterpret_cast<uint16_t *>(smem + L.ds);
+  float *acc = reinterpret_cast<float *>(smem + L.acc);
+  float *lseRows = reinterpret_cast<float *>(smem + L.lse);
+  float *deltaRows = reinterpret_cast<float *>(smem + L.delta);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float *scratchS = reinterpret_cast<float *>(smem + L.scratch) +
+                    warp * 2 * kEdge * kScratchLd;
+  float *scratchP = scratchS + kEdge * kScratchLd;
+  const int ownTiles = t.own / kEdge, stepTiles = t.step / kEdge;
+  const int dTiles = t.d16 / kEdge;
+  const int64_t tilesPerHead = (a.sq + t.own - 1) / t.own;
+
+  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
+       tile += gridDim.x) {
+    const int64_t h = tile / tilesPerHead;
+    const int64_t i0 = (tile % tilesPerHead) * t.own;
+    const int rows = countFrom(a.sq, i0, t.own);
+    const unsigned char *maskHead =
+        mask ? mask + attentionMaskOffset(a, h) : nullptr;
+    __syncthreads(); // the previous tile's output pass is done
+    stage16(qs, L.ldQ, q + (h * a.sq + i0) * a.d, rows, t.own,
+            static_cast<int>(a.d), t.d16);
+    stage16(gs, L.ldG, dout + (h * a.sq + i0) * a.dv, rows, t.own,
+            static_cast<int>(a.dv), t.dv16);
+    zeroShared(acc, t.own * L.ldAcc);
+    rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows);
+
+    for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
+      const int cols = countFrom(a.sk, j0, t.step);
+      __syncthreads(); // the last dS K product is done with ks and ds
+      stage16(ks, L.ldK, k + (h * a.sk + j0) * a.d, cols, t.step,
+              static_cast<int>(a.d), t.d16);
+      stage16(vs, L.ldV, v + (h * a.sk + j0) * a.dv, cols, t.step,
+              static_cast<int>(a.dv), t.dv16);
+      __syncthreads();
+      // scale * dS, a 16 x 16 tile at a time from its S and dP tiles.
+      for (int x = warp; x < ownTiles * stepTiles; x += kWarps) {
+        const int rt = x / stepTiles, ct = x % stepTiles;
+        productTile<T>(scratchS, kScratchLd, qs + rt * kEdge * L.ldQ, L.ldQ,
+                       ks + ct * kEdge * L.ldK, L.ldK, t.d16 / kEdge);
+        productTile<T>(scratchP, kScratchLd, gs + rt * kEdge * L.ldG, L.ldG,
+                       vs + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
+        __syncwarp();
+        for (int e = lane; e < kEdge * kEdge; e += 32) {
+          const int r = e / kEdge, c = e % kEdge;
+          const int row = rt * kEdge + r, col = ct * kEdge + c;
+          const int64_t i = i0 + row, j = j0 + col;
+          const float rowLse = lseRows[row];
+          float g = 0.0f;
+          if (row < rows && col < cols && rowLse != kNegInf &&
+              !maskedOut(a, maskHead, i, j)) {
+            const float pr =
+                expf(scratchS[r * kScratchLd + c] * a.scale - rowLse);
+            const float f = dropFactor(drop, dropout, a, h, i, j);
+            g = pr * (scratchP[r * kScratchLd + c] * f - deltaRows[row]);
+          }
+          ds[row * L.ldDs + col] = round16<T>(g * a.scale);
+        }
+        __syncwarp(); // the scratch tiles are read before the next tile
+      }
+      __syncthreads(); // dS is complete
+      for (int x = warp; x < ownTiles * dTiles; x += kWarps) {
+        const int rt = x / dTiles, ct = x % dTiles;
+        accumulateTile<T, false>(acc + rt * kEdge * L.ldAcc + ct * kEdge,
+                                 L.ldAcc, ds + rt * kEdge * L.ldDs, L.ldDs,
+                                 ks + ct * kEdge, L.ldK, stepTiles);
+      }
+    }
+
+    __syncthreads(); // dQ is complete
+    for (int r = warp; r < rows; r += kWarps) {
+      float *g = dq + (h * a.sq + i0 + r) * a.d;
+      for (int x = lane; x < a.d; x += 32)
+        g[x] = acc[r * L.ldAcc + x];
+    }
+  }
+}
+
+template <typename T>
+__device__ void
+dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
+      const uint16_t *v, const unsigned char *mask, const float *out,
+      const float *lse, const uint16_t *dout, const DropoutParams &drop,
+      bool dropout, const Tiling16 &t, unsigned char *smem, float *dk,
+      float *dv) {
+  const DkvLayout L(t);
+  uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
+  uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
+  uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
+  uint16_t *gs = reinterpret_cast<uint16_t *>(smem + L.g);
+  uint16_t *dsT = reinterpret_cast<uint16_t *>(smem + L.dsT);
+  uint16_t *pT = reinterpret_cast<uint16_t *>(smem + L.pT);
+  float *accK = reinterpret_cast<float *>(smem + L.accK);
+  float *accV = reinterpret_cast<float *>(smem + L.accV);
+  float *lseRows = reinterpret_cast<float *>(smem + L.lse);
+  float *deltaRows = reinterpret_cast<float *>(smem + L.delta);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float *scratchS = reinterpret_cast<float *>(smem + L.scratch) +
+                    warp * 2 * kEdge * kScratchLd;
+  float *scratchP = scratchS + kEdge * kScratchLd;
+  const int ownTiles = t.own / kEdge, stepTiles = t.step / kEdge;
+  const int dTiles = t.d16 / kEdge, dvTiles = t.dv16 / kEdge;
+  const int64_t tilesPerHead = (a.sk + t.own - 1) / t.own;
+
+  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
+       tile += gridDim.x) {
+    const int64_t h = tile / tilesPerHead;
+    const int64_t j0 = (tile % tilesPerHead) * t.own;
+    const int cols = countFrom(a.sk, j0, t.own);
+    const unsigned char *maskHead =
+        mask ? mask + attentionMaskOffset(a, h) : nullptr;
+    __syncthreads(); // the previous tile's output pass is done
+    stage16(ks, L.ldK, k + (h * a.sk + j0) * a.d, cols, t.own,
+            static_cast<int>(a.d), t.d16);
+    stage16(vs, L.ldV, v + (h * a.sk + j0) * a.dv, cols, t.own,
+            static_cast<int>(a.dv), t.dv16);
+    zeroShared(accK, t.own * L.ldAccK);
+    zeroShared(accV, t.own * L.ldAccV);
+
+    for (int64_t i0 = 0; i0 < a.sq; i0 += t.step) {
+      const int rows = countFrom(a.sq, i0, t.step);
+      __syncthreads(); // the last products are done with the query step
+      stage16(qs, L.ldQ, q + (h * a.sq + i0) * a.d, rows, t.step,
+              static_cast<int>(a.d), t.d16);
+      stage16(gs, L.ldG, dout + (h * a.sq + i0) * a.dv, rows, t.step,
+              static_cast<int>(a.dv), t.dv16);
+      rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step, lseRows, deltaRows);
+      __syncthreads();
+      // scale * dS^T and the dropped P^T, a 16 x 16 tile (keys x queries)
+      // at a time from its S^T and dP^T tiles.
+      for (int x = warp; x < ownTiles * stepTiles; x += kWarps) {
+        const int kt = x / stepTiles, qt = x % stepTiles;
+        productTile<T>(scratchS, kScratchLd, ks + kt * kEdge * L.ldK, L.ldK,
+                       qs + qt * kEdge * L.ldQ, L.ldQ, t.d16 / kEdge);
+        productTile<T>(scratchP, kScratchLd, vs + kt * kEdge * L.ldV, L.ldV,
+                       gs + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
+        __syncwarp();
+        for (int e = lane; e < kEdge * kEdge; e += 32) {
+          const int r = e / kEdge, c = e % kEdge;
+          const int key = kt * kEdge + r, query = qt * kEdge + c;
+          const int64_t i = i0 + query, j = j0 + key;
+          const float rowLse = lseRows[query];
+          float g = 0.0f, dropped = 0.0f;
+          if (key < cols && query < rows && rowLse != kNegInf &&
+              !maskedOut(a, maskHead, i, j)) {
+            const float pr =
+                expf(scratchS[r * kScratchLd + c] * a.scale - rowLse);
+            const float f = dropFactor(drop, dropout, a, h, i, j);
+            g = pr * (scratchP[r * kScratchLd + c] * f - deltaRows[query]);
+            dropped = pr * f;
+          }
+          dsT[key * L.ldT + query] = round16<T>(g * a.scale);
+          pT[key * L.ldT + query] = round16<T>(dropped);
+        }
+        __syncwarp(); // the scratch tiles are read before the next tile
+      }
+      __syncthreads(); // dS^T and P^T are complete
+      const int vTiles = ownTiles * dvTiles;
+      for (int x = warp; x < vTiles + ownTiles * dTiles; x += kWarps) {
+        if (x < vTiles) {
+          const int kt = x / dvTiles, ct = x % dvTiles;
+          accumulateTile<T, false>(accV + kt * kEdge * L.ldAccV + ct * kEdge,
+                                   L.ldAccV, pT + kt * kEdge * L.ldT, L.ldT,
+                                   gs + ct * kEdge, L.ldG, stepTiles);
+        } else {
+          const int kt = (x - vTiles) / dTiles, ct = (x - vTiles) % dTiles;
+          accumulateTile<T, false>(accK + kt * kEdge * L.ldAccK + ct * kEdge,
+                                   L.ldAccK, dsT + kt * kEdge * L.ldT, L.ldT,
+                                   qs + ct * kEdge, L.ldQ, stepTiles);
+        }
+      }
+    }
+
+    __syncthreads(); // dK and dV are complete
+    for (int r = warp; r < cols; r += kWarps) {
+      float *gk = dk + (h * a.sk + j0 + r) * a.d;
+      float *gv = dv + (h * a.sk + j0 + r) * a.dv;
+      for (int x = lane; x < a.d; x += 32)
+        gk[x] = accK[r * L.ldAccK + x];
+      for (int x = lane; x < a.dv; x += 32)
+        gv[x] = accV[r * L.ldAccV + x];
+    }
+  }
+}
+
+// The kernels: on an architecture without tensor-core steps for T (bfloat16
+// below sm_80) the body is left out; the host never launches it there.
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    attentionForward16Kernel(AttentionDims a, const uint16_t *q,
+                             const uint16_t *k, const uint16_t *v,
+                             const unsigned char *mask, DropoutParams drop,
+                             const StepCounters *counters, bool dropout,
+                             Tiling16 t, float *out, float *lse) {
+  if constexpr (wmmaSupports<T>()) {
+    extern __shared__ __align__(128) unsigned char smem16[];
+    drop.step = static_cast<uint64_t>(counters->step); // this step's mask
+    forward16<T>(a, q, k, v, mask, drop, dropout, t, smem16, out, lse);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    attentionDq16Kernel(AttentionDims a, const uint16_t *q, const uint16_t *k,
+                        const uint16_t *v, const unsigned char *mask,
+                        const float *out, const float *lse,
+                        const uint16_t *dout, DropoutParams drop,
+                        const StepCounters *counters, bool dropout, Tiling16 t,
+                        float *dq) {
+  if constexpr (wmmaSupports<T>()) {
+    extern __shared__ __align__(128) unsigned char smem16[];
+    drop.step = static_cast<uint64_t>(counters->step); // this step's mask
+    dq16<T>(a, q, k, v, mask, out, lse, dout, drop, dropout, t, smem16, dq);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    attentionDkv16Kernel(AttentionDims a, const uint16_t *q, const uint16_t *k,
+                         const uint16_t *v, const unsigned char *mask,
+                         const float *out, const float *lse,
+                         const uint16_t *dout, DropoutParams drop,
+                         const StepCounters *counters, bool dropout, Tiling16 t,
+                         float *dk, float *dv) {
+  if constexpr (wmmaSupports<T>()) {
+    extern __shared__ __align__(128) unsigned char smem16[];
+    drop.step = static_cast<uint64_t>(counters->step); // this step's mask
+    dkv16<T>(a, q, k, v, mask, out, lse, dout, drop, dropout, t, smem16, dk,
+             dv);
+  }
+}
+
+/// What the 16-bit kernels need to know of a device.
+struct DeviceLimits16 {
+  int major = 0, minor = 0, optin = 0;
+};
+
+/// The current device's limits, queried once per device (so a step being
+/// captured into a CUDA graph, which ran eagerly before, queries nothing).
+bool deviceLimits16(DeviceLimits16 &limits) {
+  constexpr int kCachedDevices = 64;
+  static DeviceLimits16 cache[kCachedDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return false;
+  if (device >= 0 && device < kCachedDevices && cache[device].optin > 0) {
+    limits = cache[device];
+    return true;
+  }
+  if (cudaDeviceGetAttribute(&limits.major, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limits.minor, cudaDevAttrComputeCapabilityMinor,
+                             device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limits.optin,
+                             cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                             device) != cudaSuccess)
+    return false;
+  if (device >= 0 && device < kCachedDevices)
+    cache[device] = limits;
+  return true;
+}
+
+/// The shared memory a 16-bit kernel may use on the current device (its
+/// opt-in limit, at most kMaxShared16), after checking that the device has
+/// tensor-core steps for `storage`.
+bool sharedLimit16(Context &ctx, Storage16 storage, const char *name,
+                   size_t &limit) {
+  DeviceLimits16 device;
+  if (!deviceLimits16(device)) {
+    reportError(ctx, std::string(name) + ": cannot query the CUDA device");
+    return false;
+  }
+  if (storage == Storage16::Bf16 && device.major < 8) {
+    reportError(ctx, std::string(name) +
+                         ": bfloat16 attention needs the tensor cores of "
+                         "sm_80 or newer, and this GPU is sm_" +
+                         std::to_string(device.major) +
+                         std::to_string(device.minor) +
+                         " (use --precision fp16 there)");
+    return false;
+  }
+  limit = std::min(static_cast<size_t>(device.optin), kMaxShared16);
+  return true;
+}
+
+/// The largest tiling whose shared memory fits kPreferredShared16, else
+/// the largest that fits `limit`: `own` rows of a side of `ownRows` and
+/// steps of a side of `stepRows` (neither larger than its side rounded up
+/// to 16).
+template <typename Layout>
+bool chooseTiling16(Context &ctx, const AttentionDims &a, int64_t ownRows,
+                    int64_t stepRows, size_t limit, const char *name,
+                    Tiling16 &tiling) {
+  constexpr int kCandidates[][2] = {
+      {64, 64}, {32, 64}, {32, 32}, {16, 32}, {16, 16}};
+  const int d16 = roundUp16(a.d), dv16 = roundUp16(a.dv);
+  size_t smallest = 0;
+  for (size_t budget : {std::min(kPreferredShared16, limit), limit}) {
+    for (const auto &candidate : kCandidates) {
+      const int own =
+          static_cast<int>(std::min<int64_t>(candidate[0], roundUp16(ownRows)));
+      const int step = static_cast<int>(
+          std::min<int64_t>(candidate[1], roundUp16(stepRows)));
+      const Tiling16 t{own, step, d16, dv16};
+      smallest = Layout(t).bytes;
+      if (smallest <= budget) {
+        tiling = t;
+        return true;
+      }
+    }
+  }
+  reportError(ctx, std::string(name) + ": head dims d = " +
+                       std::to_string(a.d) + ", dv = " + std::to_string(a.dv) +
+                       " need " + std::to_string(smallest) +
+                       " bytes of shared memory per block, more than the " +
+                       std::to_string(limit) + " this GPU allows");
+  return false;
+}
+
+/// Opts the kernel into `limit` bytes of dynamic shared memory, once per
+/// kernel instance (a step being captured into a CUDA graph, which ran
+/// eagerly before, sets no attribute); every tiling chosen for the device
+/// fits under it.
+template <auto kernel>
+bool allowShared16(Context &ctx, size_t limit, const char *name) {
+  static bool granted = false; // per kernel
+  if (granted || limit <= kDefaultSharedBytes)
+    return true;
+  cudaError_t error =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(limit));
+  if (error != cudaSuccess) {
+    reportError(ctx,
+                std::string(name) + ": cannot use " + std::to_string(limit) +
+                    " bytes of shared memory: " + cudaGetErrorString(error));
+    return false;
+  }
+  granted = true;
+  return true;
+}
+
+template <typename T>
+void launchForward16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
+                     size_t limit, const uint16_t *q, const uint16_t *k,
+                     const uint16_t *v, const unsigned char *mask,
+                     const DropoutParams &drop, bool dropout, float *out,
+                     float *lse) {
+  if (!allowShared16<attentionForward16Kernel<T>>(ctx, limit,
+                                                  "attentionForward16Kernel"))
+    return;
+  auto kernel = attentionForward16Kernel<T>;
+  const int64_t tiles = a.batch * ((a.sq + t.own - 1) / t.own);
+  kernel<<<cuda::gridFor(tiles, 1), kThreads, ForwardLayout(t).bytes,
+           ctx.stream>>>(a, q, k, v, mask, drop, cuda::stepCounters(ctx),
+                         dropout, t, out, lse);
+  checkLaunch(ctx, "attentionForward16Kernel");
+}
+
+template <typename T>
+void launchDq16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
+                size_t limit, const uint16_t *q, const uint16_t *k,
+                const uint16_t *v, const unsigned char *mask, const float *out,
+                const float *lse, const uint16_t *dout,
+                const DropoutParams &drop, bool dropout, float *dq) {
+  if (!allowShared16<attentionDq16Kernel<T>>(ctx, limit, "attentionDq16Kernel"))
+    return;
+  auto kernel = attentionDq16Kernel<T>;
+  const int64_t tiles = a.batch * ((a.sq + t.own - 1) / t.own);
+  kernel<<<cuda::gridFor(tiles, 1), kThreads, DqLayout(t).bytes, ctx.stream>>>(
+      a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
+      t, dq);
+  checkLaunch(ctx, "attentionDq16Kernel");
+}
+
+template <typename T>
+void launchDkv16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
+                 size_t limit, const uint16_t *q, const uint16_t *k,
+                 const uint16_t *v, const unsigned char *mask, const float *out,
+                 const float *lse, const uint16_t *dout,
+                 const DropoutParams &drop, bool dropout, float *dk,
+                 float *dv) {
+  if (!allowShared16<attentionDkv16Kernel<T>>(ctx, limit,
+                                              "attentionDkv16Kernel"))
+    return;
+  auto kernel = attentionDkv16Kernel<T>;
+  const int64_t tiles = a.batch * ((a.sk + t.own - 1) / t.own);
+  kernel<<<cuda::gridFor(tiles, 1), kThreads, DkvLayout(t).bytes, ctx.stream>>>(
+      a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
+      t, dk, dv);
+  checkLaunch(ctx, "attentionDkv16Kernel");
 }
 
 } // namespace
@@ -648,6 +1456,60 @@ void attentionBackward(Context &ctx, const AttentionDims &a, const float *q,
     launchDkv<decltype(kT)::value>(ctx, a, q, k, v, mask, out, lse, dout, drop,
                                    dropout, dk, dv);
   });
+}
+
+void attentionForward16(Context &ctx, Storage16 storage, const AttentionDims &a,
+                        const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                        const unsigned char *mask, float *out, float *lse) {
+  size_t limit = 0;
+  Tiling16 t;
+  if (!checkDims(ctx, a) ||
+      !sharedLimit16(ctx, storage, "attentionForward16", limit) ||
+      !chooseTiling16<ForwardLayout>(ctx, a, a.sq, a.sk, limit,
+                                     "attentionForward16", t))
+    return;
+  // The step is read on the device (a replayed CUDA graph's kernels keep
+  // their arguments).
+  const DropoutParams drop = dropoutParams(ctx.seed, 0, a.stream, a.dropout);
+  const bool dropout = a.dropout > 0.0f;
+  if (storage == Storage16::Bf16)
+    launchForward16<__nv_bfloat16>(ctx, a, t, limit, q, k, v, mask, drop,
+                                   dropout, out, lse);
+  else
+    launchForward16<__half>(ctx, a, t, limit, q, k, v, mask, drop, dropout, out,
+                            lse);
+}
+
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &a, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const float *out,
+                         const float *lse, const uint16_t *dout, float *dq,
+                         float *dk, float *dv) {
+  size_t limit = 0;
+  Tiling16 tq, tkv;
+  if (!checkDims(ctx, a) ||
+      !sharedLimit16(ctx, storage, "attentionBackward16", limit) ||
+      !chooseTiling16<DqLayout>(ctx, a, a.sq, a.sk, limit,
+                                "attentionBackward16", tq) ||
+      !chooseTiling16<DkvLayout>(ctx, a, a.sk, a.sq, limit,
+                                 "attentionBackward16", tkv))
+    return;
+  // The step is read on the device (a replayed CUDA graph's kernels keep
+  // their arguments).
+  const DropoutParams drop = dropoutParams(ctx.seed, 0, a.stream, a.dropout);
+  const bool dropout = a.dropout > 0.0f;
+  if (storage == Storage16::Bf16) {
+    launchDq16<__nv_bfloat16>(ctx, a, tq, limit, q, k, v, mask, out, lse, dout,
+                              drop, dropout, dq);
+    launchDkv16<__nv_bfloat16>(ctx, a, tkv, limit, q, k, v, mask, out, lse,
+                               dout, drop, dropout, dk, dv);
+  } else {
+    launchDq16<__half>(ctx, a, tq, limit, q, k, v, mask, out, lse, dout, drop,
+                       dropout, dq);
+    launchDkv16<__half>(ctx, a, tkv, limit, q, k, v, mask, out, lse, dout, drop,
+                        dropout, dk, dv);
+  }
 }
 
 } // namespace mtc::rt

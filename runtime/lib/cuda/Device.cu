@@ -31,6 +31,18 @@ Status cudaFailure(const std::string &what, cudaError_t error) {
 
 cudaStream_t cudaStreamOf(Context &ctx) { return ctx.stream; }
 
+void profileBegin(Context &ctx, int op) {
+  if (!ctx.profiling)
+    return;
+  ctx.profileStart[op] = 1.0;
+  cudaEventRecord(ctx.profileEvents[2 * op], ctx.stream);
+}
+
+void profileEnd(Context &ctx, int op) {
+  if (ctx.profiling)
+    cudaEventRecord(ctx.profileEvents[2 * op + 1], ctx.stream);
+}
+
 const StepCounters *deviceStepCounters(Context &ctx) {
   return cuda::stepCounters(ctx);
 }
@@ -109,6 +121,10 @@ Status initialize(Context &ctx) {
 }
 
 void shutdown(Context &ctx) {
+  for (cudaEvent_t e : ctx.profileEvents)
+    if (e)
+      cudaEventDestroy(e);
+  ctx.profileEvents.clear();
   for (Context::StepGraph &g : ctx.graphs) {
     if (g.exec)
       cudaGraphExecDestroy(g.exec);
@@ -193,6 +209,37 @@ Status synchronize(Context &ctx) {
   if (error != cudaSuccess)
     return cudaFailure("CUDA error during the step", error);
   return cuda::collectDeviceErrors(ctx);
+}
+
+Status profileSetup(Context &ctx, int ops) {
+  ctx.profiling = true;
+  ctx.cudaGraphs = false; // events time the kernels one by one
+  ctx.profileMs.assign(ops, 0.0);
+  ctx.profileStart.assign(ops, 0.0); // 1: recorded since the last collect
+  ctx.profileEvents.assign(2 * static_cast<size_t>(ops), nullptr);
+  for (cudaEvent_t &e : ctx.profileEvents) {
+    cudaError_t error = cudaEventCreate(&e);
+    if (error != cudaSuccess)
+      return cudaFailure("cannot create the profiling events", error);
+  }
+  return Status::success();
+}
+
+Status profileCollect(Context &ctx) {
+  for (size_t op = 0; op < ctx.profileMs.size(); ++op) {
+    // An op that did not run (an update on a micro-batch that is not the
+    // last) keeps its events of an earlier step.
+    if (ctx.profileStart[op] == 0.0)
+      continue;
+    ctx.profileStart[op] = 0.0;
+    float ms = 0.0f;
+    cudaError_t error = cudaEventElapsedTime(
+        &ms, ctx.profileEvents[2 * op], ctx.profileEvents[2 * op + 1]);
+    if (error != cudaSuccess)
+      return cudaFailure("cannot read the profiling events", error);
+    ctx.profileMs[op] += ms;
+  }
+  return Status::success();
 }
 
 namespace {

@@ -16,6 +16,7 @@
 #include "KernelCommon.h"
 #include "KernelTestFixture.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
 #include <gtest/gtest.h>
@@ -193,30 +194,33 @@ struct Result {
   std::vector<float> out, lse, dq, dk, dv;
 };
 
-/// Compares the result with the reference; lse entries of fully masked rows
-/// must be exactly -inf.
+/// lse entries of fully masked rows must be exactly -inf, the others near.
+void expectLseMatches(const std::vector<float> &lse,
+                      const std::vector<double> &ref, double rel, double abs) {
+  SCOPED_TRACE("lse");
+  ASSERT_EQ(lse.size(), ref.size());
+  std::vector<float> finite;
+  std::vector<double> finiteRef;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isinf(ref[i])) {
+      EXPECT_EQ(lse[i], -std::numeric_limits<float>::infinity())
+          << "at index " << i;
+      continue;
+    }
+    finite.push_back(lse[i]);
+    finiteRef.push_back(ref[i]);
+  }
+  expectRelNear(finite, finiteRef, rel, abs);
+}
+
+/// Compares the result with the reference.
 void expectMatches(const Result &r, const Reference &ref, double rel = kRel,
                    double abs = kAbs, double gradAbs = kAbs) {
   {
     SCOPED_TRACE("out");
     expectRelNear(r.out, ref.out, rel, abs);
   }
-  {
-    SCOPED_TRACE("lse");
-    ASSERT_EQ(r.lse.size(), ref.lse.size());
-    std::vector<float> finite;
-    std::vector<double> finiteRef;
-    for (size_t i = 0; i < ref.lse.size(); ++i) {
-      if (std::isinf(ref.lse[i])) {
-        EXPECT_EQ(r.lse[i], -std::numeric_limits<float>::infinity())
-            << "at index " << i;
-        continue;
-      }
-      finite.push_back(r.lse[i]);
-      finiteRef.push_back(ref.lse[i]);
-    }
-    expectRelNear(finite, finiteRef, rel, abs);
-  }
+  expectLseMatches(r.lse, ref.lse, rel, abs);
   {
     SCOPED_TRACE("dq");
     expectRelNear(r.dq, ref.dq, rel, gradAbs);
@@ -234,6 +238,68 @@ void expectMatches(const Result &r, const Reference &ref, double rel = kRel,
 bool bitwiseEqual(const std::vector<float> &a, const std::vector<float> &b) {
   return a.size() == b.size() &&
          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+//===----------------------------------------------------------------------===//
+// 16-bit operands
+//===----------------------------------------------------------------------===//
+
+const char *storageName(Storage16 storage) {
+  return storage == Storage16::Bf16 ? "bf16" : "fp16";
+}
+
+/// Q, K, V and dO as a 16-bit trainer stores them.
+struct Inputs16 {
+  std::vector<uint16_t> q, k, v, dout;
+};
+
+/// Rounds the inputs to `storage` in place, so that the reference computes
+/// with exactly the values the kernels read, and returns their 16 bits.
+Inputs16 roundInputs(Inputs &in, Storage16 storage) {
+  auto round = [&](std::vector<float> &values) {
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      bits[i] = storage == Storage16::Bf16 ? floatToBf16(values[i])
+                                           : floatToHalf(values[i]);
+      values[i] = storedToFloat(bits[i], storage == Storage16::Bf16);
+    }
+    return bits;
+  };
+  Inputs16 bits;
+  bits.q = round(in.q);
+  bits.k = round(in.k);
+  bits.v = round(in.v);
+  bits.dout = round(in.dout);
+  return bits;
+}
+
+/// The 16-bit kernels against the double reference on the same (rounded)
+/// inputs. The reference keeps the probabilities and dS exact; the kernels
+/// round each dropped probability and each scale * dS to 16 bits before it
+/// multiplies V, dO, K or Q, a relative error of up to u = 2^-8 (bfloat16)
+/// or 2^-11 (float16) in every term of those sums. So the relative
+/// tolerance is 2e-2, and elements that are sums of cancelling terms, which
+/// are small next to the terms, get an absolute term of 2u times the
+/// largest reference element of the tensor: independent roundings of terms
+/// no larger than that (weighted by probabilities that sum to at most the
+/// dropout scale) stay below it. The log-sum-exp involves no rounding to 16
+/// bits and keeps the float32 tolerance.
+void expectMatches16(const Result &r, const Reference &ref, Storage16 storage) {
+  const double u = storage == Storage16::Bf16 ? 0x1p-8 : 0x1p-11;
+  constexpr double kRel16 = 2e-2;
+  auto check = [&](const char *what, const std::vector<float> &actual,
+                   const std::vector<double> &expected) {
+    SCOPED_TRACE(what);
+    double largest = 0.0;
+    for (double x : expected)
+      largest = std::max(largest, std::fabs(x));
+    expectRelNear(actual, expected, kRel16, 2 * u * largest);
+  };
+  check("out", r.out, ref.out);
+  expectLseMatches(r.lse, ref.lse, kRel, kAbs);
+  check("dq", r.dq, ref.dq);
+  check("dk", r.dk, ref.dk);
+  check("dv", r.dv, ref.dv);
 }
 
 /// The kernel fixture plus a forward-then-backward driver.
@@ -280,6 +346,31 @@ protected:
     attentionForward(ctx, a, q, k, v, mask, out, lse);
     attentionBackward(ctx, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
     EXPECT_FALSE(hasError(ctx));
+    Result r;
+    r.out = take(out, outSize, "out");
+    r.lse = take(lse, lseSize, "lse");
+    r.dq = take(dq, dqSize, "dq");
+    r.dk = take(dk, dkSize, "dk");
+    r.dv = take(dv, dvSize, "dv");
+    return r;
+  }
+
+  /// attentionForward16, then attentionBackward16 on its out and lse; `in`
+  /// gives the mask.
+  Result run16(const AttentionDims &a, Storage16 storage, const Inputs &in,
+               const Inputs16 &bits) {
+    const size_t outSize = a.batch * a.sq * a.dv, lseSize = a.batch * a.sq;
+    const size_t dqSize = a.batch * a.sq * a.d, dkSize = a.batch * a.sk * a.d;
+    const size_t dvSize = a.batch * a.sk * a.dv;
+    const uint16_t *q = upload(bits.q), *k = upload(bits.k);
+    const uint16_t *v = upload(bits.v), *dout = upload(bits.dout);
+    const unsigned char *mask = in.mask.empty() ? nullptr : uploadMask(in.mask);
+    float *out = output(outSize), *lse = output(lseSize);
+    float *dq = output(dqSize), *dk = output(dkSize), *dv = output(dvSize);
+    attentionForward16(ctx, storage, a, q, k, v, mask, out, lse);
+    attentionBackward16(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk,
+                        dv);
+    EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
     Result r;
     r.out = take(out, outSize, "out");
     r.lse = take(lse, lseSize, "lse");
@@ -540,6 +631,96 @@ TEST_F(Attention, LargeScoresDoNotOverflow) {
                 /*abs=*/1e-4, /*gradAbs=*/2e-4);
   for (float x : r.lse)
     EXPECT_GT(x, 50.0f);
+}
+
+TEST_F(Attention, SixteenBitMatchesReference) {
+  // sq = 37 and sk = 70 are multiples of no tile size; d = 40 and dv = 24
+  // are not multiples of 16, the tensor-core tile edge.
+  struct Case {
+    int64_t sq, sk, d, dv;
+  } cases[] = {{37, 70, 64, 64}, {37, 70, 40, 24}, {70, 37, 40, 64}};
+  unsigned seed = 900;
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16})
+    for (const Case &c : cases) {
+      AttentionDims a = attentionDims(
+          2, c.sq, c.sk, c.d, c.dv, 1.0f / std::sqrt(static_cast<float>(c.d)));
+      SCOPED_TRACE(std::string(storageName(storage)) + " " + describe(a));
+      Inputs in = randomInputs(a, seed);
+      seed += 10;
+      Inputs16 bits = roundInputs(in, storage);
+      expectMatches16(run16(a, storage, in, bits),
+                      attentionReference(a, in, ctx.seed, ctx.step), storage);
+    }
+}
+
+TEST_F(Attention, SixteenBitCausalMaskAndDropout) {
+  // A [sq, sk] causal mask (query i sees keys j <= i) and dropout, d = 40.
+  const int64_t sq = 37, sk = 70;
+  AttentionDims a = attentionDims(2, sq, sk, 40, 40, 0.15f);
+  a.dropout = 0.2f;
+  a.stream = 11;
+  a.maskRowStride = sk;
+  a.maskColStride = 1;
+  ctx.seed = 4321;
+  ctx.step = 6;
+  unsigned seed = 950;
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    SCOPED_TRACE(storageName(storage));
+    Inputs in = randomInputs(a, seed);
+    seed += 10;
+    in.mask.resize(sq * sk);
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t j = 0; j < sk; ++j)
+        in.mask[i * sk + j] = j > i ? 1 : 0;
+    in.fullMask =
+        expandMask(a, [](int64_t, int64_t i, int64_t j) { return j > i; });
+    Inputs16 bits = roundInputs(in, storage);
+    Result r = run16(a, storage, in, bits);
+    expectMatches16(r, attentionReference(a, in, ctx.seed, ctx.step), storage);
+    // Keys no query sees get no gradient at all.
+    for (int64_t h = 0; h < a.batch; ++h)
+      for (int64_t j = sq; j < sk; ++j) {
+        for (int64_t c = 0; c < a.d; ++c)
+          EXPECT_EQ(r.dk[(h * sk + j) * a.d + c], 0.0f);
+        for (int64_t c = 0; c < a.dv; ++c)
+          EXPECT_EQ(r.dv[(h * sk + j) * a.dv + c], 0.0f);
+      }
+  }
+}
+
+TEST_F(Attention, SixteenBitFullyMaskedHead) {
+  // A [2, 1, sk] key padding mask: head 0 sees its first 50 keys, head 1
+  // none, so every row of head 1 gets lse = -inf and zeros everywhere.
+  const int64_t sq = 37, sk = 70;
+  AttentionDims a = attentionDims(2, sq, sk, 64, 64, 0.125f);
+  a.maskStrides[0] = sk;
+  a.maskColStride = 1;
+  unsigned seed = 980;
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    SCOPED_TRACE(storageName(storage));
+    Inputs in = randomInputs(a, seed);
+    seed += 10;
+    in.mask.resize(2 * sk);
+    for (int64_t j = 0; j < sk; ++j) {
+      in.mask[j] = j >= 50 ? 1 : 0;
+      in.mask[sk + j] = 1;
+    }
+    in.fullMask = expandMask(
+        a, [](int64_t h, int64_t, int64_t j) { return h == 1 || j >= 50; });
+    Inputs16 bits = roundInputs(in, storage);
+    Result r = run16(a, storage, in, bits);
+    expectMatches16(r, attentionReference(a, in, ctx.seed, ctx.step), storage);
+    for (int64_t i = 0; i < sq; ++i) {
+      EXPECT_EQ(r.lse[sq + i], -std::numeric_limits<float>::infinity());
+      for (int64_t c = 0; c < a.dv; ++c)
+        EXPECT_EQ(r.out[(sq + i) * a.dv + c], 0.0f);
+      for (int64_t c = 0; c < a.d; ++c)
+        EXPECT_EQ(r.dq[(sq + i) * a.d + c], 0.0f);
+    }
+    for (int64_t j = 0; j < sk; ++j)
+      for (int64_t c = 0; c < a.d; ++c)
+        EXPECT_EQ(r.dk[(sk + j) * a.d + c], 0.0f);
+  }
 }
 
 } // namespace

@@ -197,6 +197,9 @@ int64_t LayerNormOp::getFlops() { return 8 * numel(getInput()); }
 int64_t LayerNormGradOp::getFlops() { return 10 * numel(getInput()); }
 int64_t GatherGradOp::getFlops() { return numel(getGrad()); }
 
+static_assert(kMaxAttentionHeadDim == rt::kMaxAttentionHeadDim,
+              "the verifier and the fusion pass admit what the kernels take");
+
 /// Attention's scores (B x Sq x Sk) and its two products: Q K^T (2 D flops
 /// per score), P V (2 Dv) and the softmax (5).
 static int64_t attentionScores(Value query, Value key) {

@@ -638,7 +638,7 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
                                   ">= 2");
   SmallVector<int64_t> out(q.begin(), q.end());
   out.back() = v.back();
-  Type f32 = elementOf(adaptor.getQuery());
+  Type f32 = Float32Type::get(adaptor.getQuery().getContext());
   types.push_back(tensorOf(out, f32));
   types.push_back(tensorOf(q.drop_back(), f32));
   return success();
@@ -652,6 +652,9 @@ LogicalResult AttentionOp::verify() {
     return emitOpError("query, key and value must share their leading dims");
   if (k.back() != q.back())
     return emitOpError("query and key must have the same head dim");
+  if (elementOf(getKey()) != elementOf(getQuery()) ||
+      elementOf(getValue()) != elementOf(getQuery()))
+    return emitOpError("query, key and value must be stored alike");
   if (v[v.size() - 2] != k[k.size() - 2])
     return emitOpError("key and value must have the same sequence length");
   if (q.back() > kMaxAttentionHeadDim || v.back() > kMaxAttentionHeadDim)
@@ -667,6 +670,14 @@ LogicalResult AttentionOp::verify() {
   float ratio = getDropoutRatio().convertToFloat();
   if (!(ratio >= 0.0f && ratio < 1.0f))
     return emitOpError("dropout_ratio must lie in [0, 1)");
+  return success();
+}
+
+LogicalResult AttentionGradOp::verify() {
+  Type element = elementOf(getQuery());
+  for (Value v : {getGrad(), getKey(), getValue()})
+    if (elementOf(v) != element)
+      return emitOpError("grad, query, key and value must be stored alike");
   return success();
 }
 

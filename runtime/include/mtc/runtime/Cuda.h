@@ -39,6 +39,18 @@ cudaStream_t cudaStreamOf(Context &ctx);
 /// Reports a failed launch (cudaGetLastError) with the kernel's name; the
 /// trainer stops with a clear error after the step.
 void checkLaunch(Context &ctx, const char *kernelName);
+#ifdef __CUDACC__
+/// Element `lane` (0..3) of a vector a generated kernel loaded or stores
+/// whole (with the lane loop unrolled, a register).
+template <typename V> __device__ inline auto laneOf(const V &v, int lane) {
+  return lane == 0 ? v.x : lane == 1 ? v.y : lane == 2 ? v.z : v.w;
+}
+template <typename V, typename T>
+__device__ inline void setLane(V &v, int lane, T value) {
+  (lane == 0 ? v.x : lane == 1 ? v.y : lane == 2 ? v.z : v.w) = value;
+}
+#endif
+
 /// The step counters in device memory, which kernels read instead of
 /// taking the step as an argument (a replayed CUDA graph keeps arguments).
 const StepCounters *deviceStepCounters(Context &ctx);

@@ -212,6 +212,10 @@ struct AttentionDims {
   int64_t maskRowStride, maskColStride;
 };
 
+/// The largest head dims (d and dv) the attention kernels take: a tile of
+/// that width lives in one thread's (CPU) or one block's (CUDA) fast memory.
+constexpr int64_t kMaxAttentionHeadDim = 256;
+
 /// out and lse from q, k, v (and mask, or null). A row whose scores are all
 /// masked gets a zero output and lse = -inf.
 void attentionForward(Context &ctx, const AttentionDims &dims, const float *q,
@@ -225,6 +229,24 @@ void attentionBackward(Context &ctx, const AttentionDims &dims,
                        const unsigned char *mask, const float *out,
                        const float *lse, const float *dout, float *dq,
                        float *dk, float *dv);
+
+/// The same with Q, K, V (and, backward, dO) stored in 16 bits (`storage`),
+/// as --precision bf16 / fp16 leaves them: every product multiplies 16-bit
+/// operands and accumulates in float32 (the tensor cores on CUDA). Scores
+/// are Q K^T; the (dropped) probabilities are rounded to 16 bits before
+/// P V and P^T dO, and dS before dS K and dS^T Q; dP = dO V^T. The
+/// softmax, the log-sum-exp, delta_i = dO_i . O_i (from the float32 output)
+/// and the outputs dQ, dK, dV are float32.
+void attentionForward16(Context &ctx, Storage16 storage,
+                        const AttentionDims &dims, const uint16_t *q,
+                        const uint16_t *k, const uint16_t *v,
+                        const unsigned char *mask, float *out, float *lse);
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &dims, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const float *out,
+                         const float *lse, const uint16_t *dout, float *dq,
+                         float *dk, float *dv);
 
 //===----------------------------------------------------------------------===//
 // Normalization

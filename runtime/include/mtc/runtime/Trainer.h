@@ -83,6 +83,15 @@ struct LossScaling {
   int64_t interval = 2000;
 };
 
+/// One op of the training step as the trainer's --profile reports it.
+struct ProfileOp {
+  const char *name; ///< the op and, for generated kernels, the kernel name
+  const char *node; ///< the ONNX node it comes from ("" if none)
+  uint64_t bytes;   ///< bytes its operands and results take (read + written)
+  uint64_t flops;
+  bool elementwise; ///< a generated elementwise or fused kernel
+};
+
 struct ModelDesc {
   const char *modelName;
   const char *target;    ///< "cpu" or "cuda"
@@ -115,6 +124,10 @@ struct ModelDesc {
   uint64_t exportSize = 0;
   const ExportWeight *exportWeights = nullptr;
   int numExportWeights = 0;
+  /// The step's ops in order, which `step` brackets with profileBegin /
+  /// profileEnd.
+  const ProfileOp *profileOps = nullptr;
+  int numProfileOps = 0;
 };
 
 /// Parses the trainer command line and runs it; returns the process exit
@@ -132,6 +145,12 @@ int64_t microBatch(const Context &ctx);
 /// dropout that derive their masks from (seed, step, op) so that runs and
 /// recomputation are reproducible.
 uint64_t trainingSeed(const Context &ctx);
+
+/// Bracket op `op` (an index in ModelDesc::profileOps) of the step; they
+/// do nothing unless the trainer runs with --profile, which times every op
+/// (CUDA: with events, the step's kernels launched one by one).
+void profileBegin(Context &ctx, int op);
+void profileEnd(Context &ctx, int op);
 
 /// Records a data error found by generated host code (e.g. a gather index
 /// out of range). The first message wins; the trainer stops with it after

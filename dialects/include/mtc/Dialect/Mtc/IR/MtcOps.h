@@ -32,9 +32,8 @@ void eraseDeadPureOps(mlir::Block &block);
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 
-/// The largest head dims (D and Dv) mtc.attention kernels take: a tile of
-/// keys or values of this width lives in one thread's (CPU) or one block's
-/// (CUDA) fast memory.
+/// The largest head dims (D and Dv) mtc.attention admits: what the kernels
+/// take (mtc::rt::kMaxAttentionHeadDim, asserted equal in Costs.cpp).
 constexpr int64_t kMaxAttentionHeadDim = 256;
 
 } // namespace mtc

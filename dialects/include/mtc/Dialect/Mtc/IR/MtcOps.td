@@ -827,7 +827,9 @@ def Mtc_AttentionOp : Mtc_DiffOp<"attention", [InferTypeOpAdaptor]> {
     `[..., Sq, Sk]` probabilities. Returns the output `[..., Sq, Dv]` and the
     log-sum-exp of each row of scores `[..., Sq]`, which the gradient uses
     to recompute the probabilities. The fusion pass `mtc-fuse-attention`
-    forms it from the unfused pattern.
+    forms it from the unfused pattern. With 16-bit `query`, `key` and
+    `value` (the precision pass) the products multiply 16-bit operands, the
+    probabilities rounded to 16 bits for `P @ value`; results stay float32.
 
     Example:
 
@@ -838,8 +840,9 @@ def Mtc_AttentionOp : Mtc_DiffOp<"attention", [InferTypeOpAdaptor]> {
         -> (tensor<2x4x64x64xf32>, tensor<2x4x64xf32>)
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$query, Mtc_FloatTensor:$key,
-                   Mtc_FloatTensor:$value, Optional<Mtc_BoolTensor>:$mask,
+  let arguments = (ins Mtc_StorageFloatTensor:$query,
+                   Mtc_StorageFloatTensor:$key, Mtc_StorageFloatTensor:$value,
+                   Optional<Mtc_BoolTensor>:$mask,
                    F32Attr:$scale,
                    DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
                    DefaultValuedAttr<I64Attr, "0">:$dropout_stream);
@@ -854,7 +857,9 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
   let description = [{
     The gradients of `query`, `key` and `value` from the output gradient,
     the forward's operands, its output and its log-sum-exp; the
-    probabilities are recomputed tile by tile, never stored.
+    probabilities are recomputed tile by tile, never stored. `grad`,
+    `query`, `key` and `value` are float32 or all in one 16-bit format
+    (then the products round P and dS to it); the gradients are float32.
 
     Example:
 
@@ -866,9 +871,10 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
         tensor<8x64x64xf32>)
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$query,
-                   Mtc_FloatTensor:$key, Mtc_FloatTensor:$value,
-                   Mtc_FloatTensor:$output, Mtc_FloatTensor:$logsumexp,
+  let arguments = (ins Mtc_StorageFloatTensor:$grad,
+                   Mtc_StorageFloatTensor:$query, Mtc_StorageFloatTensor:$key,
+                   Mtc_StorageFloatTensor:$value, Mtc_FloatTensor:$output,
+                   Mtc_FloatTensor:$logsumexp,
                    Optional<Mtc_BoolTensor>:$mask, F32Attr:$scale,
                    DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
                    DefaultValuedAttr<I64Attr, "0">:$dropout_stream);
@@ -877,6 +883,7 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
   let assemblyFormat = "$grad `,` $query `,` $key `,` $value `,` $output `,` "
                        "$logsumexp (`,` $mask^)? attr-dict `:` "
                        "functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//
