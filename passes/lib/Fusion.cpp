@@ -19,6 +19,11 @@
 // in-place update overwrites later is still read before it), and every
 // reader of a result comes after the run.
 //
+// Consecutive AdamW updates with the same hyperparameters (all of them at
+// the end of the step under loss scaling, --keep-grads or accumulation;
+// runs of them otherwise) are marked as one multi-tensor update: one
+// kernel over all their tensors instead of one per parameter.
+//
 //===----------------------------------------------------------------------===//
 
 #include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
@@ -81,6 +86,9 @@ private:
   bool continuesRun(ArrayRef<Operation *> run, Operation *op);
   /// Replaces a run by one mtc.fused op.
   void build(ArrayRef<Operation *> group);
+  /// Marks runs of consecutive AdamW updates alike (kUpdateGroup), which
+  /// the code generator emits as one multi-tensor update.
+  void groupUpdates(func::FuncOp func);
 };
 
 bool FusionPass::continuesRun(ArrayRef<Operation *> run, Operation *op) {
@@ -157,6 +165,38 @@ void FusionPass::fuse(func::FuncOp func) {
   close();
   for (ArrayRef<Operation *> group : runs)
     build(group);
+  groupUpdates(func);
+}
+
+/// Whether two AdamW updates can share one multi-tensor update: the same
+/// hyperparameters, loss-scaling status and place in the step.
+static bool sameUpdate(AdamWUpdateOp a, AdamWUpdateOp b) {
+  return a.getLr() == b.getLr() && a.getBeta1() == b.getBeta1() &&
+         a.getBeta2() == b.getBeta2() && a.getEps() == b.getEps() &&
+         a.getWeightDecay() == b.getWeightDecay() &&
+         a.getGradStatus() == b.getGradStatus() && samePhase(a, b);
+}
+
+void FusionPass::groupUpdates(func::FuncOp func) {
+  SmallVector<AdamWUpdateOp> run;
+  auto close = [&] {
+    if (run.size() >= 2) {
+      run.front()->setAttr(
+          attr::kUpdateGroup,
+          IntegerAttr::get(IntegerType::get(func.getContext(), 64),
+                           run.size()));
+      ++numUpdateGroups;
+    }
+    run.clear();
+  };
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    auto update = dyn_cast<AdamWUpdateOp>(op);
+    if (!update || (!run.empty() && !sameUpdate(run.front(), update)))
+      close();
+    if (update)
+      run.push_back(update);
+  }
+  close();
 }
 
 } // namespace

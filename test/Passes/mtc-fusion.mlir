@@ -89,3 +89,23 @@ func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %b: tensor<8xf32
   %m = mtc.mul %g, %x {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   return %y, %m : tensor<4x8xf32>, tensor<4x8xf32>
 }
+
+// -----
+
+// Consecutive AdamW updates with the same hyperparameters are marked as one
+// multi-tensor update (the first carries the group's length); an update
+// with another learning rate starts a group of its own, and a lone update
+// is not marked.
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.adamw_update {{.+}}mtc.update_group = 2 : i64
+// CHECK-NEXT: mtc.adamw_update
+// CHECK-NOT: mtc.update_group
+// CHECK-NEXT: mtc.adamw_update
+// CHECK-NOT: mtc.update_group
+// CHECK: return
+func.func @train_step(%p0: tensor<4xf32> {mtc.role = "param"}, %p1: tensor<8xf32> {mtc.role = "param"}, %p2: tensor<8xf32> {mtc.role = "param"}, %g0: tensor<4xf32> {mtc.role = "input"}, %g1: tensor<8xf32> {mtc.role = "input"}, %m0: tensor<4xf32> {mtc.role = "state"}, %v0: tensor<4xf32> {mtc.role = "state"}, %m1: tensor<8xf32> {mtc.role = "state"}, %v1: tensor<8xf32> {mtc.role = "state"}, %m2: tensor<8xf32> {mtc.role = "state"}, %v2: tensor<8xf32> {mtc.role = "state"}) -> (tensor<4xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %a:3 = mtc.adamw_update %p0, %g0, %m0, %v0 {beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-02 : f64, mtc.optimizer} : tensor<4xf32>
+  %b:3 = mtc.adamw_update %p1, %g1, %m1, %v1 {beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-02 : f64, mtc.optimizer} : tensor<8xf32>
+  %c:3 = mtc.adamw_update %p2, %g1, %m2, %v2 {beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, eps = 1.000000e-08 : f64, lr = 2.000000e-02 : f64, mtc.optimizer} : tensor<8xf32>
+  return %a#0, %b#0, %c#0 : tensor<4xf32>, tensor<8xf32>, tensor<8xf32>
+}

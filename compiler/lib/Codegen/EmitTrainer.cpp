@@ -190,6 +190,11 @@ private:
   int opIndex = 0;
   /// The kernel the last elementwise op became (for the profile table).
   std::string lastKernel;
+  /// Updates still to come that a multi-tensor update already covered.
+  int64_t groupedUpdates = 0;
+  /// The `count` consecutive AdamW updates from `first` as one
+  /// adamwUpdateMulti call.
+  void emitAdamwGroup(AdamWUpdateOp first, int64_t count);
   std::string error;
 
   bool cuda() const { return target == Target::Cuda; }
@@ -538,6 +543,25 @@ void Emitter::emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis,
   else
     emitCall("softmaxForward(ctx, " + dims + ", " + ptr(in) + ", " + ptr(out) +
              ", " + (log ? "true" : "false") + ")");
+}
+
+void Emitter::emitAdamwGroup(AdamWUpdateOp first, int64_t count) {
+  s << "  {\n    const AdamwTensor tensors[] = {\n";
+  Operation *op = first;
+  for (int64_t i = 0; i < count; ++i, op = op->getNextNode()) {
+    auto u = cast<AdamWUpdateOp>(op);
+    s << "        {" << numel(u.getParam()) << ", " << ptr(u.getParam()) << ", "
+      << ptr(u.getGrad()) << ", " << ptr(u.getExpAvg()) << ", "
+      << ptr(u.getExpAvgSq()) << "},\n";
+  }
+  s << "    };\n    adamwUpdateMulti(ctx, tensors, " << count << ", "
+    << doubleLiteral(first.getLr().convertToDouble()) << ", "
+    << doubleLiteral(first.getBeta1().convertToDouble()) << ", "
+    << doubleLiteral(first.getBeta2().convertToDouble()) << ", "
+    << doubleLiteral(first.getEps().convertToDouble()) << ", "
+    << doubleLiteral(first.getWeightDecay().convertToDouble()) << ", "
+    << statusPtr(first.getGradStatus()) << ");\n  }\n";
+  groupedUpdates = count - 1;
 }
 
 template <typename AttentionLike>
@@ -1029,6 +1053,15 @@ void Emitter::emitOpBody(Operation *op) {
                  statusPtr(u.getGradStatus()) + ")");
       })
       .Case([&](AdamWUpdateOp u) {
+        if (groupedUpdates > 0) { // in the multi-tensor update above
+          --groupedUpdates;
+          s << "  // (in the multi-tensor update above)\n";
+          return;
+        }
+        if (auto group = u->getAttrOfType<IntegerAttr>(attr::kUpdateGroup)) {
+          emitAdamwGroup(u, group.getInt());
+          return;
+        }
         emitCall("adamwUpdate(ctx, " + std::to_string(numel(u.getParam())) +
                  ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) + ", " +
                  ptr(u.getExpAvg()) + ", " + ptr(u.getExpAvgSq()) + ", " +

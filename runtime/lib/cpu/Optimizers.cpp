@@ -48,6 +48,17 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
   });
 }
 
+void adamwUpdateMulti(Context &ctx, const AdamwTensor *tensors, int count,
+                      double lr, double beta1, double beta2, double eps,
+                      double weightDecay, const float *gradStatus) {
+  // Each tensor's loop is as large as adamwUpdate's; the CPU gains nothing
+  // from one loop over all of them.
+  for (int t = 0; t < count; ++t)
+    adamwUpdate(ctx, tensors[t].n, tensors[t].param, tensors[t].grad,
+                tensors[t].expAvg, tensors[t].expAvgSq, lr, beta1, beta2, eps,
+                weightDecay, gradStatus);
+}
+
 void gradCheckBegin(Context &, const float *lossScale, float *status) {
   status[0] = inverseLossScale(*lossScale);
   status[1] = 0.0f;

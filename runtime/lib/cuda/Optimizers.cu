@@ -17,6 +17,8 @@
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Trainer.h"
 
+#include <algorithm>
+
 namespace mtc::rt {
 
 namespace {
@@ -44,6 +46,27 @@ __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
   const float unscale = gradUnscale(status);
   for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
     adamwElement(p[i], g[i] * unscale, m[i], v[i], s);
+}
+
+/// Tensors of one multi-tensor launch, passed by value (kernel parameters
+/// hold up to 4 KB).
+constexpr int kMultiTensors = 32;
+struct AdamwTensors {
+  AdamwTensor t[kMultiTensors];
+};
+
+/// blockIdx.y picks the tensor; the x blocks stride over its elements.
+__global__ void adamwMultiKernel(AdamwTensors tensors,
+                                 AdamwHyperparameters h, const float *status,
+                                 const StepCounters *counters) {
+  if (skipsStep(status))
+    return;
+  const float unscale = gradUnscale(status);
+  const AdamwScalars s = adamwScalars(counters->optimizerStep, h);
+  const AdamwTensor &t = tensors.t[blockIdx.y];
+  for (int64_t i = cuda::threadIndex(); i < t.n; i += cuda::threadCount())
+    adamwElement(t.param[i], t.grad[i] * unscale, t.expAvg[i], t.expAvgSq[i],
+                 s);
 }
 
 __global__ void gradCheckBeginKernel(const float *lossScale, float *status) {
@@ -102,6 +125,27 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
   adamwKernel<<<cuda::gridFor(n), cuda::kBlock, 0, ctx.stream>>>(
       n, p, g, m, v, h, gradStatus, cuda::stepCounters(ctx));
   checkLaunch(ctx, "adamwKernel");
+}
+
+void adamwUpdateMulti(Context &ctx, const AdamwTensor *tensors, int count,
+                      double lr, double beta1, double beta2, double eps,
+                      double weightDecay, const float *gradStatus) {
+  const AdamwHyperparameters h{lr, beta1, beta2, eps, weightDecay};
+  for (int first = 0; first < count; first += kMultiTensors) {
+    const int n = std::min(kMultiTensors, count - first);
+    AdamwTensors chunk = {};
+    int64_t largest = 0;
+    for (int t = 0; t < n; ++t) {
+      chunk.t[t] = tensors[first + t];
+      largest = std::max(largest, chunk.t[t].n);
+    }
+    if (largest == 0)
+      continue;
+    const dim3 grid(cuda::gridFor(largest), static_cast<unsigned>(n));
+    adamwMultiKernel<<<grid, cuda::kBlock, 0, ctx.stream>>>(
+        chunk, h, gradStatus, cuda::stepCounters(ctx));
+    checkLaunch(ctx, "adamwMultiKernel");
+  }
 }
 
 void gradCheckBegin(Context &ctx, const float *lossScale, float *status) {

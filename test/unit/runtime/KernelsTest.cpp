@@ -387,6 +387,48 @@ TEST_F(Kernels, SgdMomentumAndAdamW) {
   expectNear(download(q, 2), {0.999f - 0.01f, 0.999f + 0.01f}, 1e-6f);
 }
 
+// One multi-tensor AdamW update over tensors of different sizes (40 of
+// them: two launches of the CUDA kernel) ends bitwise where one update per
+// tensor does, at step 3 and on a skipped step.
+TEST_F(Kernels, AdamwMultiMatchesOneUpdatePerTensor) {
+  const int count = 40;
+  std::vector<AdamwTensor> multi, single;
+  std::vector<std::vector<float>> initial;
+  for (int t = 0; t < count; ++t) {
+    const int64_t n = 1 + (t * 37) % 300;
+    std::vector<float> p(n), g(n), m(n), v(n);
+    for (int64_t i = 0; i < n; ++i) {
+      p[i] = std::sin(0.3f * float(t * 1000 + i));
+      g[i] = std::cos(0.7f * float(t * 1000 + i));
+      m[i] = 0.01f * g[i];
+      v[i] = 0.001f * g[i] * g[i];
+    }
+    for (auto *set : {&multi, &single})
+      set->push_back({n, upload(p), upload(g), upload(m), upload(v)});
+    initial.push_back(p);
+  }
+  ctx.optimizerStep = 3;
+  adamwUpdateMulti(ctx, multi.data(), count, 0.01, 0.9, 0.999, 1e-8, 0.1,
+                   nullptr);
+  for (const AdamwTensor &t : single)
+    adamwUpdate(ctx, t.n, t.param, t.grad, t.expAvg, t.expAvgSq, 0.01, 0.9,
+                0.999, 1e-8, 0.1, nullptr);
+  for (int t = 0; t < count; ++t) {
+    const int64_t n = multi[t].n;
+    EXPECT_EQ(download(multi[t].param, n), download(single[t].param, n));
+    EXPECT_EQ(download(multi[t].expAvg, n), download(single[t].expAvg, n));
+    EXPECT_EQ(download(multi[t].expAvgSq, n),
+              download(single[t].expAvgSq, n));
+    EXPECT_NE(download(multi[t].param, n), initial[t]);
+  }
+  // A loss-scaling status flagging an overflow leaves everything alone.
+  float *status = upload<float>({1.0f, 1.0f});
+  std::vector<float> before = download(multi[5].param, multi[5].n);
+  adamwUpdateMulti(ctx, multi.data(), count, 0.01, 0.9, 0.999, 1e-8, 0.1,
+                   status);
+  EXPECT_EQ(download(multi[5].param, multi[5].n), before);
+}
+
 #ifdef MTC_RUNTIME_CUDA
 // cuBLAS on 16-bit operands (tensor cores, float32 accumulation) against
 // the exact products of the same 16-bit values summed in double.

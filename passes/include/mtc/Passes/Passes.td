@@ -162,13 +162,16 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     In `@train_step`, `@eval_step` and `@forward`: every run of two or more
     consecutive elementwise ops (relu, tanh, sigmoid, exp, log, neg, sqrt,
     erf, convert, add, sub, mul, div, relu_grad, expand, clip, clip_grad,
-    select) of one phase, whose results share one shape, each using a value
-    of the run, and of which only the last result is read elsewhere,
-    becomes one `mtc.fused` op in place of the last one. Its body holds the
-    ops; code generation makes it one loop (one CUDA kernel) that keeps the
-    intermediates in registers, so they take no memory. Consecutive ops
-    only, so no value is read later than before. Runs after recomputation
-    and before the memory plan.
+    select, dropout, dropout_grad) of one phase, whose results share one
+    shape, each using a value of the run, becomes one `mtc.fused` op in
+    place of the last one; its results are the run's values read
+    elsewhere. Its body holds the ops; code generation makes it one loop
+    (one CUDA kernel) that keeps the intermediates in registers, so they
+    take no memory. Consecutive ops only, so no value is read later than
+    before. A run of consecutive `mtc.adamw_update` ops with the same
+    hyperparameters, status and phase gets `mtc.update_group` (its length)
+    on its first op: code generation makes it one multi-tensor update. Runs
+    after recomputation and before the memory plan.
 
     Example: `mtc-opt --mtc-fuse-elementwise`
   }];
@@ -176,6 +179,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numFused", "fused-kernels", "Fused kernels created">,
     Statistic<"numFusedOps", "fused-ops", "Elementwise ops fused">,
+    Statistic<"numUpdateGroups", "update-groups",
+              "Multi-tensor AdamW updates">,
   ];
 }
 

@@ -408,6 +408,20 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
                  float *v, double lr, double beta1, double beta2, double eps,
                  double weightDecay, const float *gradStatus);
 
+/// One tensor of a multi-tensor AdamW update.
+struct AdamwTensor {
+  int64_t n;
+  float *param;
+  const float *grad;
+  float *expAvg, *expAvgSq;
+};
+/// adamwUpdate on `count` tensors with one set of hyperparameters: one
+/// kernel launch (CUDA) for all of them, the same results as one call per
+/// tensor.
+void adamwUpdateMulti(Context &ctx, const AdamwTensor *tensors, int count,
+                      double lr, double beta1, double beta2, double eps,
+                      double weightDecay, const float *gradStatus);
+
 /// Starts the gradient check of a loss-scaled step: status = [1 / scale
 /// (in double, rounded to float), 0]. `lossScale` is the float32 scalar the
 /// backward pass was seeded with.
