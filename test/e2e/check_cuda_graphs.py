@@ -84,9 +84,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except tl.HarnessError as e:
-        print("error: %s" % e)
-        print("SUMMARY cuda-graphs: FAIL")
-        sys.exit(1)
+    tl.run_check(main, "cuda-graphs")

@@ -47,6 +47,7 @@ import os
 import shlex
 import struct
 import subprocess
+import sys
 
 import numpy as np
 
@@ -66,6 +67,17 @@ def _clip(text, limit=8000):
         return text
     return text[: limit // 2] + "\n... [%d characters cut] ...\n" % (
         len(text) - limit) + text[-limit // 2:]
+
+
+def run_check(main, name):
+    """Exits with a check script's main(); a harness error (a command that
+    failed) prints it and "SUMMARY <name>: FAIL" and exits with 1."""
+    try:
+        sys.exit(main())
+    except HarnessError as e:
+        print("error: %s" % e)
+        print("SUMMARY %s: FAIL" % name)
+        sys.exit(1)
 
 
 def run_tool(cmd, timeout=600, cwd=None):
