@@ -19,10 +19,10 @@
 // in-place update overwrites later is still read before it), and every
 // reader of a result comes after the run.
 //
-// Consecutive AdamW updates with the same hyperparameters (all of them at
-// the end of the step under loss scaling, --keep-grads or accumulation;
-// runs of them otherwise) are marked as one multi-tensor update: one
-// kernel over all their tensors instead of one per parameter.
+// Consecutive optimizer updates of one kind with the same hyperparameters
+// (all of them at the end of the step under loss scaling, --keep-grads or
+// accumulation; runs of them otherwise) are marked as one multi-tensor
+// update: one kernel over all their tensors instead of one per parameter.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,6 +34,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace mtc {
 #define GEN_PASS_DEF_FUSIONPASS
@@ -86,8 +87,8 @@ private:
   bool continuesRun(ArrayRef<Operation *> run, Operation *op);
   /// Replaces a run by one mtc.fused op.
   void build(ArrayRef<Operation *> group);
-  /// Marks runs of consecutive AdamW updates alike (kUpdateGroup), which
-  /// the code generator emits as one multi-tensor update.
+  /// Marks runs of consecutive optimizer updates alike (kUpdateGroup),
+  /// which the code generator emits as one multi-tensor update.
   void groupUpdates(func::FuncOp func);
 };
 
@@ -168,17 +169,25 @@ void FusionPass::fuse(func::FuncOp func) {
   groupUpdates(func);
 }
 
-/// Whether two AdamW updates can share one multi-tensor update: the same
+/// The loss-scaling status an optimizer update reads (null without one),
+/// or failure for other ops.
+static FailureOr<Value> updateStatus(Operation *op) {
+  return llvm::TypeSwitch<Operation *, FailureOr<Value>>(op)
+      .Case<SgdUpdateOp, SgdMomentumUpdateOp, AdamWUpdateOp>(
+          [](auto u) -> FailureOr<Value> { return u.getGradStatus(); })
+      .Default([](Operation *) { return failure(); });
+}
+
+/// Whether two updates can share one multi-tensor update: the same kind,
 /// hyperparameters, loss-scaling status and place in the step.
-static bool sameUpdate(AdamWUpdateOp a, AdamWUpdateOp b) {
-  return a.getLr() == b.getLr() && a.getBeta1() == b.getBeta1() &&
-         a.getBeta2() == b.getBeta2() && a.getEps() == b.getEps() &&
-         a.getWeightDecay() == b.getWeightDecay() &&
-         a.getGradStatus() == b.getGradStatus() && samePhase(a, b);
+static bool sameUpdate(Operation *a, Operation *b) {
+  return a->getName() == b->getName() &&
+         a->getAttrDictionary() == b->getAttrDictionary() &&
+         *updateStatus(a) == *updateStatus(b);
 }
 
 void FusionPass::groupUpdates(func::FuncOp func) {
-  SmallVector<AdamWUpdateOp> run;
+  SmallVector<Operation *> run;
   auto close = [&] {
     if (run.size() >= 2) {
       run.front()->setAttr(
@@ -190,11 +199,11 @@ void FusionPass::groupUpdates(func::FuncOp func) {
     run.clear();
   };
   for (Operation &op : func.getBody().front().without_terminator()) {
-    auto update = dyn_cast<AdamWUpdateOp>(op);
-    if (!update || (!run.empty() && !sameUpdate(run.front(), update)))
+    bool update = succeeded(updateStatus(&op));
+    if (!update || (!run.empty() && !sameUpdate(run.front(), &op)))
       close();
     if (update)
-      run.push_back(update);
+      run.push_back(&op);
   }
   close();
 }

@@ -192,9 +192,9 @@ private:
   std::string lastKernel;
   /// Updates still to come that a multi-tensor update already covered.
   int64_t groupedUpdates = 0;
-  /// The `count` consecutive AdamW updates from `first` as one
-  /// adamwUpdateMulti call.
-  void emitAdamwGroup(AdamWUpdateOp first, int64_t count);
+  /// An optimizer update: one runtime call, or with mtc.update_group one
+  /// multi-tensor call for it and the updates that follow in its group.
+  void emitUpdate(Operation *op);
   std::string error;
 
   bool cuda() const { return target == Target::Cuda; }
@@ -545,22 +545,60 @@ void Emitter::emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis,
              ", " + (log ? "true" : "false") + ")");
 }
 
-void Emitter::emitAdamwGroup(AdamWUpdateOp first, int64_t count) {
-  s << "  {\n    const AdamwTensor tensors[] = {\n";
-  Operation *op = first;
-  for (int64_t i = 0; i < count; ++i, op = op->getNextNode()) {
-    auto u = cast<AdamWUpdateOp>(op);
-    s << "        {" << numel(u.getParam()) << ", " << ptr(u.getParam()) << ", "
-      << ptr(u.getGrad()) << ", " << ptr(u.getExpAvg()) << ", "
-      << ptr(u.getExpAvgSq()) << "},\n";
+void Emitter::emitUpdate(Operation *op) {
+  if (groupedUpdates > 0) {
+    --groupedUpdates;
+    s << "  // (in the multi-tensor update above)\n";
+    return;
   }
-  s << "    };\n    adamwUpdateMulti(ctx, tensors, " << count << ", "
-    << doubleLiteral(first.getLr().convertToDouble()) << ", "
-    << doubleLiteral(first.getBeta1().convertToDouble()) << ", "
-    << doubleLiteral(first.getBeta2().convertToDouble()) << ", "
-    << doubleLiteral(first.getEps().convertToDouble()) << ", "
-    << doubleLiteral(first.getWeightDecay().convertToDouble()) << ", "
-    << statusPtr(first.getGradStatus()) << ");\n  }\n";
+  auto group = op->getAttrOfType<IntegerAttr>(attr::kUpdateGroup);
+  const int64_t count = group ? group.getInt() : 1;
+  auto d = [](FloatAttr a) { return doubleLiteral(a.getValueAsDouble()); };
+  // Per tensor: its size and pointers; then the shared hyperparameters.
+  std::string tensors, function, hyper;
+  Operation *member = op;
+  for (int64_t i = 0; i < count; ++i, member = member->getNextNode()) {
+    if (i)
+      tensors += "},\n        {";
+    llvm::TypeSwitch<Operation *>(member)
+        .Case([&](SgdUpdateOp u) {
+          tensors += llvm::formatv("{0}, {1}, {2}, nullptr", numel(u.getParam()),
+                                   ptr(u.getParam()), ptr(u.getGrad()));
+          function = "sgdUpdate";
+          hyper = d(u.getLrAttr()) + ", 0.0, " + d(u.getWeightDecayAttr()) +
+                  ", false, " + statusPtr(u.getGradStatus());
+        })
+        .Case([&](SgdMomentumUpdateOp u) {
+          tensors += llvm::formatv("{0}, {1}, {2}, {3}", numel(u.getParam()),
+                                   ptr(u.getParam()), ptr(u.getGrad()),
+                                   ptr(u.getMomentumBuffer()));
+          function = "sgdUpdate";
+          hyper = d(u.getLrAttr()) + ", " + d(u.getMomentumAttr()) + ", " +
+                  d(u.getWeightDecayAttr()) + ", " +
+                  (u.getNesterov() ? "true" : "false") + ", " +
+                  statusPtr(u.getGradStatus());
+        })
+        .Case([&](AdamWUpdateOp u) {
+          tensors += llvm::formatv("{0}, {1}, {2}, {3}, {4}",
+                                   numel(u.getParam()), ptr(u.getParam()),
+                                   ptr(u.getGrad()), ptr(u.getExpAvg()),
+                                   ptr(u.getExpAvgSq()));
+          function = "adamwUpdate";
+          hyper = d(u.getLrAttr()) + ", " + d(u.getBeta1Attr()) + ", " +
+                  d(u.getBeta2Attr()) + ", " + d(u.getEpsAttr()) + ", " +
+                  d(u.getWeightDecayAttr()) + ", " +
+                  statusPtr(u.getGradStatus());
+        })
+        .Default([&](Operation *) {});
+  }
+  if (count == 1) {
+    emitCall(function + "(ctx, " + tensors + ", " + hyper + ")");
+    return;
+  }
+  s << "  {\n    const " << (function == "adamwUpdate" ? "Adamw" : "Sgd")
+    << "Tensor tensors[] = {\n        {" << tensors << "},\n    };\n    "
+    << function << "Multi(ctx, tensors, " << count << ", " << hyper
+    << ");\n  }\n";
   groupedUpdates = count - 1;
 }
 
@@ -1034,44 +1072,8 @@ void Emitter::emitOpBody(Operation *op) {
           emitCall("gradCheck(ctx, " + std::to_string(numel(g)) + ", " +
                    ptr(g) + ", " + ptr(c.getStatus()) + ")");
       })
-      .Case([&](SgdUpdateOp u) {
-        emitCall("sgdUpdate(ctx, " + std::to_string(numel(u.getParam())) +
-                 ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) +
-                 ", nullptr, " + doubleLiteral(u.getLr().convertToDouble()) +
-                 ", 0.0, " +
-                 doubleLiteral(u.getWeightDecay().convertToDouble()) +
-                 ", false, " + statusPtr(u.getGradStatus()) + ")");
-      })
-      .Case([&](SgdMomentumUpdateOp u) {
-        emitCall("sgdUpdate(ctx, " + std::to_string(numel(u.getParam())) +
-                 ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) + ", " +
-                 ptr(u.getMomentumBuffer()) + ", " +
-                 doubleLiteral(u.getLr().convertToDouble()) + ", " +
-                 doubleLiteral(u.getMomentum().convertToDouble()) + ", " +
-                 doubleLiteral(u.getWeightDecay().convertToDouble()) + ", " +
-                 (u.getNesterov() ? "true" : "false") + ", " +
-                 statusPtr(u.getGradStatus()) + ")");
-      })
-      .Case([&](AdamWUpdateOp u) {
-        if (groupedUpdates > 0) { // in the multi-tensor update above
-          --groupedUpdates;
-          s << "  // (in the multi-tensor update above)\n";
-          return;
-        }
-        if (auto group = u->getAttrOfType<IntegerAttr>(attr::kUpdateGroup)) {
-          emitAdamwGroup(u, group.getInt());
-          return;
-        }
-        emitCall("adamwUpdate(ctx, " + std::to_string(numel(u.getParam())) +
-                 ", " + ptr(u.getParam()) + ", " + ptr(u.getGrad()) + ", " +
-                 ptr(u.getExpAvg()) + ", " + ptr(u.getExpAvgSq()) + ", " +
-                 doubleLiteral(u.getLr().convertToDouble()) + ", " +
-                 doubleLiteral(u.getBeta1().convertToDouble()) + ", " +
-                 doubleLiteral(u.getBeta2().convertToDouble()) + ", " +
-                 doubleLiteral(u.getEps().convertToDouble()) + ", " +
-                 doubleLiteral(u.getWeightDecay().convertToDouble()) + ", " +
-                 statusPtr(u.getGradStatus()) + ")");
-      })
+      .Case<SgdUpdateOp, SgdMomentumUpdateOp, AdamWUpdateOp>(
+          [&](Operation *u) { emitUpdate(u); })
       .Case([&](BatchNormTrainOp bn) {
         ArrayRef<int64_t> x = shapeOf(bn.getInput());
         int64_t inner = numel(bn.getInput()) / (x[0] * x[1]);

@@ -48,6 +48,15 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
   });
 }
 
+void sgdUpdateMulti(Context &ctx, const SgdTensor *tensors, int count,
+                    double lr, double momentum, double weightDecay,
+                    bool nesterov, const float *gradStatus) {
+  for (int t = 0; t < count; ++t)
+    sgdUpdate(ctx, tensors[t].n, tensors[t].param, tensors[t].grad,
+              tensors[t].momentum, lr, momentum, weightDecay, nesterov,
+              gradStatus);
+}
+
 void adamwUpdateMulti(Context &ctx, const AdamwTensor *tensors, int count,
                       double lr, double beta1, double beta2, double eps,
                       double weightDecay, const float *gradStatus) {

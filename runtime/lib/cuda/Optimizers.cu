@@ -51,9 +51,44 @@ __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
 /// Tensors of one multi-tensor launch, passed by value (kernel parameters
 /// hold up to 4 KB).
 constexpr int kMultiTensors = 32;
-struct AdamwTensors {
-  AdamwTensor t[kMultiTensors];
+template <typename Tensor> struct Tensors {
+  Tensor t[kMultiTensors];
 };
+using AdamwTensors = Tensors<AdamwTensor>;
+
+__global__ void sgdMultiKernel(Tensors<SgdTensor> tensors, SgdScalars s,
+                               const float *status,
+                               const StepCounters *counters) {
+  if (skipsStep(status))
+    return;
+  s.firstStep = counters->optimizerStep <= 1;
+  const float unscale = gradUnscale(status);
+  const SgdTensor &t = tensors.t[blockIdx.y];
+  for (int64_t i = cuda::threadIndex(); i < t.n; i += cuda::threadCount())
+    sgdElement(t.param[i], t.grad[i] * unscale,
+               s.momentum != 0.0f && t.momentum ? t.momentum + i : nullptr, s);
+}
+
+/// Launches `kernel` over the tensors kMultiTensors at a time: blockIdx.y
+/// picks the tensor, the x blocks cover the largest of them.
+template <typename Tensor, typename Kernel, typename... Args>
+void launchMulti(Context &ctx, const Tensor *tensors, int count,
+                 Kernel kernel, const char *name, Args... args) {
+  for (int first = 0; first < count; first += kMultiTensors) {
+    const int n = std::min(kMultiTensors, count - first);
+    Tensors<Tensor> chunk = {};
+    int64_t largest = 0;
+    for (int t = 0; t < n; ++t) {
+      chunk.t[t] = tensors[first + t];
+      largest = std::max(largest, chunk.t[t].n);
+    }
+    if (largest == 0)
+      continue;
+    const dim3 grid(cuda::gridFor(largest), static_cast<unsigned>(n));
+    kernel<<<grid, cuda::kBlock, 0, ctx.stream>>>(chunk, args...);
+    checkLaunch(ctx, name);
+  }
+}
 
 /// blockIdx.y picks the tensor; the x blocks stride over its elements.
 __global__ void adamwMultiKernel(AdamwTensors tensors,
@@ -127,25 +162,21 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
   checkLaunch(ctx, "adamwKernel");
 }
 
+void sgdUpdateMulti(Context &ctx, const SgdTensor *tensors, int count,
+                    double lr, double momentum, double weightDecay,
+                    bool nesterov, const float *gradStatus) {
+  SgdScalars s{static_cast<float>(lr), static_cast<float>(momentum),
+               static_cast<float>(weightDecay), nesterov, false};
+  launchMulti(ctx, tensors, count, sgdMultiKernel, "sgdMultiKernel", s,
+              gradStatus, cuda::stepCounters(ctx));
+}
+
 void adamwUpdateMulti(Context &ctx, const AdamwTensor *tensors, int count,
                       double lr, double beta1, double beta2, double eps,
                       double weightDecay, const float *gradStatus) {
   const AdamwHyperparameters h{lr, beta1, beta2, eps, weightDecay};
-  for (int first = 0; first < count; first += kMultiTensors) {
-    const int n = std::min(kMultiTensors, count - first);
-    AdamwTensors chunk = {};
-    int64_t largest = 0;
-    for (int t = 0; t < n; ++t) {
-      chunk.t[t] = tensors[first + t];
-      largest = std::max(largest, chunk.t[t].n);
-    }
-    if (largest == 0)
-      continue;
-    const dim3 grid(cuda::gridFor(largest), static_cast<unsigned>(n));
-    adamwMultiKernel<<<grid, cuda::kBlock, 0, ctx.stream>>>(
-        chunk, h, gradStatus, cuda::stepCounters(ctx));
-    checkLaunch(ctx, "adamwMultiKernel");
-  }
+  launchMulti(ctx, tensors, count, adamwMultiKernel, "adamwMultiKernel", h,
+              gradStatus, cuda::stepCounters(ctx));
 }
 
 void gradCheckBegin(Context &ctx, const float *lossScale, float *status) {

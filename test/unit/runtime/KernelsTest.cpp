@@ -429,6 +429,42 @@ TEST_F(Kernels, AdamwMultiMatchesOneUpdatePerTensor) {
   EXPECT_EQ(download(multi[5].param, multi[5].n), before);
 }
 
+// The same for SGD with Nesterov momentum, over its first step (the
+// buffer starts as the gradient) and a second, and plain SGD (no buffer).
+TEST_F(Kernels, SgdMultiMatchesOneUpdatePerTensor) {
+  const int count = 35;
+  for (double momentum : {0.9, 0.0}) {
+    std::vector<SgdTensor> multi, single;
+    for (int t = 0; t < count; ++t) {
+      const int64_t n = 1 + (t * 53) % 200;
+      std::vector<float> p(n), g(n), buf(n, 0.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        p[i] = std::sin(0.2f * float(t * 1000 + i));
+        g[i] = std::cos(0.9f * float(t * 1000 + i));
+      }
+      for (auto *set : {&multi, &single})
+        set->push_back({n, upload(p), upload(g),
+                        momentum != 0.0 ? upload(buf) : nullptr});
+    }
+    for (int64_t step : {1, 2}) {
+      ctx.optimizerStep = step;
+      sgdUpdateMulti(ctx, multi.data(), count, 0.05, momentum, 1e-4, true,
+                     nullptr);
+      for (const SgdTensor &t : single)
+        sgdUpdate(ctx, t.n, t.param, t.grad, t.momentum, 0.05, momentum,
+                  1e-4, true, nullptr);
+    }
+    for (int t = 0; t < count; ++t) {
+      const int64_t n = multi[t].n;
+      EXPECT_EQ(download(multi[t].param, n), download(single[t].param, n));
+      if (momentum != 0.0) {
+        EXPECT_EQ(download(multi[t].momentum, n),
+                  download(single[t].momentum, n));
+      }
+    }
+  }
+}
+
 #ifdef MTC_RUNTIME_CUDA
 // cuBLAS on 16-bit operands (tensor cores, float32 accumulation) against
 // the exact products of the same 16-bit values summed in double.

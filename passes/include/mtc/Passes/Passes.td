@@ -168,9 +168,10 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     elsewhere. Its body holds the ops; code generation makes it one loop
     (one CUDA kernel) that keeps the intermediates in registers, so they
     take no memory. Consecutive ops only, so no value is read later than
-    before. A run of consecutive `mtc.adamw_update` ops with the same
-    hyperparameters, status and phase gets `mtc.update_group` (its length)
-    on its first op: code generation makes it one multi-tensor update. Runs
+    before. A run of consecutive optimizer updates of one kind with the
+    same hyperparameters, status and phase gets `mtc.update_group` (its
+    length) on its first op: code generation makes it one multi-tensor
+    update. Runs
     after recomputation and before the memory plan.
 
     Example: `mtc-opt --mtc-fuse-elementwise`
@@ -180,7 +181,7 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     Statistic<"numFused", "fused-kernels", "Fused kernels created">,
     Statistic<"numFusedOps", "fused-ops", "Elementwise ops fused">,
     Statistic<"numUpdateGroups", "update-groups",
-              "Multi-tensor AdamW updates">,
+              "Multi-tensor optimizer updates">,
   ];
 }
 

@@ -401,6 +401,19 @@ void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
                float *momentumBuf, double lr, double momentum,
                double weightDecay, bool nesterov, const float *gradStatus);
 
+/// One tensor of a multi-tensor SGD update (momentum null without momentum).
+struct SgdTensor {
+  int64_t n;
+  float *param;
+  const float *grad;
+  float *momentum;
+};
+/// sgdUpdate on `count` tensors with one set of hyperparameters: one kernel
+/// launch (CUDA) for all of them, the same results as one call per tensor.
+void sgdUpdateMulti(Context &ctx, const SgdTensor *tensors, int count,
+                    double lr, double momentum, double weightDecay,
+                    bool nesterov, const float *gradStatus);
+
 /// PyTorch AdamW: p *= 1 - lr * wd; m = b1 m + (1-b1) g;
 /// v = b2 v + (1-b2) g^2; p -= lr / (1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) +
 /// eps), t being the optimizer step of the context (1 on the first).

@@ -43,8 +43,9 @@ constexpr llvm::StringLiteral kRecomputeFlops = "mtc.recompute_flops";
 /// Op: a GEMM with 16-bit operands that the target multiplies directly
 /// (cuBLAS on the tensor cores), so it needs no scratch to widen them.
 constexpr llvm::StringLiteral kNative16BitGemm = "mtc.native_16bit_gemm";
-/// Op: the first of this many consecutive AdamW updates with the same
-/// hyperparameters that run as one multi-tensor update (the fusion pass).
+/// Op: the first of this many consecutive optimizer updates of one kind
+/// with the same hyperparameters that run as one multi-tensor update (the
+/// fusion pass).
 constexpr llvm::StringLiteral kUpdateGroup = "mtc.update_group";
 /// Op: created by the optimizer pass.
 constexpr llvm::StringLiteral kOptimizer = "mtc.optimizer";
