@@ -194,6 +194,18 @@ struct Result {
   std::vector<float> out, lse, dq, dk, dv;
 };
 
+/// Keys [first, sk) of head h, which no query sees, get exactly zero dK and
+/// dV.
+void expectNoKeyGradient(const Result &r, const AttentionDims &a, int64_t h,
+                         int64_t first) {
+  for (int64_t j = first; j < a.sk; ++j) {
+    for (int64_t c = 0; c < a.d; ++c)
+      EXPECT_EQ(r.dk[(h * a.sk + j) * a.d + c], 0.0f);
+    for (int64_t c = 0; c < a.dv; ++c)
+      EXPECT_EQ(r.dv[(h * a.sk + j) * a.dv + c], 0.0f);
+  }
+}
+
 /// lse entries of fully masked rows must be exactly -inf, the others near.
 void expectLseMatches(const std::vector<float> &lse,
                       const std::vector<double> &ref, double rel, double abs) {
@@ -450,12 +462,7 @@ TEST_F(Attention, PaddingMask) {
   expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
   // Padded keys get no gradient at all.
   for (int64_t h = 0; h < a.batch; ++h)
-    for (int64_t j = length[h / 3]; j < sk; ++j) {
-      for (int64_t c = 0; c < a.d; ++c)
-        EXPECT_EQ(r.dk[(h * sk + j) * a.d + c], 0.0f);
-      for (int64_t c = 0; c < a.dv; ++c)
-        EXPECT_EQ(r.dv[(h * sk + j) * a.dv + c], 0.0f);
-    }
+    expectNoKeyGradient(r, a, h, length[h / 3]);
 }
 
 TEST_F(Attention, LeftPaddingMask) {
@@ -679,12 +686,7 @@ TEST_F(Attention, SixteenBitCausalMaskAndDropout) {
     expectMatches16(r, attentionReference(a, in, ctx.seed, ctx.step), storage);
     // Keys no query sees get no gradient at all.
     for (int64_t h = 0; h < a.batch; ++h)
-      for (int64_t j = sq; j < sk; ++j) {
-        for (int64_t c = 0; c < a.d; ++c)
-          EXPECT_EQ(r.dk[(h * sk + j) * a.d + c], 0.0f);
-        for (int64_t c = 0; c < a.dv; ++c)
-          EXPECT_EQ(r.dv[(h * sk + j) * a.dv + c], 0.0f);
-      }
+      expectNoKeyGradient(r, a, h, sq);
   }
 }
 
