@@ -6,10 +6,11 @@
 //
 // Runs after recomputation is decided and before the memory plan. A run is
 // a sequence of consecutive elementwise ops of one phase (forward, backward,
-// recomputation, optimizer) whose results all have one shape, each reading
-// a value of the run. A run of two or more ops becomes one mtc.fused op
-// whose results are the run's values read outside it (its last value, and
-// e.g. an activation the backward pass reads), at the last op's place: one
+// recomputation, optimizer) whose results all have one shape (ops that do
+// not read each other included). A run of two or more ops becomes one
+// mtc.fused op whose results are the run's values read outside it (its last
+// value, and e.g. an activation the backward pass reads), at the last op's
+// place: one
 // loop that loads the inputs once per element, keeps the other
 // intermediates in registers and stores only the results, so those need
 // no memory and no extra pass over it.
@@ -17,7 +18,12 @@
 // Consecutive ops only: the fused op runs where the run's last op ran, so
 // no input is read later than before (no lifetime grows, and an input an
 // in-place update overwrites later is still read before it), and every
-// reader of a result comes after the run.
+// reader of a result comes after the run. An op derived from the step's
+// arguments alone (a constant, a weight's transpose or 16-bit copy) that
+// stands between two parts of a run moves before it.
+//
+// Forward values the backward kernels can compute again from what they read
+// anyway are recomputed there instead of stored (see recomputeSaved).
 //
 // Consecutive optimizer updates of one kind with the same hyperparameters
 // (all of them at the end of the step under loss scaling, --keep-grads or
@@ -57,6 +63,34 @@ bool isFusable(Operation *op) {
   return isa<FloatType>(type.getElementType());
 }
 
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<ShapedType>(v.getType()).getShape();
+}
+
+/// The longest run fused into one kernel: enough for any chain the models
+/// produce, short enough to keep a kernel's registers in check.
+constexpr size_t kMaxRunOps = 48;
+
+/// The most ops a consumer kernel recomputes to avoid reading one saved
+/// value.
+constexpr size_t kMaxRecomputedOps = 12;
+
+/// Whether `op` may run before a run instead of in its middle: it derives
+/// from the step's arguments alone (a constant, a weight's transpose or
+/// 16-bit copy; `aside` holds the ops already moved) and writes nothing in
+/// place, so no read moves across a write (every op in between belongs to
+/// the run).
+bool canStepAside(Operation *op, ArrayRef<Operation *> aside) {
+  if (op->getNumRegions() ||
+      isa<SgdUpdateOp, SgdMomentumUpdateOp, AdamWUpdateOp, AccumulateGradOp>(
+          op))
+    return false;
+  return llvm::all_of(op->getOperands(), [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    return !def || isa<ConstantOp>(def) || llvm::is_contained(aside, def);
+  });
+}
+
 /// Attributes that place an op in the step; a group shares them.
 constexpr llvm::StringLiteral kPhaseAttrs[] = {
     attr::kBackward, attr::kRecompute, attr::kOptimizer,
@@ -86,23 +120,22 @@ private:
   /// same shape and phase, and it reads a value of the run.
   bool continuesRun(ArrayRef<Operation *> run, Operation *op);
   /// Replaces a run by one mtc.fused op.
-  void build(ArrayRef<Operation *> group);
+  FusedOp build(ArrayRef<Operation *> group);
+  /// Lets backward kernels recompute the forward values they read instead
+  /// of keeping them (see recomputeSaved's comment).
+  void recomputeSaved(func::FuncOp func);
   /// Marks runs of consecutive optimizer updates alike (kUpdateGroup),
   /// which the code generator emits as one multi-tensor update.
   void groupUpdates(func::FuncOp func);
 };
 
 bool FusionPass::continuesRun(ArrayRef<Operation *> run, Operation *op) {
-  if (cast<ShapedType>(op->getResult(0).getType()).getShape() !=
-          cast<ShapedType>(run.back()->getResult(0).getType()).getShape() ||
-      !samePhase(run.front(), op))
-    return false;
-  return llvm::any_of(op->getOperands(), [&](Value v) {
-    return v.getDefiningOp() && llvm::is_contained(run, v.getDefiningOp());
-  });
+  return run.size() < kMaxRunOps &&
+         shapeOf(op->getResult(0)) == shapeOf(run.back()->getResult(0)) &&
+         samePhase(run.front(), op);
 }
 
-void FusionPass::build(ArrayRef<Operation *> group) {
+FusedOp FusionPass::build(ArrayRef<Operation *> group) {
   Operation *last = group.back();
   llvm::SetVector<Value> inputs;
   for (Operation *member : group)
@@ -144,6 +177,7 @@ void FusionPass::build(ArrayRef<Operation *> group) {
     member->erase();
   ++numFused;
   numFusedOps += group.size();
+  return fused;
 }
 
 void FusionPass::fuse(func::FuncOp func) {
@@ -154,19 +188,335 @@ void FusionPass::fuse(func::FuncOp func) {
       runs.push_back(run);
     run.clear();
   };
-  for (Operation &op : func.getBody().front().without_terminator()) {
-    if (isFusable(&op) && !run.empty() && continuesRun(run, &op)) {
-      run.push_back(&op);
+  SmallVector<Operation *> ops;
+  for (Operation &op : func.getBody().front().without_terminator())
+    ops.push_back(&op);
+  auto continues = [&](Operation *op) {
+    return !run.empty() && isFusable(op) && continuesRun(run, op);
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    // Ops between two parts of a run that do not read it step aside
+    // (before it) so that it goes on: a constant, or a weight's transpose
+    // and 16-bit copy between a chain and the conversion of its result.
+    size_t next = i;
+    while (!run.empty() && next < ops.size() && !continues(ops[next]) &&
+           canStepAside(ops[next], ArrayRef(ops).slice(i, next - i)))
+      ++next;
+    if (next > i && next < ops.size() && continues(ops[next])) {
+      for (; i < next; ++i)
+        ops[i]->moveBefore(run.front());
+    }
+    if (continues(ops[i])) {
+      run.push_back(ops[i]);
       continue;
     }
     close();
-    if (isFusable(&op))
-      run.push_back(&op);
+    if (isFusable(ops[i]))
+      run.push_back(ops[i]);
   }
   close();
   for (ArrayRef<Operation *> group : runs)
     build(group);
+  recomputeSaved(func);
   groupUpdates(func);
+}
+
+//===----------------------------------------------------------------------===//
+// Recomputing saved values in the backward kernels that read them
+//===----------------------------------------------------------------------===//
+//
+// A forward kernel stores every value the backward pass reads. When such a
+// value is a cheap elementwise function of values its backward readers
+// have at hand anyway (values a reader already reads or that stay alive
+// past it for other readers, constants), each reader computes it again in
+// registers: it is no longer stored, and its memory is free from the
+// forward kernel to the backward one. GELU written out is the typical case:
+// its forward kernel stored the pre-activation and three intermediates of
+// the formula for the backward; it now stores the pre-activation alone, as
+// PyTorch's GELU saves its input alone.
+//
+// A value is dropped only when every reader is a backward elementwise
+// kernel that can recompute it from at most one full-size tensor it did not
+// read before, so no kernel moves more bytes than it did. Dropouts are not
+// recomputed. The recomputed ops are clones of the stored ones (16-bit
+// values rounded alike), so the reader sees the same numbers. In 16-bit
+// training the float32 original of a value may be gone while the backward
+// pass reads its 16-bit copy: the reader then starts from that copy, as
+// PyTorch autocast's GELU backward starts from its 16-bit input, and gets
+// the stored numbers up to that rounding.
+
+bool is16Bit(Value v) {
+  return isa<BFloat16Type, Float16Type>(
+      cast<ShapedType>(v.getType()).getElementType());
+}
+
+/// Whether `v` has a reader at `at` or after it: reading it at `at` keeps
+/// it alive no longer than it is already.
+static bool aliveAt(Value v, Operation *at) {
+  return llvm::any_of(v.getUsers(), [&](Operation *user) {
+    return user == at || at->isBeforeInBlock(user);
+  });
+}
+
+/// How one reader computes a saved value again: the steps, in order (ops of
+/// the function body or of fused bodies to clone, and widenings of 16-bit
+/// copies), and the values of the function body they start from.
+class RecomputePlan {
+public:
+  RecomputePlan(Operation *reader, Value saved)
+      : reader(reader), saved(saved), shape(shapeOf(reader->getResult(0))) {
+    feasible = add(saved);
+  }
+
+  bool isFeasible() const { return feasible && newFullSizeInputs() <= 1; }
+
+  /// Clones the ops into `fused` (the reader, now a fused op), reading the
+  /// leaves as inputs, and replaces its input `saved` by the clone.
+  void apply(FusedOp fused) const;
+
+private:
+  /// One step: clone `op`, or (without one) compute `value` by widening
+  /// its 16-bit copy `copy`.
+  struct Step {
+    Operation *op;
+    Value value, copy;
+  };
+
+  bool add(Value v);
+  bool addOp(Operation *op);
+  /// A 16-bit copy of `v` (its conversion, or the fused op's result that
+  /// yields it) alive at the reader, or null.
+  Value aliveCopy(Value v) const;
+  /// The value that computes `v` in the reader's body, through fused ops'
+  /// results and body arguments.
+  Value resolve(Value v, IRMapping &map) const;
+  /// Leaves of the reader's shape the reader does not read yet.
+  size_t newFullSizeInputs() const {
+    return llvm::count_if(leaves, [&](Value leaf) {
+      return shapeOf(leaf) == shape &&
+             !llvm::is_contained(reader->getOperands(), leaf);
+    });
+  }
+
+  Operation *reader;
+  Value saved;
+  ArrayRef<int64_t> shape;
+  SmallVector<Step> steps;
+  llvm::SetVector<Value> leaves;
+  DenseSet<Value> seen;
+  /// Body values read through their fused op's result (a leaf).
+  DenseMap<Value, Value> readAs;
+  bool feasible;
+};
+
+bool RecomputePlan::add(Value v) {
+  if (!seen.insert(v).second)
+    return true;
+  Block *function = reader->getBlock();
+  if (v.getParentBlock() != function) {
+    // A value of a fused op's body: its input, a value it yields that is
+    // alive at the reader anyway, or an op to clone.
+    auto fused = cast<FusedOp>(v.getParentBlock()->getParentOp());
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      return add(fused.getInputs()[arg.getArgNumber()]);
+    for (auto [yielded, result] :
+         llvm::zip(fused.getYielded(), fused.getOutputs()))
+      if (yielded == v && result != saved && aliveAt(result, reader)) {
+        readAs[v] = result;
+        return add(result);
+      }
+  } else {
+    Operation *def = v.getDefiningOp();
+    if (v != saved &&
+        ((def && isa<ConstantOp>(def)) || aliveAt(v, reader))) {
+      leaves.insert(v);
+      return true;
+    }
+  }
+  if (Value copy = aliveCopy(v)) {
+    if (steps.size() >= kMaxRecomputedOps || !add(copy))
+      return false;
+    steps.push_back({nullptr, v, copy});
+    return true;
+  }
+  if (v.getParentBlock() != function)
+    return addOp(v.getDefiningOp());
+  Operation *def = v.getDefiningOp();
+  if (auto fused = dyn_cast_or_null<FusedOp>(def))
+    return add(fused.getYielded()[cast<OpResult>(v).getResultNumber()]);
+  return def && isFusable(def) && addOp(def);
+}
+
+bool RecomputePlan::addOp(Operation *op) {
+  if (isa<DropoutOp, DropoutGradOp>(op) ||
+      shapeOf(op->getResult(0)) != shape || steps.size() >= kMaxRecomputedOps)
+    return false;
+  for (Value operand : op->getOperands())
+    if (!add(operand))
+      return false;
+  steps.push_back({op, op->getResult(0), nullptr});
+  return true;
+}
+
+Value RecomputePlan::aliveCopy(Value v) const {
+  // Only where the reader reads a 16-bit value already (so it takes that
+  // rounding), and for float32 values.
+  if (!is16Bit(saved) || !cast<ShapedType>(v.getType()).getElementType().isF32())
+    return nullptr;
+  for (Operation *user : v.getUsers()) {
+    auto convert = dyn_cast<ConvertOp>(user);
+    if (!convert || !is16Bit(convert.getOutput()))
+      continue;
+    Value copy = convert.getOutput();
+    if (auto fused = dyn_cast<FusedOp>(convert->getParentOp())) {
+      // Inside a fused body: the copy is there when the op yields it.
+      copy = nullptr;
+      for (auto [yielded, result] :
+           llvm::zip(fused.getYielded(), fused.getOutputs()))
+        if (yielded == convert.getOutput())
+          copy = result;
+    }
+    if (copy && copy != saved && aliveAt(copy, reader))
+      return copy;
+  }
+  return nullptr;
+}
+
+Value RecomputePlan::resolve(Value v, IRMapping &map) const {
+  if (Value mapped = map.lookupOrNull(v))
+    return mapped;
+  if (Value result = readAs.lookup(v))
+    return resolve(result, map);
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    return resolve(
+        cast<FusedOp>(arg.getOwner()->getParentOp()).getInputs()
+            [arg.getArgNumber()],
+        map);
+  auto fused = cast<FusedOp>(v.getDefiningOp());
+  return resolve(fused.getYielded()[cast<OpResult>(v).getResultNumber()],
+                 map);
+}
+
+void RecomputePlan::apply(FusedOp fused) const {
+  Block &body = fused.getBody().front();
+  IRMapping map;
+  for (Value leaf : leaves) {
+    auto inputs = fused.getInputs();
+    if (auto it = llvm::find(inputs, leaf); it != inputs.end()) {
+      map.map(leaf, body.getArgument(it - inputs.begin()));
+      continue;
+    }
+    fused->insertOperands(fused->getNumOperands(), leaf);
+    map.map(leaf, body.addArgument(leaf.getType(), leaf.getLoc()));
+  }
+  auto b = OpBuilder::atBlockBegin(&body);
+  for (const Step &step : steps) {
+    if (!step.op) {
+      map.map(step.value,
+              b.create<ConvertOp>(step.value.getLoc(), step.value.getType(),
+                                  resolve(step.copy, map)));
+      continue;
+    }
+    for (Value operand : step.op->getOperands())
+      map.map(operand, resolve(operand, map));
+    Operation *clone = b.clone(*step.op, map);
+    for (StringRef name : kPhaseAttrs)
+      clone->removeAttr(name);
+  }
+  Value recomputed = resolve(saved, map);
+  for (unsigned i = fused->getNumOperands(); i-- > 0;)
+    if (fused->getOperand(i) == saved) {
+      body.getArgument(i).replaceAllUsesWith(recomputed);
+      body.eraseArgument(i);
+      fused->eraseOperand(i);
+    }
+}
+
+/// Drops what no longer has a reader: a fused op's unused results, the
+/// body ops only they needed and the inputs nothing reads; a fused or
+/// elementwise op with no reader at all.
+static void prune(Operation *op) {
+  auto fused = dyn_cast<FusedOp>(op);
+  if (op->use_empty() || !fused) {
+    if (op->use_empty())
+      op->erase();
+    return;
+  }
+  SmallVector<Value> kept;
+  SmallVector<Value> yielded;
+  for (auto [result, value] : llvm::zip(fused.getOutputs(), fused.getYielded()))
+    if (!result.use_empty()) {
+      kept.push_back(result);
+      yielded.push_back(value);
+    }
+  if (kept.size() == fused.getNumResults())
+    return;
+  Block &body = fused.getBody().front();
+  Operation *yield = body.getTerminator();
+  yield->setOperands(yielded);
+  for (Operation *inner = yield->getPrevNode(); inner;) {
+    Operation *prev = inner->getPrevNode();
+    if (inner->use_empty())
+      inner->erase();
+    inner = prev;
+  }
+  for (unsigned i = body.getNumArguments(); i-- > 0;)
+    if (body.getArgument(i).use_empty()) {
+      body.eraseArgument(i);
+      fused->eraseOperand(i);
+    }
+  OpBuilder b(fused);
+  auto pruned = b.create<FusedOp>(fused.getLoc(), ValueRange(kept).getTypes(),
+                                  fused.getInputs());
+  pruned->setAttrs(fused->getAttrDictionary());
+  pruned.getBody().takeBody(fused.getBody());
+  for (auto [from, to] : llvm::zip(kept, pruned.getOutputs()))
+    from.replaceAllUsesWith(to);
+  fused->erase();
+}
+
+void FusionPass::recomputeSaved(func::FuncOp func) {
+  Block &block = func.getBody().front();
+  auto isKernel = [](Operation *op) {
+    return isa<FusedOp>(op) || isFusable(op);
+  };
+  SmallVector<Operation *> producers;
+  for (Operation &op : block.without_terminator())
+    if (!op.hasAttr(attr::kBackward) && isKernel(&op))
+      producers.push_back(&op);
+  bool changed = false;
+  for (Operation *producer : producers)
+    for (Value saved : producer->getResults()) {
+      llvm::SetVector<Operation *> readers(saved.getUsers().begin(),
+                                           saved.getUsers().end());
+      bool recomputable =
+          !readers.empty() && llvm::all_of(readers, [&](Operation *reader) {
+            return reader->hasAttr(attr::kBackward) && isKernel(reader) &&
+                   shapeOf(reader->getResult(0)) == shapeOf(saved) &&
+                   RecomputePlan(reader, saved).isFeasible();
+          });
+      if (!recomputable)
+        continue;
+      for (Operation *reader : readers) {
+        FusedOp fused = dyn_cast<FusedOp>(reader);
+        if (!fused)
+          fused = build({reader});
+        // Planned again on the fused reader (the same ops and leaves).
+        RecomputePlan plan(fused, saved);
+        if (plan.isFeasible())
+          plan.apply(fused);
+      }
+      ++numRecomputed;
+      changed = true;
+    }
+  if (!changed)
+    return;
+  SmallVector<Operation *> kernels;
+  for (Operation &op : block.without_terminator())
+    if (isKernel(&op))
+      kernels.push_back(&op);
+  for (Operation *op : llvm::reverse(kernels))
+    prune(op);
 }
 
 /// The loss-scaling status an optimizer update reads (null without one),

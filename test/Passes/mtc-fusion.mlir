@@ -109,3 +109,82 @@ func.func @train_step(%p0: tensor<4xf32> {mtc.role = "param"}, %p1: tensor<8xf32
   %c:3 = mtc.adamw_update %p2, %g1, %m2, %v2 {beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, eps = 1.000000e-08 : f64, lr = 2.000000e-02 : f64, mtc.optimizer} : tensor<8xf32>
   return %a#0, %b#0, %c#0 : tensor<4xf32>, tensor<8xf32>, tensor<8xf32>
 }
+
+// -----
+
+// Ops of one phase and shape that stand next to each other fuse even when
+// neither reads the other (here the two halves of a backward chain), and a
+// constant between them moves out of the way instead of splitting the run.
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.constant
+// CHECK-NEXT: %[[F:.+]] = mtc.fused
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: mtc.exp
+// CHECK-NEXT: mtc.tanh
+// CHECK-NEXT: mtc.mul
+// CHECK-NEXT: mtc.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[F]]
+func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %y: tensor<4x8xf32> {mtc.role = "input"}) -> tensor<4x8xf32> {
+  %e = mtc.exp %x : tensor<4x8xf32>
+  %c = mtc.constant dense<2.0> : tensor<f32>
+  %t = mtc.tanh %y : tensor<4x8xf32>
+  %m = mtc.mul %e, %t : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %m : tensor<4x8xf32>
+}
+
+// -----
+
+// GELU written out: the forward kernel stores the pre-activation %h (the
+// backward reads it) and the result, but not x / sqrt2 nor erf + 1: the
+// backward kernel computes them again from %h, which it reads anyway.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[FW:.+]]:2 = mtc.fused %{{.+}} : (tensor<4x8xf32>, tensor<8xf32>, tensor<f32>, tensor<f32>, tensor<f32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+// CHECK: mtc.yield %{{.+}}, %{{.+}} : tensor<4x8xf32>, tensor<4x8xf32>
+// CHECK: mtc.fused %[[DY:[^,]+]], %{{.+}}, %[[FW]]#0, %{{.+}} {mtc.backward} : (tensor<4x8xf32>, tensor<f32>, tensor<4x8xf32>, tensor<f32>, tensor<f32>) -> tensor<4x8xf32> {
+// CHECK-NEXT: ^bb0(%{{.+}}: tensor<4x8xf32>, %{{.+}}: tensor<f32>, %[[H:.+]]: tensor<4x8xf32>, %[[S:[^:]+]]: tensor<f32>, %[[ONE:[^:]+]]: tensor<f32>):
+// CHECK-NEXT: %[[U:.+]] = mtc.div %[[H]], %[[S]]
+// CHECK-NEXT: %[[E:.+]] = mtc.erf %[[U]]
+// CHECK-NEXT: mtc.add %[[E]], %[[ONE]]
+// CHECK-NEXT: mtc.div %[[H]], %[[S]]
+// CHECK: mtc.yield
+func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %b: tensor<8xf32> {mtc.role = "param"}, %dy: tensor<4x8xf32> {mtc.role = "input"}) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %sqrt2 = mtc.constant dense<1.41421354> : tensor<f32>
+  %one = mtc.constant dense<1.0> : tensor<f32>
+  %half = mtc.constant dense<0.5> : tensor<f32>
+  %h = mtc.add %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %u = mtc.div %h, %sqrt2 : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %e = mtc.erf %u : tensor<4x8xf32>
+  %p = mtc.add %e, %one : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %m = mtc.mul %h, %p : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %y = mtc.mul %m, %half : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %g = mtc.mul %dy, %half {mtc.backward} : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %g1 = mtc.mul %g, %p {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %g2 = mtc.mul %g, %h {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %sq = mtc.mul %u, %u {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %ex = mtc.exp %sq {mtc.backward} : tensor<4x8xf32>
+  %g3 = mtc.mul %g2, %ex {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %dx = mtc.add %g1, %g3 {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %y, %dx : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// What stays stored: a value a non-elementwise backward op reads (%t, read
+// by the reduction), one whose recomputation needs a dropout (%d), and one
+// that needs two full-size tensors the backward kernel does not read (%s,
+// from %x and %z, which stay alive for other readers).
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[FW:.+]]:3 = mtc.fused
+// CHECK: mtc.yield %{{.+}}, %{{.+}}, %{{.+}} : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+// CHECK: mtc.reduce_sum %[[FW]]#0
+// CHECK: mtc.fused {{.*}}%[[FW]]#1{{.*}}%[[FW]]#2{{.*}} {mtc.backward}
+func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %z: tensor<4x8xf32> {mtc.role = "input"}, %dy: tensor<4x8xf32> {mtc.role = "input"}) -> (tensor<4x8xf32>, tensor<1x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %t = mtc.tanh %x : tensor<4x8xf32>
+  %d = mtc.dropout %t {ratio = 1.000000e-01 : f32, stream = 0 : i64} : tensor<4x8xf32>
+  %s = mtc.add %x, %z : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %r = mtc.reduce_sum %t {axes = array<i64: 0>, keepdims = true, mtc.backward} : (tensor<4x8xf32>) -> tensor<1x8xf32>
+  %g = mtc.mul %dy, %d {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %g1 = mtc.mul %g, %s {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %g1, %r, %x, %z : tensor<4x8xf32>, tensor<1x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}

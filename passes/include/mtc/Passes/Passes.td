@@ -162,17 +162,20 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     In `@train_step`, `@eval_step` and `@forward`: every run of two or more
     consecutive elementwise ops (relu, tanh, sigmoid, exp, log, neg, sqrt,
     erf, convert, add, sub, mul, div, relu_grad, expand, clip, clip_grad,
-    select, dropout, dropout_grad) of one phase, whose results share one
-    shape, each using a value of the run, becomes one `mtc.fused` op in
-    place of the last one; its results are the run's values read
-    elsewhere. Its body holds the ops; code generation makes it one loop
-    (one CUDA kernel) that keeps the intermediates in registers, so they
-    take no memory. Consecutive ops only, so no value is read later than
-    before. A run of consecutive optimizer updates of one kind with the
-    same hyperparameters, status and phase gets `mtc.update_group` (its
-    length) on its first op: code generation makes it one multi-tensor
-    update. Runs
-    after recomputation and before the memory plan.
+    select, dropout, dropout_grad) of one phase whose results share one
+    shape becomes one `mtc.fused` op in place of the last one; its results
+    are the run's values read elsewhere. Its body holds the ops; code
+    generation makes it one loop (one CUDA kernel) that keeps the
+    intermediates in registers, so they take no memory. Consecutive ops
+    only, so no value is read later than before; an op derived from the
+    step's arguments alone (a constant, a weight's transpose or 16-bit
+    copy) between two parts of a run moves before it. A forward value
+    whose backward readers are all fused kernels that can compute it again
+    from what they read anyway is recomputed there and no longer stored.
+    A run of consecutive optimizer updates of one kind with the same
+    hyperparameters, status and phase gets `mtc.update_group` (its length)
+    on its first op: code generation makes it one multi-tensor update.
+    Runs after recomputation and before the memory plan.
 
     Example: `mtc-opt --mtc-fuse-elementwise`
   }];
@@ -180,6 +183,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numFused", "fused-kernels", "Fused kernels created">,
     Statistic<"numFusedOps", "fused-ops", "Elementwise ops fused">,
+    Statistic<"numRecomputed", "recomputed-values",
+              "Saved values recomputed by the backward kernels reading them">,
     Statistic<"numUpdateGroups", "update-groups",
               "Multi-tensor optimizer updates">,
   ];
