@@ -8,8 +8,9 @@
 // Arguments (parameters, buffers, optimizer state, inputs) and constants
 // persist across steps; values produced by ops live from their definition to
 // their last use; results of the step live to its end; update results share
-// the storage of the argument they are tied to; kernel scratch lives only
-// during its op. Placement is best fit against the already placed buffers
+// the storage of the argument they are tied to; a reshape of a temporary is
+// a view (one buffer for both, live until the last reader of either); kernel
+// scratch lives only during its op. Placement is best fit against the already placed buffers
 // whose lifetimes overlap, under several orders (by size, by lifetime, by
 // both, by start); the smallest arena wins.
 //
@@ -175,18 +176,17 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
   DenseMap<Value, unsigned> bufferOf;
   SmallVector<std::pair<Operation *, unsigned>> workspaces;
 
+  // The last op reading `v` (at least `end`); results of the step are read
+  // by the trainer after it.
+  auto lastUse = [&](Value v, int64_t end) {
+    for (Operation *user : v.getUsers())
+      end = std::max(end, index.lookup(user));
+    return llvm::is_contained(ret.getOperands(), v) ? last : end;
+  };
   auto addValue = [&](Value v, int64_t start, bool persistent) {
-    int64_t end = start;
-    if (persistent) {
+    int64_t end = persistent ? last : lastUse(v, start);
+    if (persistent)
       start = 0;
-      end = last;
-    } else {
-      for (Operation *user : v.getUsers())
-        end = std::max(end, index.lookup(user));
-      // Results of the step are read by the trainer after it.
-      if (llvm::is_contained(ret.getOperands(), v))
-        end = last;
-    }
     bufferOf[v] = buffers.size();
     buffers.push_back({alignTo(getTensorBytes(v.getType()), alignment), start,
                        end});
@@ -219,6 +219,13 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
       auto it = tiedTo.find(r);
       if (it != tiedTo.end()) {
         bufferOf[r] = it->second;
+        continue;
+      }
+      // A view shares its source's buffer, which lives as long as either.
+      if (Value source = viewSource(&op); source && !tiedTo.count(source)) {
+        unsigned shared = bufferOf[source];
+        bufferOf[r] = shared;
+        buffers[shared].end = lastUse(r, buffers[shared].end);
         continue;
       }
       addValue(r, index[&op], /*persistent=*/constant);
@@ -341,6 +348,12 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
         end = std::max(end, index.lookup(user));
       if (llvm::is_contained(ret.getOperands(), r))
         end = last;
+      if (Value source = viewSource(&op)) {
+        unsigned shared = bufferOf[source];
+        bufferOf[r] = shared;
+        buffers[shared].end = std::max(buffers[shared].end, end);
+        continue;
+      }
       bufferOf[r] = buffers.size();
       buffers.push_back(
           {alignTo(getTensorBytes(r.getType()), alignment), start, end});

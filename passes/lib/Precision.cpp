@@ -31,6 +31,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <functional>
+
 namespace mtc {
 #define GEN_PASS_DEF_PRECISIONPASS
 #include "mtc/Passes/Passes.h.inc"
@@ -82,20 +84,40 @@ constexpr int64_t kMinStoredElements = 4096;
 
 void PrecisionPass::convertOperands(func::FuncOp func, Type low) {
   DenseMap<Value, Value> copies;
-  auto narrow = [&](Operation *user, OpOperand &operand) {
-    Value v = operand.get();
+  // The 16-bit copy of `v`, made before `user` unless there is one. A
+  // reshaped value's copy is the reshaped copy of its source, so a backward
+  // GEMM reading a reshape of an activation reuses the copy the forward GEMM
+  // made (the float32 activation need not live until the backward pass).
+  std::function<Value(Operation *, Value)> lowCopy = [&](Operation *user,
+                                                         Value v) -> Value {
     auto type = cast<RankedTensorType>(v.getType());
     if (!type.getElementType().isF32())
+      return nullptr;
+    if (Value copy = copies.lookup(v))
+      return copy;
+    OpBuilder b(user);
+    Operation *made;
+    if (auto reshape = v.getDefiningOp<ReshapeOp>())
+      made = b.create<ReshapeOp>(user->getLoc(), type.clone(low),
+                                 lowCopy(reshape, reshape.getInput()));
+    else
+      made = b.create<ConvertOp>(user->getLoc(), type.clone(low), v);
+    if (user->hasAttr(attr::kBackward))
+      made->setAttr(attr::kBackward, b.getUnitAttr());
+    copies[v] = made->getResult(0);
+    return made->getResult(0);
+  };
+  auto narrow = [&](Operation *user, OpOperand &operand) {
+    Value v = operand.get();
+    Value copy = lowCopy(user, v);
+    if (!copy)
       return;
-    Value &copy = copies[v];
-    if (!copy) {
-      OpBuilder b(user);
-      auto convert = b.create<ConvertOp>(user->getLoc(), type.clone(low), v);
-      if (user->hasAttr(attr::kBackward))
-        convert->setAttr(attr::kBackward, b.getUnitAttr());
-      copy = convert;
-    }
     operand.set(copy);
+    // A float32 reshape nothing reads any more would keep its source alive.
+    if (auto reshape = v.getDefiningOp<ReshapeOp>(); reshape && v.use_empty()) {
+      copies.erase(v);
+      reshape.erase();
+    }
   };
   func.walk([&](Operation *op) {
     // Operands 0 and 1 are the multiplied tensors of each of these ops.

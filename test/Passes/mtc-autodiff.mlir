@@ -121,3 +121,27 @@ func.func @forward(%w: tensor<4xf32> {mtc.name = "w", mtc.role = "param"})
   %l = mtc.reduce_sum %p {axes = array<i64: 0>, keepdims = false} : (tensor<4xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// A weight shared by a batch of rows (a linear layer on [batch, seq,
+// features]): its gradient is one product over the batch folded into the
+// rows, dY^T X on reshapes, with no batched product summed afterwards.
+
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[X:[^:]+]]: tensor<2x3x4xf32>
+// CHECK-SAME: %[[W:[^:]+]]: tensor<5x4xf32>
+// CHECK: mtc.matmul %[[X]], %[[W]] {transpose_b = true}
+// CHECK: %[[X2:.+]] = mtc.reshape %[[X]] {mtc.backward} : (tensor<2x3x4xf32>) -> tensor<6x4xf32>
+// CHECK-NEXT: %[[DY2:.+]] = mtc.reshape %{{.+}} {mtc.backward} : (tensor<2x3x5xf32>) -> tensor<6x5xf32>
+// CHECK-NEXT: %[[DW:.+]] = mtc.matmul %[[DY2]], %[[X2]] {mtc.backward, transpose_a = true} : (tensor<6x5xf32>, tensor<6x4xf32>) -> tensor<5x4xf32>
+// CHECK-NOT: mtc.reduce_sum
+// CHECK: return %{{.+}}, %[[DW]]
+func.func @forward(%x: tensor<2x3x4xf32> {mtc.name = "input", mtc.role = "input"},
+                   %w: tensor<5x4xf32> {mtc.name = "fc.weight", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.matmul %x, %w {transpose_b = true} : (tensor<2x3x4xf32>, tensor<5x4xf32>) -> tensor<2x3x5xf32>
+  %1 = mtc.mul %0, %0 : (tensor<2x3x5xf32>, tensor<2x3x5xf32>) -> tensor<2x3x5xf32>
+  %l = mtc.reduce_sum %1 {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x3x5xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -51,3 +51,25 @@ func.func @train_step(%p: tensor<16xf32> {mtc.name = "p", mtc.role = "param"})
   %1 = mtc.reduce_sum %p {axes = array<i64: 0>, keepdims = false} : (tensor<16xf32>) -> tensor<f32>
   return %1, %0 : tensor<f32>, tensor<16xf32>
 }
+
+// -----
+
+// A reshape of a temporary is a view: it has its input's offset (one buffer,
+// live until the last reader of either). A reshape of an argument is a copy
+// of its own, here in the bytes %0 and its view no longer need.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: mtc.arena_size = 256 : i64, mtc.lower_bound = 256 : i64
+// CHECK: %[[A:.+]] = mtc.mul {{.*}}mtc.offsets = array<i64: 64>
+// CHECK-NEXT: mtc.reshape %[[A]] {mtc.offsets = array<i64: 64>}
+// CHECK-NEXT: mtc.relu {{.*}}mtc.offsets = array<i64: 128>
+// CHECK-NEXT: mtc.reshape %arg0 {mtc.offsets = array<i64: 64>}
+func.func @train_step(%x: tensor<16xf32> {mtc.name = "x", mtc.role = "input"})
+    -> (tensor<f32> {mtc.role = "loss"}, tensor<4x4xf32> {mtc.role = "grad", mtc.owner = 0 : i64}) {
+  %0 = mtc.mul %x, %x : (tensor<16xf32>, tensor<16xf32>) -> tensor<16xf32>
+  %1 = mtc.reshape %0 : (tensor<16xf32>) -> tensor<4x4xf32>
+  %2 = mtc.relu %1 : tensor<4x4xf32>
+  %3 = mtc.reshape %x : (tensor<16xf32>) -> tensor<4x4xf32>
+  %4 = mtc.add %2, %3 : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %5 = mtc.reduce_sum %4 {axes = array<i64: 0, 1>, keepdims = false} : (tensor<4x4xf32>) -> tensor<f32>
+  return %5, %4 : tensor<f32>, tensor<4x4xf32>
+}

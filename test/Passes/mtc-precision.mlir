@@ -102,7 +102,10 @@ func.func @forward(%x: tensor<64x64xf32> {mtc.name = "x", mtc.role = "param"},
 // CHECK-NEXT: %[[AH:.+]] = mtc.convert %[[A]] : tensor<2x4x8x8xf32> to tensor<2x4x8x8xbf16>
 // CHECK-NEXT: %[[W2H:.+]] = mtc.convert %[[W2]] : tensor<5x4x3x3xf32> to tensor<5x4x3x3xbf16>
 // CHECK-NEXT: mtc.conv %[[AH]], %[[W2H]] {{.+}} -> tensor<2x5x1x1xf32>
-// CHECK: %[[DYH:.+]] = mtc.convert %{{.+}} {mtc.backward} : tensor<2x5x1x1xf32> to tensor<2x5x1x1xbf16>
+// The incoming gradient is a reshape: its 16-bit copy is the reshape of
+// the copy (a view).
+// CHECK: %[[DYH0:.+]] = mtc.convert %{{.+}} {mtc.backward} : tensor<2x5xf32> to tensor<2x5xbf16>
+// CHECK-NEXT: %[[DYH:.+]] = mtc.reshape %[[DYH0]] {mtc.backward} : (tensor<2x5xbf16>) -> tensor<2x5x1x1xbf16>
 // CHECK-NEXT: %[[DA:.+]] = mtc.conv_backward_data %[[DYH]], %[[W2H]] {{.+}} : (tensor<2x5x1x1xbf16>, tensor<5x4x3x3xbf16>) -> tensor<2x4x8x8xf32>
 // CHECK-NEXT: mtc.conv_backward_filter %[[AH]], %[[DYH]] {{.+}} : (tensor<2x4x8x8xbf16>, tensor<2x5x1x1xbf16>) -> tensor<5x4x3x3xf32>
 // CHECK-NEXT: %[[DY:.+]] = mtc.relu_grad %[[DA]], %[[Y]] {mtc.backward} : tensor<2x4x8x8xf32>

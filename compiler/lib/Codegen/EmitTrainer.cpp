@@ -940,6 +940,10 @@ void Emitter::emitOpBody(Operation *op) {
           << floatLiteral(scale) << ");\n  }\n";
       })
       .Case([&](ReshapeOp r) {
+        if (ptr(r.getOutput()) == ptr(r.getInput())) {
+          s << "  // a view of its input: no copy\n";
+          return;
+        }
         emitCall("copyBytes(ctx, " + ptr(r.getOutput()) + ", " +
                  ptr(r.getInput()) + ", " +
                  std::to_string(getTensorBytes(r.getInput().getType())) + ")");

@@ -12,6 +12,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/Format.h"
 
+#include <functional>
+
 using namespace mlir;
 using namespace mtc;
 
@@ -54,6 +56,19 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
     if (func.getResultAttr(i, attr::kTied))
       tied.insert(v);
   }
+  // The last op reading `v` or a view of it.
+  std::function<int64_t(Value, int64_t)> lastUse = [&](Value v, int64_t end) {
+    for (Operation *user : v.getUsers()) {
+      if (user == ret) {
+        end = n - 1;
+        continue;
+      }
+      end = std::max(end, index.lookup(user));
+      if (viewSource(user) == v)
+        end = lastUse(user->getResult(0), end);
+    }
+    return end;
+  };
   for (Operation &op : body.without_terminator()) {
     int64_t i = index[&op];
     P &point = r.timeline[i];
@@ -66,13 +81,12 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
     point.backward = op.hasAttr(attr::kBackward) && !isa<ConstantOp>(op);
     if (auto cost = dyn_cast<CostOpInterface>(op))
       point.temporaries += cost.getWorkspaceBytes();
+    if (viewSource(&op))
+      continue; // a view: counted with its source
     for (Value v : op.getResults()) {
       if (tied.contains(v))
         continue; // shares its argument's bytes
-      int64_t end = i;
-      for (Operation *user : v.getUsers())
-        if (user != ret)
-          end = std::max(end, index.lookup(user));
+      int64_t end = lastUse(v, i);
       if (llvm::is_contained(ret.getOperands(), v) || isa<ConstantOp>(op))
         end = n - 1;
       uint64_t bytes = getTensorBytes(v.getType());

@@ -191,8 +191,23 @@ LogicalResult MatMulOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
     return b.create<MatMulOp>(loc, x, y, b.getBoolAttr(tx), b.getBoolAttr(ty));
   };
   Value da = ta ? matmul(getB(), g, tb, true) : matmul(g, getB(), false, !tb);
-  Value db = tb ? matmul(g, getA(), true, ta) : matmul(getA(), g, !ta, false);
   dx.push_back(reduceToShape(b, loc, da, getA()));
+  ArrayRef<int64_t> a = shapeOf(getA());
+  if (shapeOf(getB()).size() == 2 && a.size() > 2 && !ta) {
+    // A weight shared by a batch of inputs: its gradient is one GEMM with
+    // the batch folded into the rows (A and dY reshaped: views, no copies),
+    // not a batched product summed afterwards.
+    auto rows = [&](Value v) -> Value {
+      auto type = cast<RankedTensorType>(v.getType());
+      int64_t cols = type.getShape().back();
+      return b.create<ReshapeOp>(
+          loc, type.clone({type.getNumElements() / cols, cols}), v);
+    };
+    Value a2 = rows(getA()), g2 = rows(g);
+    dx.push_back(tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false));
+    return success();
+  }
+  Value db = tb ? matmul(g, getA(), true, ta) : matmul(getA(), g, !ta, false);
   dx.push_back(reduceToShape(b, loc, db, getB()));
   return success();
 }

@@ -762,6 +762,14 @@ LogicalResult SoftmaxCrossEntropyOp::verify() {
 }
 
 #define GET_OP_CLASSES
+Value mtc::viewSource(Operation *op) {
+  auto reshape = dyn_cast<ReshapeOp>(op);
+  if (!reshape)
+    return nullptr;
+  Operation *def = reshape.getInput().getDefiningOp();
+  return def && !isa<ConstantOp>(def) ? reshape.getInput() : nullptr;
+}
+
 LogicalResult FusedOp::verify() {
   Block &body = getBody().front();
   if (body.getNumArguments() != getInputs().size())

@@ -42,6 +42,9 @@ def Mtc_IntTensor : StaticShapeTensorOf<[I64]>;
 /// Boolean tensors (masks, conditions).
 def Mtc_BoolTensor : StaticShapeTensorOf<[I1]>;
 def Mtc_AnyTensor : StaticShapeTensorOf<[F32, I64, I1]>;
+/// Any of those, or a float tensor stored in 16 bits (what a reshape, a
+/// view of its input, may carry).
+def Mtc_AnyStorageTensor : StaticShapeTensorOf<[F32, BF16, F16, I64, I1]>;
 /// Floating-point tensors in any storage precision mtc supports: float32,
 /// and bfloat16 / float16 (stored in 16 bits, computed in float32).
 def Mtc_StorageFloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;

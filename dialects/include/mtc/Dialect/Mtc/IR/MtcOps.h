@@ -32,6 +32,12 @@ void eraseDeadPureOps(mlir::Block &block);
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 
+/// The value whose bytes `op`'s result is, or null: a reshape is a view of
+/// its input (same bytes, no copy) when that input is a temporary of the
+/// step (an op's result, not a constant). The memory plan gives both one
+/// buffer, live until the last reader of either.
+mlir::Value viewSource(mlir::Operation *op);
+
 /// The largest head dims (D and Dv) mtc.attention admits: what the kernels
 /// take (mtc::rt::kMaxAttentionHeadDim, asserted equal in Costs.cpp).
 constexpr int64_t kMaxAttentionHeadDim = 256;

@@ -507,8 +507,8 @@ def Mtc_ReshapeOp : Mtc_DiffOp<"reshape"> {
     %y = mtc.reshape %x : (tensor<8x16x2x2xf32>) -> tensor<8x64xf32>
     ```
   }];
-  let arguments = (ins Mtc_AnyTensor:$input);
-  let results = (outs Mtc_AnyTensor:$output);
+  let arguments = (ins Mtc_AnyStorageTensor:$input);
+  let results = (outs Mtc_AnyStorageTensor:$output);
   let assemblyFormat =
       "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
