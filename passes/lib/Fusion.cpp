@@ -124,6 +124,8 @@ private:
   /// Lets backward kernels recompute the forward values they read instead
   /// of keeping them (see recomputeSaved's comment).
   void recomputeSaved(func::FuncOp func);
+  /// Folds the 16-bit conversion of a layer norm's output into the op.
+  void foldNormConversions(func::FuncOp func);
   /// Marks runs of consecutive optimizer updates alike (kUpdateGroup),
   /// which the code generator emits as one multi-tensor update.
   void groupUpdates(func::FuncOp func);
@@ -181,6 +183,7 @@ FusedOp FusionPass::build(ArrayRef<Operation *> group) {
 }
 
 void FusionPass::fuse(func::FuncOp func) {
+  foldNormConversions(func);
   SmallVector<SmallVector<Operation *>> runs;
   SmallVector<Operation *> run;
   auto close = [&] {
@@ -517,6 +520,36 @@ void FusionPass::recomputeSaved(func::FuncOp func) {
       kernels.push_back(&op);
   for (Operation *op : llvm::reverse(kernels))
     prune(op);
+}
+
+/// A layer norm whose output only a 16-bit conversion reads (a GEMM operand
+/// under --precision bf16 / fp16) stores the 16-bit values itself, rounded
+/// as the conversion rounds them: the float32 output is never stored and the
+/// conversion's pass over it disappears.
+void FusionPass::foldNormConversions(func::FuncOp func) {
+  SmallVector<LayerNormOp> norms;
+  for (Operation &op : func.getBody().front())
+    if (auto norm = dyn_cast<LayerNormOp>(op))
+      norms.push_back(norm);
+  for (LayerNormOp norm : norms) {
+    Value y = norm.getOutput();
+    auto convert = y.hasOneUse() ? dyn_cast<ConvertOp>(*y.user_begin())
+                                 : ConvertOp();
+    if (!convert || !is16Bit(convert.getOutput()))
+      continue;
+    OpBuilder b(norm);
+    auto folded = b.create<LayerNormOp>(
+        norm.getLoc(),
+        TypeRange{convert.getType(), norm.getMean().getType(),
+                  norm.getInvstd().getType()},
+        norm->getOperands(), norm->getAttrs());
+    convert.getOutput().replaceAllUsesWith(folded.getOutput());
+    norm.getMean().replaceAllUsesWith(folded.getMean());
+    norm.getInvstd().replaceAllUsesWith(folded.getInvstd());
+    convert.erase();
+    norm.erase();
+    ++numFoldedConversions;
+  }
 }
 
 /// The loss-scaling status an optimizer update reads (null without one),

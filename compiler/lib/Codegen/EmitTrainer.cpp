@@ -78,9 +78,9 @@ std::string storageArg(Value v) {
   return isLowPrecision(v) ? (storage16(v) + ", ").str() : "";
 }
 
-/// The opening of a call to the convolution kernel `name` whose operands
-/// are stored like `v`: the 16-bit entry point takes their format.
-std::string convCall(StringRef name, Value v) {
+/// The opening of a call to the runtime kernel `name` whose 16-bit operands
+/// or result are stored like `v`: the 16-bit entry point takes their format.
+std::string storageCall(StringRef name, Value v) {
   if (!isLowPrecision(v))
     return (name + "(ctx, ").str();
   return (name + "16(ctx, " + storage16(v) + ", ").str();
@@ -882,7 +882,7 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](GemmOp g) { emitGemm(g); })
       .Case([&](MatMulOp m) { emitMatMul(m); })
       .Case([&](ConvOp c) {
-        emitCall(convCall("conv2dForward", c.getInput()) +
+        emitCall(storageCall("conv2dForward", c.getInput()) +
                  convParams(shapeOf(c.getInput()), shapeOf(c.getWeight()),
                             shapeOf(c.getOutput()), c.getStrides(),
                             c.getPads(), c.getDilations(), c.getGroup()) +
@@ -891,7 +891,7 @@ void Emitter::emitOpBody(Operation *op) {
                  ptr(c.getOutput()) + ", " + workspace(op) + ")");
       })
       .Case([&](ConvBackwardDataOp c) {
-        emitCall(convCall("conv2dBackwardData", c.getGrad()) +
+        emitCall(storageCall("conv2dBackwardData", c.getGrad()) +
                  convParams(shapeOf(c.getOutput()), shapeOf(c.getWeight()),
                             shapeOf(c.getGrad()), c.getStrides(), c.getPads(),
                             c.getDilations(), c.getGroup()) +
@@ -899,7 +899,7 @@ void Emitter::emitOpBody(Operation *op) {
                  ptr(c.getOutput()) + ", " + workspace(op) + ")");
       })
       .Case([&](ConvBackwardFilterOp c) {
-        emitCall(convCall("conv2dBackwardFilter", c.getGrad()) +
+        emitCall(storageCall("conv2dBackwardFilter", c.getGrad()) +
                  convParams(shapeOf(c.getInput()), shapeOf(c.getOutput()),
                             shapeOf(c.getGrad()), c.getStrides(), c.getPads(),
                             c.getDilations(), c.getGroup()) +
@@ -1116,14 +1116,16 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](LayerNormOp ln) {
         int64_t dim = numel(ln.getScale());
         int64_t outer = numel(ln.getInput()) / dim;
+        // A 16-bit output: the variant that rounds each value as storing
+        // it rounds it.
+        std::string function = storageCall("layerNormForward", ln.getOutput());
         emitCall(llvm::formatv(
-                     "layerNormForward(ctx, {0}, {1}, {2}, {3}, {4}, {5}, {6}, "
-                     "{7}, {8})",
+                     "{9}{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8})",
                      outer, dim, ptr(ln.getInput()), ptr(ln.getScale()),
                      ln.getBias() ? ptr(ln.getBias()) : "nullptr",
                      floatLiteral(ln.getEpsilon().convertToFloat()),
                      ptr(ln.getOutput()), ptr(ln.getMean()),
-                     ptr(ln.getInvstd()))
+                     ptr(ln.getInvstd()), function)
                      .str());
       })
       .Case([&](LayerNormGradOp g) {

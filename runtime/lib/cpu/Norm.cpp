@@ -22,6 +22,7 @@
 #include "KernelCommon.h"
 #include "mtc/runtime/Parallel.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
 #include <algorithm>
@@ -157,13 +158,17 @@ void batchNormInferenceForward(Context &, int64_t n, int64_t c, int64_t inner,
   });
 }
 
-void layerNormForward(Context &, int64_t outer, int64_t dim, const float *x,
-                      const float *scale, const float *bias, float eps,
-                      float *y, float *mean, float *invstd) {
+namespace {
+
+/// Layer norm forward storing each normalized value through `store(i, v)`
+/// (i: the flat index).
+template <typename Store>
+void layerNormRows(int64_t outer, int64_t dim, const float *x,
+                   const float *scale, const float *bias, float eps,
+                   Store store, float *mean, float *invstd) {
   const bool parallel = outer * dim >= cpu::kParallelGrain;
   cpu::parallelFor(0, outer, parallel, [&](int64_t row) {
     const float *src = x + row * dim;
-    float *dst = y + row * dim;
     double sum = sumTerms(dim, [&](int64_t j) { return src[j]; });
     double rowMean = dim > 0 ? sum / static_cast<double>(dim) : 0.0;
     double squaredDevSum = sumTerms(dim, [&](int64_t j) {
@@ -178,9 +183,33 @@ void layerNormForward(Context &, int64_t outer, int64_t dim, const float *x,
     if (invstd)
       invstd[row] = inv;
     for (int64_t j = 0; j < dim; ++j)
-      dst[j] =
-          normalizeElement(src[j], meanF, inv, scale[j], bias ? bias[j] : 0.0f);
+      store(row * dim + j, normalizeElement(src[j], meanF, inv, scale[j],
+                                            bias ? bias[j] : 0.0f));
   });
+}
+
+} // namespace
+
+void layerNormForward(Context &, int64_t outer, int64_t dim, const float *x,
+                      const float *scale, const float *bias, float eps,
+                      float *y, float *mean, float *invstd) {
+  layerNormRows(
+      outer, dim, x, scale, bias, eps, [&](int64_t i, float v) { y[i] = v; },
+      mean, invstd);
+}
+
+void layerNormForward16(Context &, Storage16 storage, int64_t outer,
+                        int64_t dim, const float *x, const float *scale,
+                        const float *bias, float eps, uint16_t *y, float *mean,
+                        float *invstd) {
+  if (storage == Storage16::Bf16)
+    layerNormRows(
+        outer, dim, x, scale, bias, eps,
+        [&](int64_t i, float v) { y[i] = floatToBf16(v); }, mean, invstd);
+  else
+    layerNormRows(
+        outer, dim, x, scale, bias, eps,
+        [&](int64_t i, float v) { y[i] = floatToHalf(v); }, mean, invstd);
 }
 
 void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,

@@ -24,9 +24,11 @@
 #include "KernelCommon.h"
 #include "Launch.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace mtc::rt {
 
@@ -175,14 +177,17 @@ bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, const float *dy,
   }
 }
 
+/// One row per block; `Out` is float, or uint16_t for a 16-bit y (bfloat16
+/// when `bf16`, else float16), rounded as a conversion would round it.
+template <typename Out>
 __global__ void lnForwardKernel(int64_t outer, int64_t dim, const float *x,
                                 const float *scale, const float *bias,
-                                float eps, float *y, float *mean,
-                                float *invstd) {
+                                float eps, Out *y, float *mean, float *invstd,
+                                bool bf16) {
   __shared__ double scratch[kReduceThreads];
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const float *src = x + row * dim;
-    float *dst = y + row * dim;
+    Out *dst = y + row * dim;
     double sum = 0.0;
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
       sum += src[j];
@@ -203,9 +208,14 @@ __global__ void lnForwardKernel(int64_t outer, int64_t dim, const float *x,
       if (invstd)
         invstd[row] = inv;
     }
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-      dst[j] =
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+      const float v =
           normalizeElement(src[j], meanF, inv, scale[j], bias ? bias[j] : 0.0f);
+      if constexpr (std::is_same_v<Out, float>)
+        dst[j] = v;
+      else
+        dst[j] = bf16 ? floatToBf16(v) : floatToHalf(v);
+    }
   }
 }
 
@@ -343,7 +353,19 @@ void layerNormForward(Context &ctx, int64_t outer, int64_t dim, const float *x,
   if (outer <= 0)
     return;
   lnForwardKernel<<<cuda::gridFor(outer, 1), rowThreads(dim), 0, ctx.stream>>>(
-      outer, dim, x, scale, bias, eps, y, mean, invstd);
+      outer, dim, x, scale, bias, eps, y, mean, invstd, false);
+  checkLaunch(ctx, "lnForwardKernel");
+}
+
+void layerNormForward16(Context &ctx, Storage16 storage, int64_t outer,
+                        int64_t dim, const float *x, const float *scale,
+                        const float *bias, float eps, uint16_t *y, float *mean,
+                        float *invstd) {
+  if (outer <= 0)
+    return;
+  lnForwardKernel<<<cuda::gridFor(outer, 1), rowThreads(dim), 0, ctx.stream>>>(
+      outer, dim, x, scale, bias, eps, y, mean, invstd,
+      storage == Storage16::Bf16);
   checkLaunch(ctx, "lnForwardKernel");
 }
 

@@ -13,6 +13,7 @@
 
 #include "KernelTestFixture.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
 #include <gtest/gtest.h>
@@ -324,6 +325,44 @@ TEST_F(Kernels, LayerNormMatchesReference) {
     expectRelNear(download(dxd, size), dx, 1e-5, dim == 1 ? 1e-3 : 2e-6);
     expectRelNear(download(dscaled, dim), dscale, 1e-5, 1e-5);
     expectRelNear(download(dbiasd, dim), dbias, 1e-5, 1e-5);
+  }
+}
+
+TEST_F(Kernels, LayerNorm16RoundsTheFloat32Result) {
+  // A 16-bit y is the float32 kernel's y rounded (as a conversion rounds
+  // it), bit for bit, and so within half a 16-bit step of the reference;
+  // the statistics are the float32 kernel's.
+  const int64_t outer = 7, dim = 300;
+  std::vector<float> xv = randomVector(outer * dim, -3.0f, 5.0f, 7);
+  std::vector<float> scalev = randomVector(dim, 0.5f, 1.5f, 8);
+  std::vector<float> biasv = randomVector(dim, -1.0f, 1.0f, 9);
+  float *x = upload(xv), *scale = upload(scalev), *bias = upload(biasv);
+  float *y = upload(std::vector<float>(outer * dim));
+  float *mean = upload(std::vector<float>(outer));
+  float *invstd = upload(std::vector<float>(outer));
+  layerNormForward(ctx, outer, dim, x, scale, bias, 1e-5f, y, mean, invstd);
+  const std::vector<float> y32 = download(y, outer * dim);
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    const bool bf16 = storage == Storage16::Bf16;
+    SCOPED_TRACE(bf16 ? "bf16" : "fp16");
+    uint16_t *y16 = upload(std::vector<uint16_t>(outer * dim, 0x7e00), 2);
+    float *mean16 = upload(std::vector<float>(outer));
+    float *invstd16 = upload(std::vector<float>(outer));
+    layerNormForward16(ctx, storage, outer, dim, x, scale, bias, 1e-5f, y16,
+                       mean16, invstd16);
+    const std::vector<uint16_t> got = download(y16, outer * dim + 2);
+    for (int64_t i = 0; i < outer * dim; ++i) {
+      const uint16_t want = bf16 ? floatToBf16(y32[i]) : floatToHalf(y32[i]);
+      ASSERT_EQ(got[i], want) << "at " << i;
+      // Half a step: at most 2^-8 (bf16) or 2^-11 (fp16) of the magnitude.
+      EXPECT_NEAR(storedToFloat(got[i], bf16), y32[i],
+                  std::abs(y32[i]) * (bf16 ? 1.0 / 256 : 1.0 / 2048) + 1e-7);
+    }
+    // Nothing past the output.
+    EXPECT_EQ(got[outer * dim], static_cast<uint16_t>(kSentinel));
+    EXPECT_EQ(got[outer * dim + 1], static_cast<uint16_t>(kSentinel));
+    expectNear(download(mean16, outer), download(mean, outer));
+    expectNear(download(invstd16, outer), download(invstd, outer));
   }
 }
 

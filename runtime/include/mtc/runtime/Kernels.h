@@ -293,6 +293,14 @@ void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
 void layerNormForward(Context &ctx, int64_t outer, int64_t dim, const float *x,
                       const float *scale, const float *bias, float eps,
                       float *y, float *mean, float *invstd);
+/// The same with y stored in 16 bits (`storage`): each normalized value is
+/// rounded as converting layerNormForward's result would round it, and no
+/// float32 result is written (a layer norm whose output only a 16-bit GEMM
+/// reads, under --precision bf16 / fp16).
+void layerNormForward16(Context &ctx, Storage16 storage, int64_t outer,
+                        int64_t dim, const float *x, const float *scale,
+                        const float *bias, float eps, uint16_t *y, float *mean,
+                        float *invstd);
 /// dx ([outer, dim]), dscale and dbias ([dim]; dbias may be null); all
 /// overwritten. Per row, with g = dy * scale:
 /// dx = invstd / dim * (dim * g - sum(g) - xhat * sum(g * xhat));

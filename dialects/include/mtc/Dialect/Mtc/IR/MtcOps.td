@@ -764,7 +764,8 @@ def Mtc_LayerNormOp : Mtc_DiffOp<"layer_norm", [InferTypeOpAdaptor]> {
     shifts, when `bias` is given) with tensors of those trailing dims.
     Returns the mean and inverse standard deviation of each normalized row
     (shaped like the input with the normalized dims set to 1) for the
-    gradient.
+    gradient. The output may be stored in bf16 or f16 (the fusion pass folds
+    a conversion of the output into the op; statistics stay f32).
 
     Example:
 
@@ -778,11 +779,18 @@ def Mtc_LayerNormOp : Mtc_DiffOp<"layer_norm", [InferTypeOpAdaptor]> {
   let arguments = (ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$scale,
                    Optional<Mtc_FloatTensor>:$bias, I64Attr:$axis,
                    F32Attr:$epsilon);
-  let results = (outs Mtc_FloatTensor:$output, Mtc_FloatTensor:$mean,
+  let results = (outs Mtc_StorageFloatTensor:$output, Mtc_FloatTensor:$mean,
                       Mtc_FloatTensor:$invstd);
   let assemblyFormat = "$input `,` $scale (`,` $bias^)? attr-dict `:` "
                        "functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The output may be stored in 16 bits (bf16 / f16): the fusion pass
+    /// folds a conversion of the output into the op, which then rounds each
+    /// normalized value as the conversion would.
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
 }
 
 def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
