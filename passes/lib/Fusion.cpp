@@ -124,8 +124,9 @@ private:
   /// Lets backward kernels recompute the forward values they read instead
   /// of keeping them (see recomputeSaved's comment).
   void recomputeSaved(func::FuncOp func);
-  /// Folds the 16-bit conversion of a layer norm's output into the op.
-  void foldNormConversions(func::FuncOp func);
+  /// Folds the 16-bit conversion of a layer norm's or a transpose's result
+  /// into the op.
+  void foldConversions(func::FuncOp func);
   /// Marks runs of consecutive optimizer updates alike (kUpdateGroup),
   /// which the code generator emits as one multi-tensor update.
   void groupUpdates(func::FuncOp func);
@@ -183,7 +184,7 @@ FusedOp FusionPass::build(ArrayRef<Operation *> group) {
 }
 
 void FusionPass::fuse(func::FuncOp func) {
-  foldNormConversions(func);
+  foldConversions(func);
   SmallVector<SmallVector<Operation *>> runs;
   SmallVector<Operation *> run;
   auto close = [&] {
@@ -522,32 +523,36 @@ void FusionPass::recomputeSaved(func::FuncOp func) {
     prune(op);
 }
 
-/// A layer norm whose output only a 16-bit conversion reads (a GEMM operand
-/// under --precision bf16 / fp16) stores the 16-bit values itself, rounded
-/// as the conversion rounds them: the float32 output is never stored and the
-/// conversion's pass over it disappears.
-void FusionPass::foldNormConversions(func::FuncOp func) {
-  SmallVector<LayerNormOp> norms;
+/// A layer norm or a transpose whose float32 result only a 16-bit
+/// conversion reads (a GEMM or attention operand under --precision bf16 /
+/// fp16) stores the 16-bit values itself, rounded as the conversion rounds
+/// them: the float32 result is never stored and the conversion's pass over
+/// it disappears.
+void FusionPass::foldConversions(func::FuncOp func) {
+  SmallVector<Operation *> candidates;
   for (Operation &op : func.getBody().front())
-    if (auto norm = dyn_cast<LayerNormOp>(op))
-      norms.push_back(norm);
-  for (LayerNormOp norm : norms) {
-    Value y = norm.getOutput();
-    auto convert = y.hasOneUse() ? dyn_cast<ConvertOp>(*y.user_begin())
-                                 : ConvertOp();
+    if (isa<LayerNormOp, TransposeOp>(op) &&
+        cast<ShapedType>(op.getResult(0).getType()).getElementType().isF32())
+      candidates.push_back(&op);
+  for (Operation *op : candidates) {
+    Value result = op->getResult(0);
+    auto convert = result.hasOneUse()
+                       ? dyn_cast<ConvertOp>(*result.user_begin())
+                       : ConvertOp();
     if (!convert || !is16Bit(convert.getOutput()))
       continue;
-    OpBuilder b(norm);
-    auto folded = b.create<LayerNormOp>(
-        norm.getLoc(),
-        TypeRange{convert.getType(), norm.getMean().getType(),
-                  norm.getInvstd().getType()},
-        norm->getOperands(), norm->getAttrs());
-    convert.getOutput().replaceAllUsesWith(folded.getOutput());
-    norm.getMean().replaceAllUsesWith(folded.getMean());
-    norm.getInvstd().replaceAllUsesWith(folded.getInvstd());
+    SmallVector<Type> types(op->getResultTypes());
+    types.front() = convert.getType();
+    OpBuilder b(op);
+    OperationState state(op->getLoc(), op->getName(), op->getOperands(), types,
+                         op->getAttrs());
+    Operation *folded = b.create(state);
+    convert.getOutput().replaceAllUsesWith(folded->getResult(0));
+    for (auto [from, to] : llvm::zip(op->getResults().drop_front(),
+                                     folded->getResults().drop_front()))
+      from.replaceAllUsesWith(to);
     convert.erase();
-    norm.erase();
+    op->erase();
     ++numFoldedConversions;
   }
 }

@@ -113,9 +113,13 @@ void PrecisionPass::convertOperands(func::FuncOp func, Type low) {
     if (!copy)
       return;
     operand.set(copy);
-    // A float32 reshape nothing reads any more would keep its source alive.
-    if (auto reshape = v.getDefiningOp<ReshapeOp>(); reshape && v.use_empty()) {
+    // A float32 reshape (of a reshape...) nothing reads any more would keep
+    // its source alive.
+    while (auto reshape = v.getDefiningOp<ReshapeOp>()) {
+      if (!v.use_empty())
+        break;
       copies.erase(v);
+      v = reshape.getInput();
       reshape.erase();
     }
   };

@@ -191,21 +191,26 @@ func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %z: tensor<4x8xf
 
 // -----
 
-// A layer norm whose output only a 16-bit conversion reads stores the
-// 16-bit values itself; one whose output something else reads too keeps
-// its float32 output and the conversion (here fused with the other reader).
+// A layer norm or a transpose whose float32 result only a 16-bit
+// conversion reads stores the 16-bit values itself; a layer norm whose
+// output something else reads too keeps its float32 output and the
+// conversion (here fused with the other reader).
 // CHECK-LABEL: func.func @train_step
 // CHECK: %[[Y:.+]], %{{.+}}, %{{.+}} = mtc.layer_norm {{.+}} -> (tensor<4x8xbf16>, tensor<4x1xf32>, tensor<4x1xf32>)
 // CHECK-NOT: mtc.convert %[[Y]]
 // CHECK: %[[Z:.+]], %{{.+}}, %{{.+}} = mtc.layer_norm {{.+}} -> (tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
 // CHECK: mtc.fused %[[Z]] : (tensor<4x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xf32>)
 // CHECK: mtc.convert {{.+}} : tensor<4x8xf32> to tensor<4x8xbf16>
-// CHECK: return %[[Y]]
-func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %g: tensor<8xf32> {mtc.role = "param"}) -> (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x1xf32>) {
+// CHECK: %[[T:.+]] = mtc.transpose %{{.+}} : (tensor<4x8xf32>) -> tensor<8x4xbf16>
+// CHECK-NOT: mtc.convert
+// CHECK: return %[[Y]], {{.+}}, %[[T]]
+func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %g: tensor<8xf32> {mtc.role = "param"}) -> (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x1xf32>, tensor<8x4xbf16>) {
   %y, %m, %s = mtc.layer_norm %x, %g {axis = 1 : i64, epsilon = 1.0e-05 : f32} : (tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
   %yh = mtc.convert %y : tensor<4x8xf32> to tensor<4x8xbf16>
   %z, %m2, %s2 = mtc.layer_norm %x, %g {axis = 1 : i64, epsilon = 1.0e-05 : f32} : (tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
   %zh = mtc.convert %z : tensor<4x8xf32> to tensor<4x8xbf16>
   %r = mtc.relu %z : tensor<4x8xf32>
-  return %yh, %zh, %r, %m : tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x1xf32>
+  %t = mtc.transpose %x {perm = array<i64: 1, 0>} : (tensor<4x8xf32>) -> tensor<8x4xf32>
+  %th = mtc.convert %t : tensor<8x4xf32> to tensor<8x4xbf16>
+  return %yh, %zh, %r, %m, %th : tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x1xf32>, tensor<8x4xbf16>
 }

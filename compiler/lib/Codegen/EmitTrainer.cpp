@@ -492,8 +492,15 @@ void Emitter::emitStridedCopy(Value src, int64_t srcOffset,
   int rank = shape.size();
   s << "  {\n    const int64_t shape[] = {" << list(shape) << "};\n"
     << "    const int64_t srcStrides[] = {" << list(srcStrides) << "};\n"
-    << "    const int64_t dstStrides[] = {" << list(dstStrides) << "};\n"
-    << "    stridedCopy(ctx, " << rank << ", shape, " << ptr(src) << ", "
+    << "    const int64_t dstStrides[] = {" << list(dstStrides) << "};\n";
+  // A float32 source stored in 16 bits: the copy rounds each element.
+  if (isLowPrecision(dst) && !isLowPrecision(src)) {
+    s << "    stridedCopyTo16(ctx, " << storage16(dst) << ", " << rank
+      << ", shape, " << ptr(src) << ", " << srcOffset << ", srcStrides, "
+      << ptr(dst) << ", " << dstOffset << ", dstStrides);\n  }\n";
+    return;
+  }
+  s << "    stridedCopy(ctx, " << rank << ", shape, " << ptr(src) << ", "
     << srcOffset << ", srcStrides, " << ptr(dst) << ", " << dstOffset
     << ", dstStrides, "
     << (cast<RankedTensorType>(src.getType()).getElementTypeBitWidth() + 7) / 8

@@ -11,18 +11,25 @@
 #include "mtc/runtime/Kernels.h"
 
 #include <cstring>
+#include <type_traits>
 #include <string>
 
 namespace mtc::rt {
 
 namespace {
 
-template <typename T>
-void stridedCopyImpl(int rank, const int64_t *shape, const T *src,
+/// The identity conversion of a plain copy.
+struct Same {
+  template <typename T> T operator()(T v) const { return v; }
+};
+
+/// Copies `shape` elements, storing convert(source element).
+template <typename S, typename T, typename Convert>
+void stridedCopyImpl(int rank, const int64_t *shape, const S *src,
                      const int64_t *srcStrides, T *dst,
-                     const int64_t *dstStrides) {
+                     const int64_t *dstStrides, Convert convert) {
   if (rank == 0) {
-    dst[0] = src[0];
+    dst[0] = convert(src[0]);
     return;
   }
   // Rows along the last dim; each row is independent.
@@ -41,14 +48,15 @@ void stridedCopyImpl(int rank, const int64_t *shape, const T *src,
       srcAt += idx * srcStrides[i];
       dstAt += idx * dstStrides[i];
     }
-    const T *s = src + srcAt;
+    const S *s = src + srcAt;
     T *t = dst + dstAt;
-    if (srcInner == 1 && dstInner == 1) {
-      std::memcpy(t, s, sizeof(T) * inner);
-      return;
-    }
+    if constexpr (std::is_same_v<S, T>)
+      if (srcInner == 1 && dstInner == 1) {
+        std::memcpy(t, s, sizeof(T) * inner);
+        return;
+      }
     for (int64_t j = 0; j < inner; ++j)
-      t[j * dstInner] = s[j * srcInner];
+      t[j * dstInner] = convert(s[j * srcInner]);
   });
 }
 
@@ -92,19 +100,40 @@ void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
   if (elemBytes == 1)
     stridedCopyImpl(rank, shape, static_cast<const uint8_t *>(src) + srcOffset,
                     srcStrides, static_cast<uint8_t *>(dst) + dstOffset,
-                    dstStrides);
+                    dstStrides, Same());
   else if (elemBytes == 2)
     stridedCopyImpl(rank, shape, static_cast<const uint16_t *>(src) + srcOffset,
                     srcStrides, static_cast<uint16_t *>(dst) + dstOffset,
-                    dstStrides);
+                    dstStrides, Same());
   else if (elemBytes == 4)
     stridedCopyImpl(rank, shape, static_cast<const uint32_t *>(src) + srcOffset,
                     srcStrides, static_cast<uint32_t *>(dst) + dstOffset,
-                    dstStrides);
+                    dstStrides, Same());
   else
     stridedCopyImpl(rank, shape, static_cast<const uint64_t *>(src) + srcOffset,
                     srcStrides, static_cast<uint64_t *>(dst) + dstOffset,
-                    dstStrides);
+                    dstStrides, Same());
+}
+
+void stridedCopyTo16(Context &ctx, Storage16 storage, int rank,
+                     const int64_t *shape, const float *src,
+                     int64_t srcOffset, const int64_t *srcStrides,
+                     uint16_t *dst, int64_t dstOffset,
+                     const int64_t *dstStrides) {
+  if (rank < 0 || rank > kMaxRank) {
+    reportError(ctx, "stridedCopyTo16: unsupported rank " +
+                         std::to_string(rank));
+    return;
+  }
+  for (int i = 0; i < rank; ++i)
+    if (shape[i] == 0)
+      return;
+  if (storage == Storage16::Bf16)
+    stridedCopyImpl(rank, shape, src + srcOffset, srcStrides, dst + dstOffset,
+                    dstStrides, [](float v) { return floatToBf16(v); });
+  else
+    stridedCopyImpl(rank, shape, src + srcOffset, srcStrides, dst + dstOffset,
+                    dstStrides, [](float v) { return floatToHalf(v); });
 }
 
 } // namespace mtc::rt

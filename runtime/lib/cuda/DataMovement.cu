@@ -30,9 +30,20 @@ __global__ void fillKernel(float *y, int64_t n, float value) {
 
 /// One thread per element of `shape`, consecutive threads along the last
 /// dim so that at least one side of a transpose is coalesced.
-template <typename T>
+/// The identity conversion of a plain copy, and the roundings to 16 bits.
+struct Same {
+  template <typename T> __device__ T operator()(T v) const { return v; }
+};
+struct ToBf16 {
+  __device__ uint16_t operator()(float v) const { return floatToBf16(v); }
+};
+struct ToHalf {
+  __device__ uint16_t operator()(float v) const { return floatToHalf(v); }
+};
+
+template <typename S, typename T, typename Convert = Same>
 __global__ void stridedCopyKernel(StridedCopyArgs args, int64_t total,
-                                  const T *src, T *dst) {
+                                  const S *src, T *dst, Convert convert = {}) {
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
     int64_t rest = idx, srcAt = 0, dstAt = 0;
@@ -42,7 +53,7 @@ __global__ void stridedCopyKernel(StridedCopyArgs args, int64_t total,
       srcAt += i * args.srcStrides[d];
       dstAt += i * args.dstStrides[d];
     }
-    dst[dstAt] = src[srcAt];
+    dst[dstAt] = convert(src[srcAt]);
   }
 }
 
@@ -83,6 +94,26 @@ void copyBytes(Context &ctx, void *dst, const void *src, uint64_t bytes) {
     reportError(ctx, std::string("copyBytes: ") + cudaGetErrorString(error));
 }
 
+namespace {
+
+/// The kernel's arguments and element count for `shape`.
+StridedCopyArgs stridedArgs(int rank, const int64_t *shape,
+                            const int64_t *srcStrides,
+                            const int64_t *dstStrides, int64_t &total) {
+  StridedCopyArgs args = {};
+  args.rank = rank;
+  total = 1;
+  for (int i = 0; i < rank; ++i) {
+    args.shape[i] = shape[i];
+    args.srcStrides[i] = srcStrides[i];
+    args.dstStrides[i] = dstStrides[i];
+    total *= shape[i];
+  }
+  return args;
+}
+
+} // namespace
+
 void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
                  int64_t srcOffset, const int64_t *srcStrides, void *dst,
                  int64_t dstOffset, const int64_t *dstStrides, int elemBytes) {
@@ -92,15 +123,9 @@ void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
                          " or element size " + std::to_string(elemBytes));
     return;
   }
-  StridedCopyArgs args = {};
-  args.rank = rank;
-  int64_t total = 1;
-  for (int i = 0; i < rank; ++i) {
-    args.shape[i] = shape[i];
-    args.srcStrides[i] = srcStrides[i];
-    args.dstStrides[i] = dstStrides[i];
-    total *= shape[i];
-  }
+  int64_t total;
+  StridedCopyArgs args =
+      stridedArgs(rank, shape, srcStrides, dstStrides, total);
   if (total == 0)
     return;
   if (elemBytes == 1)
@@ -119,6 +144,30 @@ void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
     stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
         args, total, static_cast<const uint64_t *>(src) + srcOffset,
         static_cast<uint64_t *>(dst) + dstOffset);
+  checkLaunch(ctx, "stridedCopyKernel");
+}
+
+void stridedCopyTo16(Context &ctx, Storage16 storage, int rank,
+                     const int64_t *shape, const float *src,
+                     int64_t srcOffset, const int64_t *srcStrides,
+                     uint16_t *dst, int64_t dstOffset,
+                     const int64_t *dstStrides) {
+  if (rank < 0 || rank > kMaxRank) {
+    reportError(ctx, "stridedCopyTo16: unsupported rank " +
+                         std::to_string(rank));
+    return;
+  }
+  int64_t total;
+  StridedCopyArgs args =
+      stridedArgs(rank, shape, srcStrides, dstStrides, total);
+  if (total == 0)
+    return;
+  if (storage == Storage16::Bf16)
+    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
+        args, total, src + srcOffset, dst + dstOffset, ToBf16());
+  else
+    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
+        args, total, src + srcOffset, dst + dstOffset, ToHalf());
   checkLaunch(ctx, "stridedCopyKernel");
 }
 

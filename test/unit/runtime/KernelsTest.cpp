@@ -363,6 +363,31 @@ TEST_F(Kernels, StridedCopyTransposes) {
   expectNear(download(y, 6), std::vector<float>(6, 2.5f));
 }
 
+TEST_F(Kernels, StridedCopyTo16RoundsEachElement) {
+  // A [2, 3] transpose with an offset into the source, stored in 16 bits:
+  // bf16 rounds 1 + 2^-8 (a tie) to even (1) and 1 + 3 * 2^-8 up; fp16
+  // keeps both (11-bit significands); 70000 overflows fp16 to infinity.
+  const float tie = 1.0f + 1.0f / 256, up = 1.0f + 3.0f / 256;
+  float *x = upload<float>({9, tie, up, -2.5f, 70000, 0.1f, -0.0f});
+  const int64_t shape[2] = {3, 2}, src[2] = {1, 3}, dst[2] = {2, 1};
+  const float values[6] = {tie, 70000, up, 0.1f, -2.5f, -0.0f};
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    const bool bf16 = storage == Storage16::Bf16;
+    SCOPED_TRACE(bf16 ? "bf16" : "fp16");
+    uint16_t *y = upload(std::vector<uint16_t>(6, 0), 1);
+    stridedCopyTo16(ctx, storage, 2, shape, x, 1, src, y, 0, dst);
+    const std::vector<uint16_t> got = download(y, 7);
+    for (int i = 0; i < 6; ++i)
+      EXPECT_EQ(got[i], bf16 ? floatToBf16(values[i]) : floatToHalf(values[i]))
+          << "at " << i;
+    EXPECT_EQ(got[6], static_cast<uint16_t>(kSentinel));
+    EXPECT_EQ(storedToFloat(got[0], bf16), bf16 ? 1.0f : tie);
+    EXPECT_EQ(storedToFloat(got[2], bf16), bf16 ? 1.0f + 4.0f / 256 : up);
+    EXPECT_EQ(std::isinf(storedToFloat(got[1], bf16)), !bf16);
+    EXPECT_TRUE(std::signbit(storedToFloat(got[5], bf16)));
+  }
+}
+
 TEST_F(Kernels, SgdMomentumAndAdamW) {
   float *p = upload<float>({1.0f});
   float *g = upload<float>({0.5f});

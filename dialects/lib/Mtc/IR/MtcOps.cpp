@@ -613,18 +613,6 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-bool LayerNormOp::isCompatibleReturnTypes(TypeRange inferred,
-                                          TypeRange actual) {
-  if (inferred.size() != actual.size() || inferred.drop_front() !=
-                                              actual.drop_front())
-    return false;
-  auto want = cast<RankedTensorType>(inferred.front());
-  auto got = dyn_cast<RankedTensorType>(actual.front());
-  return got && got.getShape() == want.getShape() &&
-         (got.getElementType() == want.getElementType() ||
-          isa<BFloat16Type, Float16Type>(got.getElementType()));
-}
-
 LogicalResult LayerNormOp::verify() {
   ArrayRef<int64_t> x = shapeOf(getInput());
   ArrayRef<int64_t> normalized = x.drop_front(getAxis());
@@ -774,6 +762,18 @@ LogicalResult SoftmaxCrossEntropyOp::verify() {
 }
 
 #define GET_OP_CLASSES
+bool mtc::sameOr16BitFirst(TypeRange inferred, TypeRange actual) {
+  if (inferred.size() != actual.size() ||
+      inferred.drop_front() != actual.drop_front())
+    return false;
+  auto want = cast<RankedTensorType>(inferred.front());
+  auto got = dyn_cast<RankedTensorType>(actual.front());
+  return got && got.getShape() == want.getShape() &&
+         (got.getElementType() == want.getElementType() ||
+          (want.getElementType().isF32() &&
+           isa<BFloat16Type, Float16Type>(got.getElementType())));
+}
+
 Value mtc::viewSource(Operation *op) {
   auto reshape = dyn_cast<ReshapeOp>(op);
   if (!reshape)

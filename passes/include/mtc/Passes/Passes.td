@@ -172,8 +172,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     copy) between two parts of a run moves before it. A forward value
     whose backward readers are all fused kernels that can compute it again
     from what they read anyway is recomputed there and no longer stored. A
-    layer norm whose output only a 16-bit conversion reads stores the
-    16-bit values itself.
+    layer norm or transpose whose result only a 16-bit conversion reads
+    stores the 16-bit values itself.
     A run of consecutive optimizer updates of one kind with the same
     hyperparameters, status and phase gets `mtc.update_group` (its length)
     on its first op: code generation makes it one multi-tensor update.
@@ -186,7 +186,7 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     Statistic<"numFused", "fused-kernels", "Fused kernels created">,
     Statistic<"numFusedOps", "fused-ops", "Elementwise ops fused">,
     Statistic<"numFoldedConversions", "folded-conversions",
-              "Layer norms storing their output in 16 bits themselves">,
+              "Layer norms and transposes storing 16 bits themselves">,
     Statistic<"numRecomputed", "recomputed-values",
               "Saved values recomputed by the backward kernels reading them">,
     Statistic<"numUpdateGroups", "update-groups",

@@ -382,6 +382,14 @@ void stridedCopy(Context &ctx, int rank, const int64_t *shape,
                  const void *src, int64_t srcOffset, const int64_t *srcStrides,
                  void *dst, int64_t dstOffset, const int64_t *dstStrides,
                  int elemBytes);
+/// The same from float32 to 16-bit storage (`storage`), offsets and strides
+/// in elements: each element rounded as a conversion rounds it (a transpose
+/// whose result only a 16-bit GEMM or attention reads).
+void stridedCopyTo16(Context &ctx, Storage16 storage, int rank,
+                     const int64_t *shape, const float *src,
+                     int64_t srcOffset, const int64_t *srcStrides,
+                     uint16_t *dst, int64_t dstOffset,
+                     const int64_t *dstStrides);
 
 //===----------------------------------------------------------------------===//
 // Optimizers (in place on parameter and state buffers)

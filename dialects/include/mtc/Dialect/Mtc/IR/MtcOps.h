@@ -38,6 +38,11 @@ broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 /// buffer, live until the last reader of either.
 mlir::Value viewSource(mlir::Operation *op);
 
+/// Whether result types `actual` are the inferred ones, except that the
+/// first may store float32 in 16 bits (bf16 / f16): for ops into which the
+/// fusion pass folds the 16-bit conversion of their result.
+bool sameOr16BitFirst(mlir::TypeRange inferred, mlir::TypeRange actual);
+
 /// The largest head dims (D and Dv) mtc.attention admits: what the kernels
 /// take (mtc::rt::kMaxAttentionHeadDim, asserted equal in Costs.cpp).
 constexpr int64_t kMaxAttentionHeadDim = 256;

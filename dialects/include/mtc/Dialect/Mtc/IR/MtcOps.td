@@ -536,7 +536,9 @@ def Mtc_ExpandOp : Mtc_DiffOp<"expand"> {
 def Mtc_TransposeOp : Mtc_DiffOp<"transpose", [InferTypeOpAdaptor]> {
   let summary = "Permute the dimensions of a tensor";
   let description = [{
-    Result dim `i` is input dim `perm[i]`.
+    Result dim `i` is input dim `perm[i]`. A float32 input's result may be
+    stored in bf16 or f16 (the fusion pass folds a conversion of the result
+    into the op, which then rounds each element as the conversion would).
 
     Example:
 
@@ -546,10 +548,16 @@ def Mtc_TransposeOp : Mtc_DiffOp<"transpose", [InferTypeOpAdaptor]> {
     ```
   }];
   let arguments = (ins Mtc_AnyTensor:$input, DenseI64ArrayAttr:$perm);
-  let results = (outs Mtc_AnyTensor:$output);
+  let results = (outs Mtc_AnyStorageTensor:$output);
   let assemblyFormat =
       "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual) {
+      return ::mtc::sameOr16BitFirst(inferred, actual);
+    }
+  }];
 }
 
 def Mtc_PadOp : Mtc_DiffOp<"pad", [InferTypeOpAdaptor]> {
@@ -789,7 +797,9 @@ def Mtc_LayerNormOp : Mtc_DiffOp<"layer_norm", [InferTypeOpAdaptor]> {
     /// folds a conversion of the output into the op, which then rounds each
     /// normalized value as the conversion would.
     static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
-                                        ::mlir::TypeRange actual);
+                                        ::mlir::TypeRange actual) {
+      return ::mtc::sameOr16BitFirst(inferred, actual);
+    }
   }];
 }
 
