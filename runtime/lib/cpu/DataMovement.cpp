@@ -60,6 +60,21 @@ void stridedCopyImpl(int rank, const int64_t *shape, const S *src,
   });
 }
 
+/// Whether a strided copy of `shape` has elements to copy; false (after
+/// reporting it to `ctx` as `name`'s error) for an unsupported rank.
+bool hasElements(Context &ctx, const char *name, int rank,
+                 const int64_t *shape) {
+  if (rank < 0 || rank > kMaxRank) {
+    reportError(ctx, std::string(name) + ": unsupported rank " +
+                         std::to_string(rank));
+    return false;
+  }
+  for (int i = 0; i < rank; ++i)
+    if (shape[i] == 0)
+      return false;
+  return true;
+}
+
 } // namespace
 
 void widen16(Context &, Storage16 storage, const uint16_t *x, int64_t n,
@@ -88,15 +103,13 @@ void copyBytes(Context &, void *dst, const void *src, uint64_t bytes) {
 void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
                  int64_t srcOffset, const int64_t *srcStrides, void *dst,
                  int64_t dstOffset, const int64_t *dstStrides, int elemBytes) {
-  if (rank < 0 || rank > kMaxRank ||
-      (elemBytes != 1 && elemBytes != 2 && elemBytes != 4 && elemBytes != 8)) {
-    reportError(ctx, "stridedCopy: unsupported rank " + std::to_string(rank) +
-                         " or element size " + std::to_string(elemBytes));
+  if (elemBytes != 1 && elemBytes != 2 && elemBytes != 4 && elemBytes != 8) {
+    reportError(ctx, "stridedCopy: unsupported element size " +
+                         std::to_string(elemBytes));
     return;
   }
-  for (int i = 0; i < rank; ++i)
-    if (shape[i] == 0)
-      return;
+  if (!hasElements(ctx, "stridedCopy", rank, shape))
+    return;
   if (elemBytes == 1)
     stridedCopyImpl(rank, shape, static_cast<const uint8_t *>(src) + srcOffset,
                     srcStrides, static_cast<uint8_t *>(dst) + dstOffset,
@@ -120,14 +133,8 @@ void stridedCopyTo16(Context &ctx, Storage16 storage, int rank,
                      int64_t srcOffset, const int64_t *srcStrides,
                      uint16_t *dst, int64_t dstOffset,
                      const int64_t *dstStrides) {
-  if (rank < 0 || rank > kMaxRank) {
-    reportError(ctx, "stridedCopyTo16: unsupported rank " +
-                         std::to_string(rank));
+  if (!hasElements(ctx, "stridedCopyTo16", rank, shape))
     return;
-  }
-  for (int i = 0; i < rank; ++i)
-    if (shape[i] == 0)
-      return;
   if (storage == Storage16::Bf16)
     stridedCopyImpl(rank, shape, src + srcOffset, srcStrides, dst + dstOffset,
                     dstStrides, [](float v) { return floatToBf16(v); });

@@ -96,11 +96,19 @@ void copyBytes(Context &ctx, void *dst, const void *src, uint64_t bytes) {
 
 namespace {
 
-/// The kernel's arguments and element count for `shape`.
-StridedCopyArgs stridedArgs(int rank, const int64_t *shape,
-                            const int64_t *srcStrides,
-                            const int64_t *dstStrides, int64_t &total) {
-  StridedCopyArgs args = {};
+/// The kernel's arguments and element count for `shape`; false (after
+/// reporting an unsupported rank to `ctx` as `name`'s error) when there is
+/// nothing to launch.
+bool stridedArgs(Context &ctx, const char *name, int rank,
+                 const int64_t *shape, const int64_t *srcStrides,
+                 const int64_t *dstStrides, StridedCopyArgs &args,
+                 int64_t &total) {
+  if (rank < 0 || rank > kMaxRank) {
+    reportError(ctx, std::string(name) + ": unsupported rank " +
+                         std::to_string(rank));
+    return false;
+  }
+  args = {};
   args.rank = rank;
   total = 1;
   for (int i = 0; i < rank; ++i) {
@@ -109,7 +117,7 @@ StridedCopyArgs stridedArgs(int rank, const int64_t *shape,
     args.dstStrides[i] = dstStrides[i];
     total *= shape[i];
   }
-  return args;
+  return total > 0;
 }
 
 } // namespace
@@ -117,16 +125,15 @@ StridedCopyArgs stridedArgs(int rank, const int64_t *shape,
 void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
                  int64_t srcOffset, const int64_t *srcStrides, void *dst,
                  int64_t dstOffset, const int64_t *dstStrides, int elemBytes) {
-  if (rank < 0 || rank > kMaxRank ||
-      (elemBytes != 1 && elemBytes != 2 && elemBytes != 4 && elemBytes != 8)) {
-    reportError(ctx, "stridedCopy: unsupported rank " + std::to_string(rank) +
-                         " or element size " + std::to_string(elemBytes));
+  if (elemBytes != 1 && elemBytes != 2 && elemBytes != 4 && elemBytes != 8) {
+    reportError(ctx, "stridedCopy: unsupported element size " +
+                         std::to_string(elemBytes));
     return;
   }
+  StridedCopyArgs args;
   int64_t total;
-  StridedCopyArgs args =
-      stridedArgs(rank, shape, srcStrides, dstStrides, total);
-  if (total == 0)
+  if (!stridedArgs(ctx, "stridedCopy", rank, shape, srcStrides, dstStrides,
+                   args, total))
     return;
   if (elemBytes == 1)
     stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
@@ -152,15 +159,10 @@ void stridedCopyTo16(Context &ctx, Storage16 storage, int rank,
                      int64_t srcOffset, const int64_t *srcStrides,
                      uint16_t *dst, int64_t dstOffset,
                      const int64_t *dstStrides) {
-  if (rank < 0 || rank > kMaxRank) {
-    reportError(ctx, "stridedCopyTo16: unsupported rank " +
-                         std::to_string(rank));
-    return;
-  }
+  StridedCopyArgs args;
   int64_t total;
-  StridedCopyArgs args =
-      stridedArgs(rank, shape, srcStrides, dstStrides, total);
-  if (total == 0)
+  if (!stridedArgs(ctx, "stridedCopyTo16", rank, shape, srcStrides,
+                   dstStrides, args, total))
     return;
   if (storage == Storage16::Bf16)
     stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
