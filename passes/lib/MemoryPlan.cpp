@@ -9,8 +9,10 @@
 // persist across steps; values produced by ops live from their definition to
 // their last use; results of the step live to its end; update results share
 // the storage of the argument they are tied to; a reshape of a temporary is
-// a view (one buffer for both, live until the last reader of either); kernel
-// scratch lives only during its op. Placement is best fit against the already placed buffers
+// a view (one buffer for both, live until the last reader of either); a
+// result its kernel can write over an operand (mtc::inPlaceSource) takes
+// that operand's buffer when the operand dies at its op; kernel scratch
+// lives only during its op. Placement is best fit against the already placed buffers
 // whose lifetimes overlap, under several orders (by size, by lifetime, by
 // both, by start); the smallest arena wins.
 //
@@ -227,6 +229,19 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
         bufferOf[r] = shared;
         buffers[shared].end = lastUse(r, buffers[shared].end);
         continue;
+      }
+      // A result written over an operand whose buffer dies here.
+      if (Value source = inPlaceSource(cast<OpResult>(r));
+          source && source.getDefiningOp() &&
+          !isa<ConstantOp>(source.getDefiningOp()) && !tiedTo.count(source)) {
+        unsigned shared = bufferOf[source];
+        Buffer &buf = buffers[shared];
+        if (buf.end == index[&op] &&
+            buf.bytes == alignTo(getTensorBytes(r.getType()), alignment)) {
+          bufferOf[r] = shared;
+          buf.end = lastUse(r, buf.end);
+          continue;
+        }
       }
       addValue(r, index[&op], /*persistent=*/constant);
     }

@@ -73,3 +73,28 @@ func.func @train_step(%x: tensor<16xf32> {mtc.name = "x", mtc.role = "input"})
   %5 = mtc.reduce_sum %4 {axes = array<i64: 0, 1>, keepdims = false} : (tensor<4x4xf32>) -> tensor<f32>
   return %5, %4 : tensor<f32>, tensor<4x4xf32>
 }
+
+// -----
+
+// The log-probabilities are written over logits no later op reads, and the
+// gradient over the log-probabilities (their last reader); logits read
+// after the loss keep their own bytes.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[Y:.+]] = mtc.mul {{.*}}mtc.offsets = array<i64: [[L:[0-9]+]]>
+// CHECK-NEXT: mtc.softmax_cross_entropy %[[Y]], {{.*}}mtc.offsets = array<i64: {{[0-9]+}}, [[L]]>
+// CHECK: mtc.softmax_cross_entropy_grad {{.*}}mtc.offsets = array<i64: [[L]]>
+// CHECK: %[[Z:.+]] = mtc.mul {{.*}}mtc.offsets = array<i64: [[M:[0-9]+]]>
+// CHECK-NOT: mtc.softmax_cross_entropy %[[Z]], {{.*}}mtc.offsets = array<i64: {{[0-9]+}}, [[M]]>
+// CHECK: mtc.relu %[[Z]]
+func.func @train_step(%x: tensor<4x8xf32> {mtc.name = "x", mtc.role = "input"}, %t: tensor<4xi64> {mtc.name = "t", mtc.role = "input"})
+    -> (tensor<4x8xf32> {mtc.role = "grad", mtc.owner = 0 : i64}, tensor<f32> {mtc.role = "loss"}, tensor<4x8xf32> {mtc.role = "grad", mtc.owner = 0 : i64}) {
+  %y = mtc.mul %x, %x : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %l, %p = mtc.softmax_cross_entropy %y, %t : (tensor<4x8xf32>, tensor<4xi64>) -> (tensor<f32>, tensor<4x8xf32>)
+  %one = mtc.constant dense<1.0> : tensor<f32>
+  %g = mtc.softmax_cross_entropy_grad %one, %p, %t : (tensor<f32>, tensor<4x8xf32>, tensor<4xi64>) -> tensor<4x8xf32>
+  %z = mtc.mul %x, %g : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %l2, %p2 = mtc.softmax_cross_entropy %z, %t : (tensor<4x8xf32>, tensor<4xi64>) -> (tensor<f32>, tensor<4x8xf32>)
+  %r = mtc.relu %z : tensor<4x8xf32>
+  %s = mtc.add %r, %p2 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %s, %l2, %g : tensor<4x8xf32>, tensor<f32>, tensor<4x8xf32>
+}

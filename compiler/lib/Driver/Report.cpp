@@ -17,6 +17,19 @@
 using namespace mlir;
 using namespace mtc;
 
+/// The planned arena offset of `v` (-1 when it has none).
+static int64_t offsetOf(func::FuncOp func, Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    auto offset =
+        func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), attr::kOffset);
+    return offset ? offset.getInt() : -1;
+  }
+  auto result = cast<OpResult>(v);
+  auto offsets =
+      result.getOwner()->getAttrOfType<DenseI64ArrayAttr>(attr::kOffsets);
+  return offsets ? offsets[result.getResultNumber()] : -1;
+}
+
 /// Fills `r.timeline`: at each op, the bytes of every value live there
 /// (arguments throughout, op results from their op to their last use,
 /// results of the step to its end, scratch during its op), by category.
@@ -86,6 +99,11 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
     for (Value v : op.getResults()) {
       if (tied.contains(v))
         continue; // shares its argument's bytes
+      int64_t start = isa<ConstantOp>(op) ? 0 : i;
+      // Written over an operand that dies here: counted from the next op.
+      if (Value source = inPlaceSource(cast<OpResult>(v));
+          source && offsetOf(func, source) == offsetOf(func, v))
+        start = i + 1;
       int64_t end = lastUse(v, i);
       if (llvm::is_contained(ret.getOperands(), v) || isa<ConstantOp>(op))
         end = n - 1;
@@ -96,7 +114,7 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
                                    op.hasAttr(attr::kOptimizer)
                                ? &P::temporaries
                                : &P::activations;
-      add(isa<ConstantOp>(op) ? 0 : i, end, bytes, field);
+      add(start, end, bytes, field);
     }
   }
 }

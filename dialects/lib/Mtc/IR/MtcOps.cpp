@@ -774,6 +774,14 @@ bool mtc::sameOr16BitFirst(TypeRange inferred, TypeRange actual) {
            isa<BFloat16Type, Float16Type>(got.getElementType())));
 }
 
+Value mtc::inPlaceSource(OpResult r) {
+  if (auto loss = dyn_cast<SoftmaxCrossEntropyOp>(r.getOwner()))
+    return r == loss.getLogProb() ? loss.getLogits() : nullptr;
+  if (auto grad = dyn_cast<SoftmaxCrossEntropyGradOp>(r.getOwner()))
+    return grad.getLogProb();
+  return nullptr;
+}
+
 Value mtc::viewSource(Operation *op) {
   auto reshape = dyn_cast<ReshapeOp>(op);
   if (!reshape)

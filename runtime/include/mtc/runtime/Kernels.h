@@ -154,6 +154,7 @@ void reduceSum(Context &ctx, int rank, const int64_t *inShape,
                const int64_t *outShape, const float *x, float *y, float scale);
 
 /// Softmax (or log-softmax) of x viewed as [outer, dim, inner] along dim.
+/// y may be x (each element is read before it is written).
 void softmaxForward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
                     const float *x, float *y, bool log);
 /// dx from the forward output y and dy; dx is overwritten.
@@ -168,14 +169,16 @@ enum class Reduction : int { None = 0, Sum = 1, Mean = 2 };
 /// scalar (Sum, Mean) or [n, d] (None). Mean divides by the number of
 /// labels != ignoreIndex. Labels outside [0, c) that are not ignoreIndex are
 /// a data error: the kernel reports it through the context and treats them
-/// as ignored.
+/// as ignored. logProb may be logits (the memory plan writes the
+/// log-probabilities over logits that no later op reads).
 void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c,
                                 int64_t d, const float *logits,
                                 const int64_t *labels, Reduction reduction,
                                 int64_t ignoreIndex, float *loss,
                                 float *logProb);
 /// dlogits from the saved logProb; dloss is a scalar (Sum, Mean) or [n, d].
-/// dlogits is overwritten.
+/// dlogits is overwritten; it may be logProb (each element is read before
+/// it is written).
 void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c,
                                  int64_t d, const float *dloss,
                                  const float *logProb, const int64_t *labels,

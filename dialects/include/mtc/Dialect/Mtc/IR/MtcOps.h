@@ -38,6 +38,12 @@ broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 /// buffer, live until the last reader of either.
 mlir::Value viewSource(mlir::Operation *op);
 
+/// The operand whose bytes result `r` may take over when that operand's
+/// last reader is `r`'s op (the kernel reads each element before writing
+/// it there), or null: softmax_cross_entropy's log-probabilities overwrite
+/// its logits, and its gradient overwrites the log-probabilities.
+mlir::Value inPlaceSource(mlir::OpResult r);
+
 /// Whether result types `actual` are the inferred ones, except that the
 /// first may store float32 in 16 bits (bf16 / f16): for ops into which the
 /// fusion pass folds the 16-bit conversion of their result.
