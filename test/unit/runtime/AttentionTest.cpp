@@ -344,52 +344,69 @@ protected:
     return all;
   }
 
+  /// The guarded output buffers of one forward and backward.
+  struct Outputs {
+    size_t outSize, lseSize, dqSize, dkSize, dvSize;
+    float *out, *lse, *dq, *dk, *dv;
+  };
+
+  Outputs outputs(const AttentionDims &a) {
+    Outputs o;
+    o.outSize = a.batch * a.sq * a.dv;
+    o.lseSize = a.batch * a.sq;
+    o.dqSize = a.batch * a.sq * a.d;
+    o.dkSize = a.batch * a.sk * a.d;
+    o.dvSize = a.batch * a.sk * a.dv;
+    o.out = output(o.outSize);
+    o.lse = output(o.lseSize);
+    o.dq = output(o.dqSize);
+    o.dk = output(o.dkSize);
+    o.dv = output(o.dvSize);
+    return o;
+  }
+
+  /// The outputs' values, after checking that nothing was written past them.
+  Result collect(const Outputs &o) {
+    Result r;
+    r.out = take(o.out, o.outSize, "out");
+    r.lse = take(o.lse, o.lseSize, "lse");
+    r.dq = take(o.dq, o.dqSize, "dq");
+    r.dk = take(o.dk, o.dkSize, "dk");
+    r.dv = take(o.dv, o.dvSize, "dv");
+    return r;
+  }
+
+  const unsigned char *maskOf(const Inputs &in) {
+    return in.mask.empty() ? nullptr : uploadMask(in.mask);
+  }
+
   /// attentionForward, then attentionBackward on the forward's out and lse,
   /// at the context's seed and step.
   Result run(const AttentionDims &a, const Inputs &in) {
-    const size_t outSize = a.batch * a.sq * a.dv, lseSize = a.batch * a.sq;
-    const size_t dqSize = a.batch * a.sq * a.d, dkSize = a.batch * a.sk * a.d;
-    const size_t dvSize = a.batch * a.sk * a.dv;
     float *q = upload(in.q), *k = upload(in.k), *v = upload(in.v);
     float *dout = upload(in.dout);
-    const unsigned char *mask = in.mask.empty() ? nullptr : uploadMask(in.mask);
-    float *out = output(outSize), *lse = output(lseSize);
-    float *dq = output(dqSize), *dk = output(dkSize), *dv = output(dvSize);
-    attentionForward(ctx, a, q, k, v, mask, out, lse);
-    attentionBackward(ctx, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
+    const unsigned char *mask = maskOf(in);
+    Outputs o = outputs(a);
+    attentionForward(ctx, a, q, k, v, mask, o.out, o.lse);
+    attentionBackward(ctx, a, q, k, v, mask, o.out, o.lse, dout, o.dq, o.dk,
+                      o.dv);
     EXPECT_FALSE(hasError(ctx));
-    Result r;
-    r.out = take(out, outSize, "out");
-    r.lse = take(lse, lseSize, "lse");
-    r.dq = take(dq, dqSize, "dq");
-    r.dk = take(dk, dkSize, "dk");
-    r.dv = take(dv, dvSize, "dv");
-    return r;
+    return collect(o);
   }
 
   /// attentionForward16, then attentionBackward16 on its out and lse; `in`
   /// gives the mask.
   Result run16(const AttentionDims &a, Storage16 storage, const Inputs &in,
                const Inputs16 &bits) {
-    const size_t outSize = a.batch * a.sq * a.dv, lseSize = a.batch * a.sq;
-    const size_t dqSize = a.batch * a.sq * a.d, dkSize = a.batch * a.sk * a.d;
-    const size_t dvSize = a.batch * a.sk * a.dv;
     const uint16_t *q = upload(bits.q), *k = upload(bits.k);
     const uint16_t *v = upload(bits.v), *dout = upload(bits.dout);
-    const unsigned char *mask = in.mask.empty() ? nullptr : uploadMask(in.mask);
-    float *out = output(outSize), *lse = output(lseSize);
-    float *dq = output(dqSize), *dk = output(dkSize), *dv = output(dvSize);
-    attentionForward16(ctx, storage, a, q, k, v, mask, out, lse);
-    attentionBackward16(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk,
-                        dv);
+    const unsigned char *mask = maskOf(in);
+    Outputs o = outputs(a);
+    attentionForward16(ctx, storage, a, q, k, v, mask, o.out, o.lse);
+    attentionBackward16(ctx, storage, a, q, k, v, mask, o.out, o.lse, dout,
+                        o.dq, o.dk, o.dv);
     EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
-    Result r;
-    r.out = take(out, outSize, "out");
-    r.lse = take(lse, lseSize, "lse");
-    r.dq = take(dq, dqSize, "dq");
-    r.dk = take(dk, dkSize, "dk");
-    r.dv = take(dv, dvSize, "dv");
-    return r;
+    return collect(o);
   }
 };
 
