@@ -18,8 +18,9 @@
 //
 // Two scoring rules (bytes freed at the peak; excess removed over every op
 // above the budget) each run with a local search: forbid one recomputation
-// of the best choice and solve again, or start the greedy from one
-// recomputation it lacks. The cheapest result that fits wins. The number of
+// of the best choice and solve again, start the greedy from one
+// recomputation it lacks, or forbid two of the best choice's most
+// expensive recomputations at once. The cheapest result that fits wins. The number of
 // greedy runs is fixed, so the result does not depend on the machine.
 //
 //===----------------------------------------------------------------------===//
@@ -31,6 +32,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 using namespace mtc;
 
@@ -429,6 +431,13 @@ RematSolution solveWith(const RematProblem &problem,
     points[u].erase(std::unique(points[u].begin(), points[u].end()),
                     points[u].end());
   }
+  // The greedy run from a forced recomputation of `v` at `t`.
+  auto forced = [&](int64_t v, int64_t t) -> std::optional<RematSolution> {
+    Solver solver(problem, consumers, budget, banned, spread);
+    if (!solver.force(v, t, /*move=*/false))
+      return std::nullopt;
+    return solver.run();
+  };
   tries = kRematImprovementTries;
   improved = true;
   while (improved && tries > 0) {
@@ -439,18 +448,47 @@ RematSolution solveWith(const RematProblem &problem,
       for (int64_t t : points[v]) {
         if (tries-- <= 0)
           break;
-        Solver solver(problem, consumers, budget, banned, spread);
-        if (!solver.force(v, t, /*move=*/false))
-          continue;
-        RematSolution s = solver.run();
-        if (better(s, best, budget)) {
-          best = std::move(s);
+        if (auto s = forced(v, t); s && better(*s, best, budget)) {
+          best = std::move(*s);
           improved = true;
         }
       }
       if (tries <= 0)
         break;
     }
+  }
+  // (3) Forbid two recomputations of the best choice at once (among its
+  // most expensive ones): moves a recomputation from one place of the step
+  // to an equivalent one elsewhere (another layer's copy of the same
+  // chain), which one ban alone does not find when the greedy takes the
+  // second copy back.
+  constexpr size_t kPairBanCandidates = 8;
+  tries = kRematImprovementTries;
+  improved = true;
+  while (improved && tries > 0) {
+    improved = false;
+    std::vector<int64_t> chosen;
+    for (auto [u, at] : llvm::enumerate(best.cloneAt))
+      if (at >= 0 && problem.candidates[u].flops > 0)
+        chosen.push_back(u);
+    std::stable_sort(chosen.begin(), chosen.end(), [&](int64_t a, int64_t b) {
+      return problem.candidates[a].flops > problem.candidates[b].flops;
+    });
+    if (chosen.size() > kPairBanCandidates)
+      chosen.resize(kPairBanCandidates);
+    for (size_t i = 0; i < chosen.size() && !improved && tries > 0; ++i)
+      for (size_t j = i + 1; j < chosen.size() && !improved && tries-- > 0;
+           ++j) {
+        banned[chosen[i]] = banned[chosen[j]] = true;
+        RematSolution s =
+            Solver(problem, consumers, budget, banned, spread).run();
+        if (better(s, best, budget)) {
+          best = std::move(s);
+          improved = true;
+        } else {
+          banned[chosen[i]] = banned[chosen[j]] = false;
+        }
+      }
   }
   return best;
 }

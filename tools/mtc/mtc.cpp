@@ -881,11 +881,28 @@ int runCompile(MLIRContext &context) {
   printReportTable(*report, out);
   if (!forwardOnly && report->recomputeFlops)
     printRecomputed(*module, *report, out);
-  if (planCmd && !curve.empty())
+  // The smallest budget mtc can meet: the arena planned with recomputation
+  // aimed at the solver's floor (the least peak of live tensors it
+  // reaches), which adds the arena's placement and fusion's effects to it.
+  auto leastPlan = [&]() -> FailureOr<OwningOpRef<ModuleOp>> {
+    if (!chosen.floor)
+      chosen.floor = solveRemat(chosen.problem, 0).peak;
+    return place(*chosen.differentiated, std::max<int64_t>(chosen.floor, 1),
+                 chosen.micro);
+  };
+  if (planCmd && !curve.empty()) {
     printCurve(curve, chosen.problem, out);
+    auto least = leastPlan();
+    if (failed(least))
+      return 1;
+    uint64_t bytes = arenaOf(**least);
+    out << llvm::format("smallest budget mtc can meet: %s (%llu B), the "
+                        "arena planned at the floor\n",
+                        formatBytes(bytes).c_str(),
+                        static_cast<unsigned long long>(bytes));
+  }
   if (budget && report->totalBytes > *budget) {
-    // The smallest budget: the plan with everything recomputed that can be.
-    auto floorPlan = place(*chosen.differentiated, 1, chosen.micro);
+    auto floorPlan = leastPlan();
     if (failed(floorPlan))
       return 1;
     auto least = computeMemoryReport(**floorPlan);
@@ -905,8 +922,8 @@ int runCompile(MLIRContext &context) {
                 formatBytes(*budget) + " (" + Twine(*budget) +
                 " bytes); the smallest budget mtc can meet for this model "
                 "and batch is " + formatBytes(least->totalBytes) + " (" +
-                Twine(least->totalBytes) + " bytes) with every activation " +
-                "recomputed that can be; " + describePeak(*least) + "; " +
+                Twine(least->totalBytes) + " bytes), with the recomputation " +
+                "that reaches the least peak; " + describePeak(*least) + "; " +
                 hint);
   }
   if (planCmd) {

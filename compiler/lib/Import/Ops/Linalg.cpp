@@ -62,8 +62,20 @@ LogicalResult importMatMul(ImportContext &ctx) {
                     Twine(rs[rs.size() - 2]) + ")");
   if (failed(broadcastShapes(ls.drop_back(2), rs.drop_back(2))))
     return ctx.fail("batch dimensions do not broadcast");
-  Value y = bld.create<MatMulOp>(loc, lhs, rhs, bld.getBoolAttr(false),
-                                 bld.getBoolAttr(false));
+  // A 2-D operand that is a transpose (exporters write Linear as
+  // MatMul(x, Transpose(W))) is read through the GEMM's transpose flag: no
+  // copy of the weight in the forward pass, and its gradient comes out in
+  // the weight's own layout.
+  auto transposed = [](Value &v) {
+    auto t = v.getDefiningOp<TransposeOp>();
+    if (!t || shapeOf(v).size() != 2 || t.getPerm() != ArrayRef<int64_t>{1, 0})
+      return false;
+    v = t.getInput();
+    return true;
+  };
+  bool ta = transposed(lhs), tb = transposed(rhs);
+  Value y = bld.create<MatMulOp>(loc, lhs, rhs, bld.getBoolAttr(ta),
+                                 bld.getBoolAttr(tb));
   if (aVector || bVector) {
     SmallVector<int64_t> shape(shapeOf(y));
     if (bVector)
