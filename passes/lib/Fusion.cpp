@@ -124,6 +124,9 @@ private:
   /// Lets backward kernels recompute the forward values they read instead
   /// of keeping them (see recomputeSaved's comment).
   void recomputeSaved(func::FuncOp func);
+  /// Folds a linear layer's bias add into its GEMM, and the sum of its
+  /// bias gradient into its weight-gradient GEMM (see formEpilogues).
+  void formEpilogues(func::FuncOp func);
   /// Folds the 16-bit conversion of a layer norm's or a transpose's result
   /// into the op.
   void foldConversions(func::FuncOp func);
@@ -184,6 +187,7 @@ FusedOp FusionPass::build(ArrayRef<Operation *> group) {
 }
 
 void FusionPass::fuse(func::FuncOp func) {
+  formEpilogues(func);
   foldConversions(func);
   SmallVector<SmallVector<Operation *>> runs;
   SmallVector<Operation *> run;
@@ -367,7 +371,15 @@ Value RecomputePlan::aliveCopy(Value v) const {
   // rounding), and for float32 values.
   if (!is16Bit(saved) || !cast<ShapedType>(v.getType()).getElementType().isF32())
     return nullptr;
-  for (Operation *user : v.getUsers()) {
+  // The conversion reads `v`, or `v` as the body argument of a fused op.
+  SmallVector<Operation *> users(v.getUsers());
+  for (Operation *user : v.getUsers())
+    if (auto fused = dyn_cast<FusedOp>(user))
+      for (auto [input, arg] : llvm::zip(fused.getInputs(),
+                                         fused.getBody().getArguments()))
+        if (input == v)
+          llvm::append_range(users, arg.getUsers());
+  for (Operation *user : users) {
     auto convert = dyn_cast<ConvertOp>(user);
     if (!convert || !is16Bit(convert.getOutput()))
       continue;
@@ -521,6 +533,151 @@ void FusionPass::recomputeSaved(func::FuncOp func) {
       kernels.push_back(&op);
   for (Operation *op : llvm::reverse(kernels))
     prune(op);
+}
+
+//===----------------------------------------------------------------------===//
+// GEMM epilogues
+//===----------------------------------------------------------------------===//
+//
+// A linear layer is a GEMM and a bias add; its gradient a GEMM for the
+// weight and a column sum of the output gradient for the bias. cuBLASLt
+// adds the bias as the GEMM writes its result, and sums the gradient as
+// the weight-gradient GEMM reads it, so neither needs a pass over memory
+// of its own. The CPU target runs the same ops (the bias as the GEMM's
+// starting value, the sums in the same entry point).
+
+/// Whether `v` is defined before `op` (block arguments always are).
+static bool definedBefore(Value v, Operation *op) {
+  Operation *def = v.getDefiningOp();
+  return !def || (def->getBlock() == op->getBlock() && def->isBeforeInBlock(op));
+}
+
+/// Moves the readers of `v` that run before `op` (and, in turn, their
+/// readers before it) to right after `op`, in order, so that `v` can be
+/// computed at `op`. Every op of the step is pure; an optimizer update that
+/// writes its parameter in place only moves later, after more readers of
+/// the old value, never before one.
+static LogicalResult moveReadersAfter(Value v, Operation *op) {
+  Block *block = op->getBlock();
+  llvm::SetVector<Operation *> moved;
+  SmallVector<Value> pending{v};
+  while (!pending.empty()) {
+    for (Operation *user : pending.pop_back_val().getUsers()) {
+      if (user->getBlock() != block)
+        return failure();
+      if (op->isBeforeInBlock(user) || !moved.insert(user))
+        continue;
+      llvm::append_range(pending, user->getResults());
+    }
+  }
+  SmallVector<Operation *> order(moved.begin(), moved.end());
+  llvm::sort(order, [](Operation *a, Operation *b) {
+    return a->isBeforeInBlock(b);
+  });
+  Operation *after = op;
+  for (Operation *m : order) {
+    m->moveAfter(after);
+    after = m;
+  }
+  return success();
+}
+
+/// Whether `v` holds the values of `t` as a GEMM reads them: `t` itself,
+/// a reshape (a view), its 16-bit copy, or a chain of those.
+static bool holdsValuesOf(Value v, Value t) {
+  while (v != t) {
+    Operation *def = v.getDefiningOp();
+    if (!isa_and_nonnull<ReshapeOp, ConvertOp>(def))
+      return false;
+    v = def->getOperand(0);
+  }
+  return true;
+}
+
+void FusionPass::formEpilogues(func::FuncOp func) {
+  SmallVector<MatMulOp> matmuls;
+  SmallVector<ReduceSumOp> sums;
+  for (Operation &op : func.getBody().front()) {
+    if (auto mm = dyn_cast<MatMulOp>(op))
+      matmuls.push_back(mm);
+    if (auto sum = dyn_cast<ReduceSumOp>(op))
+      sums.push_back(sum);
+  }
+  // Forward: matmul(x, W) + bias, the matmul read by the add alone.
+  for (MatMulOp mm : matmuls) {
+    Value y = mm.getOutput();
+    if (mm.getBias() || mm.getTransposeA() || shapeOf(mm.getB()).size() != 2 ||
+        !y.hasOneUse())
+      continue;
+    auto add = dyn_cast<AddOp>(*y.user_begin());
+    if (!add || add.getLhs() == add.getRhs() || !samePhase(mm, add) ||
+        add.getType() != y.getType())
+      continue;
+    Value bias = add.getLhs() == y ? add.getRhs() : add.getLhs();
+    auto biasType = cast<RankedTensorType>(bias.getType());
+    if (biasType.getShape() != ArrayRef<int64_t>{shapeOf(y).back()} ||
+        !biasType.getElementType().isF32() || !definedBefore(bias, mm))
+      continue;
+    mm.getBiasMutable().assign(bias);
+    add.replaceAllUsesWith(y);
+    add.erase();
+    ++numBiasEpilogues;
+  }
+  // Backward: the sum of dY over every axis but the last, next to a 2-D
+  // GEMM that reads dY (or its view or 16-bit copy) with the summed axes
+  // as its inner dimension: the weight gradient.
+  for (ReduceSumOp sum : sums) {
+    Value dy = sum.getInput();
+    ArrayRef<int64_t> shape = shapeOf(dy);
+    int64_t rank = shape.size();
+    if (rank < 2 || sum.getAxes() != ArrayRef(llvm::to_vector(
+                                          llvm::seq<int64_t>(0, rank - 1))))
+      continue;
+    int64_t n = shape.back(),
+            k = cast<ShapedType>(dy.getType()).getNumElements() / n;
+    MatMulOp gemm;
+    bool sumA = false;
+    for (MatMulOp mm : matmuls) {
+      if (!mm || mm.getBias() || shapeOf(mm.getA()).size() != 2 ||
+          shapeOf(mm.getB()).size() != 2 || !samePhase(mm, sum))
+        continue;
+      if (!mm.getTransposeB() && shapeOf(mm.getB()) == ArrayRef<int64_t>{k, n} &&
+          holdsValuesOf(mm.getB(), dy)) {
+        gemm = mm;
+        sumA = false;
+        break;
+      }
+      if (mm.getTransposeA() && shapeOf(mm.getA()) == ArrayRef<int64_t>{k, n} &&
+          holdsValuesOf(mm.getA(), dy)) {
+        gemm = mm;
+        sumA = true;
+        break;
+      }
+    }
+    if (!gemm || failed(moveReadersAfter(sum.getOutput(), gemm)))
+      continue;
+    OpBuilder b(gemm);
+    auto gradType = RankedTensorType::get({n}, b.getF32Type());
+    auto fused = b.create<MatMulBiasGradOp>(
+        gemm.getLoc(), TypeRange{gemm.getType(), gradType}, gemm.getA(),
+        gemm.getB(), gemm.getTransposeAAttr(), gemm.getTransposeBAttr(),
+        b.getBoolAttr(sumA));
+    for (NamedAttribute attr : gemm->getDiscardableAttrs())
+      fused->setAttr(attr.getName(), attr.getValue());
+    Value grad = fused.getBiasGrad();
+    if (sum.getType() != gradType)
+      grad = b.create<ReshapeOp>(gemm.getLoc(), sum.getType(), grad);
+    if (Operation *reshape = grad.getDefiningOp<ReshapeOp>())
+      for (StringRef name : kPhaseAttrs)
+        if (Attribute value = gemm->getAttr(name))
+          reshape->setAttr(name, value);
+    sum.replaceAllUsesWith(grad);
+    gemm.replaceAllUsesWith(fused.getOutput());
+    *llvm::find(matmuls, gemm) = MatMulOp();
+    sum.erase();
+    gemm.erase();
+    ++numBiasGradEpilogues;
+  }
 }
 
 /// A layer norm or a transpose whose float32 result only a 16-bit

@@ -21,6 +21,7 @@
 #include <vector>
 
 #ifdef MTC_RUNTIME_CUDA
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #endif
@@ -62,6 +63,13 @@ struct Context {
 #ifdef MTC_RUNTIME_CUDA
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  /// cuBLASLt, for the GEMMs with epilogues (bias, bias gradient), and its
+  /// fixed workspace (allocated with the handle, like cuBLAS's own).
+  cublasLtHandle_t lt = nullptr;
+  void *ltWorkspace = nullptr;
+  size_t ltWorkspaceBytes = 0;
+  /// Whether the last epilogue GEMM ran as one (lastGemmUsedEpilogue).
+  bool lastGemmEpilogue = false;
   /// The step counters kernels read (cuda::stepCounters), in device memory
   /// so that a replayed CUDA graph sees each step's values, and the values
   /// last uploaded there.

@@ -238,6 +238,7 @@ private:
 
   void emitGemm(GemmOp op);
   void emitMatMul(MatMulOp op);
+  void emitMatMulBiasGrad(MatMulBiasGradOp op);
   void emitStridedCopy(Value src, int64_t srcOffset,
                        ArrayRef<int64_t> srcStrides, Value dst,
                        int64_t dstOffset, ArrayRef<int64_t> dstStrides,
@@ -704,6 +705,25 @@ void Emitter::emitMatMul(MatMulOp op) {
   };
   auto sa = batchStride(aBatch, aMat), sb = batchStride(bBatch, bMat);
   GemmCall g = gemmOperands(op, op.getA(), op.getB());
+  if (br == 2 && !ta) {
+    // A 2-D weight and a batch of row-major inputs: one GEMM with the batch
+    // folded into the rows (the output's batch is contiguous alike).
+    std::string function = g.function;
+    std::string bias;
+    if (Value v = op.getBias()) {
+      function += "Bias";
+      bias = ptr(v) + ", ";
+    }
+    emitCall(llvm::formatv("{0}(ctx, {1}false, {2}, {3}, {4}, {5}, {6}{7}, "
+                           "{8}, {9}, {10}, {11}{12}, {4})",
+                           function, g.storage, tb ? "true" : "false",
+                           batch * m, n, kk,
+                           op.getBias() ? "" : "1.0f, ", g.a, lda, g.b, ldb,
+                           op.getBias() ? bias : "0.0f, ",
+                           ptr(op.getOutput()))
+                 .str());
+    return;
+  }
   // A full or fully broadcast batch is one strided-batched call; anything
   // else (e.g. [2,1,..] x [1,3,..]) loops over the output batch.
   if (sa && sb && (aBatch == batch || bBatch == batch || batch == 1)) {
@@ -743,6 +763,21 @@ void Emitter::emitMatMul(MatMulOp op) {
                      g.a, lda, g.b, ldb, ptr(op.getOutput()), m * n,
                      g.function, g.storage)
     << "  }\n";
+}
+
+void Emitter::emitMatMulBiasGrad(MatMulBiasGradOp op) {
+  ArrayRef<int64_t> a = shapeOf(op.getA()), b = shapeOf(op.getB()),
+                    y = shapeOf(op.getOutput());
+  bool ta = op.getTransposeA(), tb = op.getTransposeB();
+  GemmCall g = gemmOperands(op, op.getA(), op.getB());
+  emitCall(llvm::formatv("{0}BiasGrad(ctx, {1}{2}, {3}, {4}, {5}, {6}, {7}, "
+                         "{8}, {9}, {10}, {11}, {5}, {12}, {13})",
+                         g.function, g.storage, ta ? "true" : "false",
+                         tb ? "true" : "false", y[0], y[1], ta ? a[0] : a[1],
+                         g.a, a[1], g.b, b[1], ptr(op.getOutput()),
+                         op.getSumA() ? "true" : "false",
+                         ptr(op.getBiasGrad()))
+               .str());
 }
 
 void Emitter::emitOp(Operation *op) {
@@ -888,6 +923,7 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](FusedOp f) { emitFused(f); })
       .Case([&](GemmOp g) { emitGemm(g); })
       .Case([&](MatMulOp m) { emitMatMul(m); })
+      .Case([&](MatMulBiasGradOp m) { emitMatMulBiasGrad(m); })
       .Case([&](ConvOp c) {
         emitCall(storageCall("conv2dForward", c.getInput()) +
                  convParams(shapeOf(c.getInput()), shapeOf(c.getWeight()),

@@ -179,6 +179,6 @@ llvm::Error mtc::buildTrainer(const std::string &source,
              {"-O2", "-std=c++17", "-ccbin", *host,
               "-gencode=arch=compute_" + arch + ",code=sm_" + arch, include,
               sourcePath, asmObject, libDir + "/libmtc_runtime_cuda.a",
-              "-lcublas", "-o", out},
+              "-lcublasLt", "-lcublas", "-o", out},
              options.verbose);
 }

@@ -44,6 +44,29 @@ void scaleMatrix(int64_t m, int64_t n, float beta, float *c, int64_t ldc) {
       c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
 }
 
+/// sums[j] = the sum over the rows of column j of a [rows, cols] matrix
+/// with leading dimension ld.
+void columnSums(const float *x, int64_t rows, int64_t cols, int64_t ld,
+                float *sums) {
+  // Each thread sums a band of columns over every row, in double and in
+  // row order, so the result does not depend on the thread count.
+  constexpr int64_t kBand = 64;
+  int64_t bands = (cols + kBand - 1) / kBand;
+  cpu::parallelFor(0, bands, rows * cols >= cpu::kParallelGrain,
+                   [&](int64_t band) {
+                     int64_t first = band * kBand;
+                     int64_t count = std::min(kBand, cols - first);
+                     double acc[kBand] = {};
+                     for (int64_t r = 0; r < rows; ++r) {
+                       const float *row = x + r * ld + first;
+                       for (int64_t j = 0; j < count; ++j)
+                         acc[j] += row[j];
+                     }
+                     for (int64_t j = 0; j < count; ++j)
+                       sums[first + j] = static_cast<float>(acc[j]);
+                   });
+}
+
 } // namespace
 
 void gemm(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
@@ -103,6 +126,32 @@ void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
   for (int64_t i = 0; i < batch; ++i)
     gemm(ctx, transA, transB, m, n, k, alpha, a + i * strideA, lda,
          b + i * strideB, ldb, beta, c + i * strideC, ldc);
+}
+
+void gemmBias(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
+              int64_t k, const float *a, int64_t lda, const float *b,
+              int64_t ldb, const float *bias, float *c, int64_t ldc) {
+  // The bias is C's starting value; the GEMM accumulates onto it.
+  cpu::parallelFor(0, m, m * n >= cpu::kParallelGrain, [&](int64_t i) {
+    std::copy(bias, bias + n, c + i * ldc);
+  });
+  gemm(ctx, transA, transB, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
+void gemmBiasGrad(Context &ctx, bool transA, bool transB, int64_t m,
+                  int64_t n, int64_t k, const float *a, int64_t lda,
+                  const float *b, int64_t ldb, float *c, int64_t ldc,
+                  bool sumA, float *biasGrad) {
+  if (sumA ? !transA : transB) {
+    reportError(ctx, "gemmBiasGrad: the summed operand must be stored "
+                     "[K, ...]");
+    return;
+  }
+  gemm(ctx, transA, transB, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  if (sumA)
+    columnSums(a, k, m, lda, biasGrad);
+  else
+    columnSums(b, k, n, ldb, biasGrad);
 }
 
 } // namespace mtc::rt

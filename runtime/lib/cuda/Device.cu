@@ -90,6 +90,9 @@ namespace device {
 
 const char *kind() { return "cuda"; }
 
+/// cuBLASLt's workspace: what NVIDIA recommends for Hopper GEMMs.
+constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
+
 Status initialize(Context &ctx) {
   int count = 0;
   cudaError_t error = cudaGetDeviceCount(&count);
@@ -110,6 +113,16 @@ Status initialize(Context &ctx) {
   if (status != CUBLAS_STATUS_SUCCESS)
     return Status::error(std::string("cannot initialize cuBLAS: ") +
                          cublasGetStatusString(status));
+  status = cublasLtCreate(&ctx.lt);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    ctx.lt = nullptr;
+    return Status::error(std::string("cannot initialize cuBLASLt: ") +
+                         cublasGetStatusString(status));
+  }
+  error = cudaMalloc(&ctx.ltWorkspace, kLtWorkspaceBytes);
+  if (error != cudaSuccess)
+    return cudaFailure("cannot allocate the cuBLASLt workspace", error);
+  ctx.ltWorkspaceBytes = kLtWorkspaceBytes;
   error = cudaMalloc(&ctx.deviceCounters, sizeof(StepCounters));
   if (error != cudaSuccess)
     return cudaFailure("cannot allocate the step counters", error);
@@ -137,6 +150,13 @@ void shutdown(Context &ctx) {
   ctx.errorRecord = nullptr;
   if (ctx.blas)
     cublasDestroy(ctx.blas);
+  if (ctx.lt)
+    cublasLtDestroy(ctx.lt);
+  if (ctx.ltWorkspace)
+    cudaFree(ctx.ltWorkspace);
+  ctx.lt = nullptr;
+  ctx.ltWorkspace = nullptr;
+  ctx.ltWorkspaceBytes = 0;
   if (ctx.stream)
     cudaStreamDestroy(ctx.stream);
   ctx.blas = nullptr;

@@ -10,11 +10,19 @@
 // C^T = op(B)^T op(A)^T: the operands swap places and keep their
 // transpose flags.
 //
+// GEMMs with an epilogue (a linear layer's bias; the sums of its output
+// gradient for the bias gradient) go through cuBLASLt. In its column-major
+// terms C^T has n rows, so the bias (n values) is its BIAS epilogue; the
+// sums of our B (its A) are BGRADA, those of our A (its B) BGRADB. When
+// cuBLASLt offers no algorithm for a case, a plain GEMM and a kernel of
+// ours do the same work.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Launch.h"
 
 #include "mtc/runtime/Cuda.h"
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
 #include <climits>
@@ -63,7 +71,116 @@ void scaleOnly(Context &ctx, int64_t m, int64_t n, float beta, float *c,
   checkLaunch(ctx, "gemmScaleKernel");
 }
 
+/// Every row of the [m, n] C starts as bias.
+__global__ void broadcastRowsKernel(int64_t m, int64_t n, const float *bias,
+                                    float *c, int64_t ldc) {
+  for (int64_t i = cuda::threadIndex(); i < m * n; i += cuda::threadCount())
+    c[(i / n) * ldc + i % n] = bias[i % n];
+}
+
+constexpr int kSumColumns = 32, kSumRowGroups = 8;
+
+/// sums[j] = the sum over rows of column j of a [rows, cols] matrix: a
+/// block per 32 columns, 8 row groups per block reduced in shared memory.
+template <typename T>
+__global__ void columnSumsKernel(const T *x, int64_t rows, int64_t cols,
+                                 int64_t ld, bool bf16, float *sums) {
+  __shared__ float partial[kSumRowGroups][kSumColumns];
+  int64_t col = int64_t(blockIdx.x) * kSumColumns + threadIdx.x;
+  float acc = 0.0f;
+  if (col < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += kSumRowGroups)
+      acc += storedToFloat(x[r * ld + col], bf16);
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+    for (int g = 0; g < kSumRowGroups; ++g)
+      total += partial[g][threadIdx.x];
+    sums[col] = total;
+  }
+}
+
+template <typename T>
+void columnSums(Context &ctx, const T *x, int64_t rows, int64_t cols,
+                int64_t ld, bool bf16, float *sums) {
+  if (cols == 0)
+    return;
+  dim3 block(kSumColumns, kSumRowGroups);
+  unsigned grid = static_cast<unsigned>((cols + kSumColumns - 1) / kSumColumns);
+  columnSumsKernel<T><<<grid, block, 0, ctx.stream>>>(x, rows, cols, ld, bf16,
+                                                     sums);
+  checkLaunch(ctx, "columnSumsKernel");
+}
+
+/// One cuBLASLt GEMM C = op(A) op(B) (alpha 1, beta 0) of A and B stored as
+/// `type`, C float32, with `epilogue` writing or reading `vector` (the bias,
+/// or the bias gradient). False when cuBLASLt has no algorithm for it.
+bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
+            int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+            const void *b, int64_t ldb, float *c, int64_t ldc,
+            cublasLtEpilogue_t epilogue, const void *vector) {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  bool ok = false;
+  // Column-major: cuBLASLt's A is our B ([n, k] after its op), its B our A.
+  cublasOperation_t opA = opOf(transB), opB = opOf(transA);
+  cudaDataType_t f32 = CUDA_R_32F;
+  size_t workspace = ctx.ltWorkspaceBytes;
+  cublasLtMatmulHeuristicResult_t heuristic = {};
+  int found = 0;
+  float one = 1.0f, zero = 0.0f;
+  if (cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
+                                     sizeof(opA)) ||
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
+                                     sizeof(opB)) ||
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                     &epilogue, sizeof(epilogue)) ||
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                     &vector, sizeof(vector)) ||
+      cublasLtMatmulDescSetAttribute(
+          desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32, sizeof(f32)) ||
+      cublasLtMatrixLayoutCreate(&la, type, transB ? k : n, transB ? n : k,
+                                 ldb) ||
+      cublasLtMatrixLayoutCreate(&lb, type, transA ? m : k, transA ? k : m,
+                                 lda) ||
+      cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, ldc) ||
+      cublasLtMatmulPreferenceCreate(&pref) ||
+      cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+          sizeof(workspace)) ||
+      cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc, la, lb, lc, lc, pref, 1,
+                                     &heuristic, &found) ||
+      found == 0) {
+    ok = false;
+  } else {
+    // A failed launch is reported; the fallback does not run on top of it.
+    cuda::checkBlas(ctx,
+                    cublasLtMatmul(ctx.lt, desc, &one, b, la, a, lb, &zero, c,
+                                   lc, c, lc, &heuristic.algo,
+                                   ctx.ltWorkspace, workspace, ctx.stream),
+                    "cublasLtMatmul");
+    ok = true;
+  }
+  if (pref)
+    cublasLtMatmulPreferenceDestroy(pref);
+  if (lc)
+    cublasLtMatrixLayoutDestroy(lc);
+  if (lb)
+    cublasLtMatrixLayoutDestroy(lb);
+  if (la)
+    cublasLtMatrixLayoutDestroy(la);
+  if (desc)
+    cublasLtMatmulDescDestroy(desc);
+  ctx.lastGemmEpilogue = ok;
+  return ok;
+}
+
 } // namespace
+
+bool lastGemmUsedEpilogue(Context &ctx) { return ctx.lastGemmEpilogue; }
 
 void gemm(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
           int64_t k, float alpha, const float *a, int64_t lda, const float *b,
@@ -159,6 +276,100 @@ void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
           strideA, &beta, c, CUDA_R_32F, static_cast<int>(ldc), strideC,
           static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       "gemm16StridedBatched");
+}
+
+namespace {
+
+/// The f32 and 16-bit entry points alike: `plain` runs the GEMM without
+/// epilogue (the fallback).
+template <typename T, typename PlainGemm>
+void biasGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
+              int64_t m, int64_t n, int64_t k, const T *a, int64_t lda,
+              const T *b, int64_t ldb, const float *bias, float *c,
+              int64_t ldc, PlainGemm plain) {
+  ctx.lastGemmEpilogue = false;
+  if (!fitsBlasInt(ctx, "gemmBias", {m, n, k, lda, ldb, ldc}) || m == 0 ||
+      n == 0)
+    return;
+  if (k > 0 && ltGemm(ctx, type, transA, transB, m, n, k, a, lda, b, ldb, c,
+                      ldc, CUBLASLT_EPILOGUE_BIAS, bias))
+    return;
+  broadcastRowsKernel<<<cuda::gridFor(m * n), cuda::kBlock, 0, ctx.stream>>>(
+      m, n, bias, c, ldc);
+  checkLaunch(ctx, "broadcastRowsKernel");
+  plain(1.0f);
+}
+
+template <typename T, typename PlainGemm>
+void biasGradGemm(Context &ctx, cudaDataType_t type, bool bf16, bool transA,
+                  bool transB, int64_t m, int64_t n, int64_t k, const T *a,
+                  int64_t lda, const T *b, int64_t ldb, float *c,
+                  int64_t ldc, bool sumA, float *biasGrad, PlainGemm plain) {
+  ctx.lastGemmEpilogue = false;
+  if (sumA ? !transA : transB) {
+    reportError(ctx, "gemmBiasGrad: the summed operand must be stored "
+                     "[K, ...]");
+    return;
+  }
+  if (!fitsBlasInt(ctx, "gemmBiasGrad", {m, n, k, lda, ldb, ldc}))
+    return;
+  if (k > 0 && m > 0 && n > 0 &&
+      ltGemm(ctx, type, transA, transB, m, n, k, a, lda, b, ldb, c, ldc,
+             sumA ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA,
+             biasGrad))
+    return;
+  plain(0.0f);
+  if (sumA)
+    columnSums(ctx, a, k, m, lda, bf16, biasGrad);
+  else
+    columnSums(ctx, b, k, n, ldb, bf16, biasGrad);
+}
+
+} // namespace
+
+void gemmBias(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
+              int64_t k, const float *a, int64_t lda, const float *b,
+              int64_t ldb, const float *bias, float *c, int64_t ldc) {
+  biasGemm(ctx, CUDA_R_32F, transA, transB, m, n, k, a, lda, b, ldb, bias, c,
+           ldc, [&](float beta) {
+             gemm(ctx, transA, transB, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
+                  ldc);
+           });
+}
+
+void gemm16Bias(Context &ctx, Storage16 storage, bool transA, bool transB,
+                int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                int64_t lda, const uint16_t *b, int64_t ldb,
+                const float *bias, float *c, int64_t ldc) {
+  biasGemm(ctx, dataTypeOf(storage), transA, transB, m, n, k, a, lda, b, ldb,
+           bias, c, ldc, [&](float beta) {
+             gemm16(ctx, storage, transA, transB, m, n, k, 1.0f, a, lda, b,
+                    ldb, beta, c, ldc);
+           });
+}
+
+void gemmBiasGrad(Context &ctx, bool transA, bool transB, int64_t m,
+                  int64_t n, int64_t k, const float *a, int64_t lda,
+                  const float *b, int64_t ldb, float *c, int64_t ldc,
+                  bool sumA, float *biasGrad) {
+  biasGradGemm(ctx, CUDA_R_32F, false, transA, transB, m, n, k, a, lda, b,
+               ldb, c, ldc, sumA, biasGrad, [&](float beta) {
+                 gemm(ctx, transA, transB, m, n, k, 1.0f, a, lda, b, ldb,
+                      beta, c, ldc);
+               });
+}
+
+void gemm16BiasGrad(Context &ctx, Storage16 storage, bool transA,
+                    bool transB, int64_t m, int64_t n, int64_t k,
+                    const uint16_t *a, int64_t lda, const uint16_t *b,
+                    int64_t ldb, float *c, int64_t ldc, bool sumA,
+                    float *biasGrad) {
+  biasGradGemm(ctx, dataTypeOf(storage), storage == Storage16::Bf16, transA,
+               transB, m, n, k, a, lda, b, ldb, c, ldc, sumA, biasGrad,
+               [&](float beta) {
+                 gemm16(ctx, storage, transA, transB, m, n, k, 1.0f, a, lda,
+                        b, ldb, beta, c, ldc);
+               });
 }
 
 } // namespace mtc::rt

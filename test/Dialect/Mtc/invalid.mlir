@@ -44,6 +44,23 @@ func.func @matmul_rank(%a: tensor<4xf32>, %b: tensor<4x5xf32>) {
 
 // -----
 
+func.func @matmul_bias_shape(%a: tensor<3x4xf32>, %b: tensor<4x5xf32>, %c: tensor<4xf32>) {
+  // expected-error@+2 {{a matmul bias must have shape [5]}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = mtc.matmul %a, %b, %c : (tensor<3x4xf32>, tensor<4x5xf32>, tensor<4xf32>) -> tensor<3x5xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_bias_grad_summed(%a: tensor<6x4xf32>, %g: tensor<4x5xf32>) {
+  // expected-error@+1 {{the summed operand must be stored [K, ...]}}
+  %0:2 = mtc.matmul_bias_grad %a, %g {sum_a = true} : (tensor<6x4xf32>, tensor<4x5xf32>) -> (tensor<6x5xf32>, tensor<6xf32>)
+  return
+}
+
+// -----
+
 func.func @conv_group(%x: tensor<1x4x8x8xf32>, %w: tensor<6x4x3x3xf32>) {
   // expected-error@+1 {{weight has 4 input channels per group, expected 2}}
   %0 = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<1x4x8x8xf32>, tensor<6x4x3x3xf32>) -> tensor<1x6x6x6xf32>

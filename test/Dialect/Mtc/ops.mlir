@@ -41,6 +41,17 @@ func.func @linalg(%a: tensor<16x64xf32>, %w: tensor<128x64xf32>, %c: tensor<128x
   return %0, %1, %2 : tensor<16x128xf32>, tensor<2x3x5xf32>, tensor<2x4x5xf32>
 }
 
+// CHECK-LABEL: func @gemm_epilogues
+func.func @gemm_epilogues(%x: tensor<2x3x4xf32>, %y: tensor<4x5xf32>, %b: tensor<5xf32>, %g: tensor<6x5xf32>, %a: tensor<6x4xf32>) -> (tensor<2x3x5xf32>, tensor<4x5xf32>, tensor<5xf32>, tensor<5x4xf32>, tensor<5xf32>) {
+  // CHECK: mtc.matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x3x4xf32>, tensor<4x5xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>
+  %0 = mtc.matmul %x, %y, %b : (tensor<2x3x4xf32>, tensor<4x5xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>
+  // CHECK: mtc.matmul_bias_grad {{.*}} {transpose_a = true} : (tensor<6x4xf32>, tensor<6x5xf32>) -> (tensor<4x5xf32>, tensor<5xf32>)
+  %1:2 = mtc.matmul_bias_grad %a, %g {transpose_a = true} : (tensor<6x4xf32>, tensor<6x5xf32>) -> (tensor<4x5xf32>, tensor<5xf32>)
+  // CHECK: mtc.matmul_bias_grad {{.*}} {sum_a = true, transpose_a = true} : (tensor<6x5xf32>, tensor<6x4xf32>) -> (tensor<5x4xf32>, tensor<5xf32>)
+  %2:2 = mtc.matmul_bias_grad %g, %a {sum_a = true, transpose_a = true} : (tensor<6x5xf32>, tensor<6x4xf32>) -> (tensor<5x4xf32>, tensor<5xf32>)
+  return %0, %1#0, %1#1, %2#0, %2#1 : tensor<2x3x5xf32>, tensor<4x5xf32>, tensor<5xf32>, tensor<5x4xf32>, tensor<5xf32>
+}
+
 // CHECK-LABEL: func @conv_pool
 func.func @conv_pool(%x: tensor<8x4x16x16xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>) -> (tensor<8x4x16x16xf32>, tensor<8x2x3x3xf32>, tensor<8x8x1x1xf32>) {
   // CHECK: mtc.conv {{.*}} group = 2 : i64

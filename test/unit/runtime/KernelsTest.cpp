@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -49,6 +50,95 @@ TEST_F(Kernels, Gemm2x2) {
   // A * B^T scaled.
   gemm(ctx, false, true, 2, 2, 2, 2.0f, a, 2, b, 2, 0.0f, c, 2);
   expectNear(download(c, 4), {34, 46, 78, 106});
+}
+
+TEST_F(Kernels, GemmBiasAndBiasGrad) {
+  float *a = upload<float>({1, 2, 3, 4});
+  float *b = upload<float>({5, 6, 7, 8});
+  float *bias = upload<float>({10, 20});
+  float nan = std::nanf("");
+  float *c = upload<float>({nan, nan, nan, nan});
+  // The bias epilogue writes C without reading it.
+  gemmBias(ctx, false, false, 2, 2, 2, a, 2, b, 2, bias, c, 2);
+  expectNear(download(c, 4), {29, 42, 53, 70});
+  // A^T B with the column sums of B ([K, N], not transposed) ...
+  float *sums = upload<float>({nan, nan});
+  gemmBiasGrad(ctx, true, false, 2, 2, 2, a, 2, b, 2, c, 2, false, sums);
+  expectNear(download(c, 4), {26, 30, 38, 44});
+  expectNear(download(sums, 2), {12, 14});
+  // ... or of A ([K, M], transposed).
+  gemmBiasGrad(ctx, true, false, 2, 2, 2, a, 2, b, 2, c, 2, true, sums);
+  expectNear(download(sums, 2), {4, 6});
+}
+
+/// C = op(A) op(B) (+ bias) and the sums over k of the [K, ...] operand, in
+/// double, for the random cases below.
+struct GemmReference {
+  std::vector<double> c, sums;
+};
+GemmReference gemmReference(const std::vector<float> &a,
+                            const std::vector<float> &b,
+                            const std::vector<float> &bias, bool transA,
+                            bool transB, int64_t m, int64_t n, int64_t k,
+                            bool sumA) {
+  GemmReference r{std::vector<double>(m * n), {}};
+  auto at = [&](int64_t i, int64_t p) {
+    return double(transA ? a[p * m + i] : a[i * k + p]);
+  };
+  auto bt = [&](int64_t p, int64_t j) {
+    return double(transB ? b[j * k + p] : b[p * n + j]);
+  };
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = bias.empty() ? 0.0 : double(bias[j]);
+      for (int64_t p = 0; p < k; ++p)
+        acc += at(i, p) * bt(p, j);
+      r.c[i * n + j] = acc;
+    }
+  r.sums.assign(sumA ? m : n, 0.0);
+  for (int64_t p = 0; p < k; ++p)
+    for (size_t j = 0; j < r.sums.size(); ++j)
+      r.sums[j] += sumA ? at(j, p) : bt(p, j);
+  return r;
+}
+
+TEST_F(Kernels, GemmEpiloguesOnRandomMatrices) {
+  // Sizes no tile divides; k large enough for split reductions.
+  const int64_t m = 37, n = 29, k = 300;
+  std::vector<float> a(m * k), b(k * n), bias(n);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = std::sin(0.37f * float(i));
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = std::cos(0.11f * float(i));
+  for (int64_t j = 0; j < n; ++j)
+    bias[j] = 0.25f * float(j) - 3.0f;
+  const float *da = upload<float>(a), *db = upload<float>(b),
+              *dbias = upload<float>(bias);
+  for (bool transB : {false, true}) {
+    float *c = upload<float>(std::vector<float>(m * n, 7.0f));
+    gemmBias(ctx, false, transB, m, n, k, da, k, db, transB ? k : n, dbias, c,
+             n);
+    GemmReference want =
+        gemmReference(a, b, bias, false, transB, m, n, k, false);
+    expectNear(download(c, m * n),
+               std::vector<float>(want.c.begin(), want.c.end()), 1e-3f);
+  }
+  // Weight gradients: A stored [K, M] read transposed, B stored [K, N].
+  for (bool sumA : {false, true}) {
+    float *c = upload<float>(std::vector<float>(m * n, 7.0f));
+    float *sums = upload<float>(std::vector<float>(sumA ? m : n, 7.0f));
+    gemmBiasGrad(ctx, true, false, m, n, k, da, m, db, n, c, n, sumA, sums);
+    GemmReference want = gemmReference(a, b, {}, true, false, m, n, k, sumA);
+    expectNear(download(c, m * n),
+               std::vector<float>(want.c.begin(), want.c.end()), 1e-3f);
+    expectNear(download(sums, want.sums.size()),
+               std::vector<float>(want.sums.begin(), want.sums.end()), 1e-3f);
+#ifdef MTC_RUNTIME_CUDA
+    std::printf("gemmBiasGrad (%s): %s\n", sumA ? "BGRADB" : "BGRADA",
+                lastGemmUsedEpilogue(ctx) ? "cuBLASLt epilogue"
+                                          : "fallback: GEMM + column sums");
+#endif
+  }
 }
 
 TEST_F(Kernels, GemmStridedBatchedBroadcastsStrideZero) {
@@ -538,6 +628,55 @@ TEST_F(Kernels, Gemm16MatchesWidenedOperands) {
               EXPECT_NEAR(got1[i * n + j], 0.5 * want + 2.0, tol);
             }
           }
+    }
+  }
+}
+#endif
+
+#ifdef MTC_RUNTIME_CUDA
+// The epilogues on 16-bit operands: the bias added to float32 products and
+// the sums of the 16-bit values, against double on the widened values.
+TEST_F(Kernels, Gemm16Epilogues) {
+  const int64_t m = 37, n = 29, k = 300;
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    auto narrow = [&](float v) {
+      return storage == Storage16::Bf16 ? floatToBf16(v) : floatToHalf(v);
+    };
+    auto widen = [&](uint16_t h) {
+      return storage == Storage16::Bf16 ? bf16ToFloat(h) : halfToFloat(h);
+    };
+    std::vector<uint16_t> a(m * k), b(k * n);
+    std::vector<float> wa(a.size()), wb(b.size()), bias(n);
+    for (size_t i = 0; i < a.size(); ++i)
+      wa[i] = widen(a[i] = narrow(std::sin(0.37f * float(i))));
+    for (size_t i = 0; i < b.size(); ++i)
+      wb[i] = widen(b[i] = narrow(std::cos(0.11f * float(i))));
+    for (int64_t j = 0; j < n; ++j)
+      bias[j] = 0.25f * float(j) - 3.0f;
+    const uint16_t *da = upload<uint16_t>(a), *db = upload<uint16_t>(b);
+    float *c = upload<float>(std::vector<float>(m * n, 7.0f));
+    gemm16Bias(ctx, storage, false, false, m, n, k, da, k, db, n,
+               upload<float>(bias), c, n);
+    GemmReference want =
+        gemmReference(wa, wb, bias, false, false, m, n, k, false);
+    // Float32 accumulation of k exact products of magnitude <= 1.
+    float tol = float(k) * std::ldexp(float(k), -24) + 1e-5f;
+    expectNear(download(c, m * n),
+               std::vector<float>(want.c.begin(), want.c.end()), tol);
+    for (bool sumA : {false, true}) {
+      float *sums = upload<float>(std::vector<float>(sumA ? m : n, 7.0f));
+      gemm16BiasGrad(ctx, storage, true, false, m, n, k, da, m, db, n, c, n,
+                     sumA, sums);
+      want = gemmReference(wa, wb, {}, true, false, m, n, k, sumA);
+      expectNear(download(c, m * n),
+                 std::vector<float>(want.c.begin(), want.c.end()), tol);
+      expectNear(download(sums, want.sums.size()),
+                 std::vector<float>(want.sums.begin(), want.sums.end()), tol);
+      std::printf("gemm16BiasGrad (%s, %s): %s\n",
+                  storage == Storage16::Bf16 ? "bf16" : "fp16",
+                  sumA ? "BGRADB" : "BGRADA",
+                  lastGemmUsedEpilogue(ctx) ? "cuBLASLt epilogue"
+                                            : "fallback: GEMM + column sums");
     }
   }
 }

@@ -74,7 +74,7 @@ LogicalResult importMatMul(ImportContext &ctx) {
     return true;
   };
   bool ta = transposed(lhs), tb = transposed(rhs);
-  Value y = bld.create<MatMulOp>(loc, lhs, rhs, bld.getBoolAttr(ta),
+  Value y = bld.create<MatMulOp>(loc, lhs, rhs, Value(), bld.getBoolAttr(ta),
                                  bld.getBoolAttr(tb));
   if (aVector || bVector) {
     SmallVector<int64_t> shape(shapeOf(y));

@@ -96,7 +96,13 @@ int64_t GemmOp::getFlops() {
 int64_t MatMulOp::getFlops() {
   ArrayRef<int64_t> a = shapeOf(getA());
   int64_t k = a[a.size() - (getTransposeA() ? 2 : 1)];
-  return 2 * numel(getOutput()) * k;
+  return 2 * numel(getOutput()) * k + (getBias() ? numel(getOutput()) : 0);
+}
+
+int64_t MatMulBiasGradOp::getFlops() {
+  ArrayRef<int64_t> a = shapeOf(getA());
+  int64_t k = a[getTransposeA() ? 0 : 1];
+  return 2 * numel(getOutput()) * k + k * numel(getBiasGrad());
 }
 
 /// Multiply-adds of the convolution whose input, weight and output shapes
@@ -139,6 +145,10 @@ int64_t GemmOp::getWorkspaceBytes() {
 }
 
 int64_t MatMulOp::getWorkspaceBytes() {
+  return widenedBytes(*this, getA(), getB());
+}
+
+int64_t MatMulBiasGradOp::getWorkspaceBytes() {
   return widenedBytes(*this, getA(), getB());
 }
 

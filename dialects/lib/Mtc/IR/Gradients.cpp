@@ -185,10 +185,14 @@ LogicalResult GemmOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
 LogicalResult MatMulOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
                                       SmallVectorImpl<Value> &dx) {
   Location loc = getLoc();
+  if (getBias())
+    return emitOpError("a matmul with a bias epilogue is formed after "
+                       "autodiff and has no gradient rule");
   bool ta = getTransposeA(), tb = getTransposeB();
   Value g = dy[0];
   auto matmul = [&](Value x, Value y, bool tx, bool ty) -> Value {
-    return b.create<MatMulOp>(loc, x, y, b.getBoolAttr(tx), b.getBoolAttr(ty));
+    return b.create<MatMulOp>(loc, x, y, Value(), b.getBoolAttr(tx),
+                              b.getBoolAttr(ty));
   };
   Value da = ta ? matmul(getB(), g, tb, true) : matmul(g, getB(), false, !tb);
   dx.push_back(reduceToShape(b, loc, da, getA()));

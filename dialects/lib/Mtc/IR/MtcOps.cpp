@@ -184,11 +184,41 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
   if (elementOf(adaptor.getA()) != elementOf(adaptor.getB()))
     return emitOptionalError(loc, "matmul operands are stored in different "
                                   "precisions");
+  if (Value bias = adaptor.getBias()) {
+    if (b.size() != 2 || ta)
+      return emitOptionalError(loc, "a matmul bias needs a 2-D b and a "
+                                    "non-transposed a");
+    if (shapeOf(bias) != ArrayRef<int64_t>{n})
+      return emitOptionalError(loc, "a matmul bias must have shape [" +
+                                        Twine(n) + "]");
+  }
   SmallVector<int64_t> shape = *batch;
   shape.push_back(m);
   shape.push_back(n);
   types.push_back(
       tensorOf(shape, Float32Type::get(adaptor.getA().getContext())));
+  return success();
+}
+
+LogicalResult MatMulBiasGradOp::verify() {
+  ArrayRef<int64_t> a = shapeOf(getA()), b = shapeOf(getB());
+  if (a.size() != 2 || b.size() != 2)
+    return emitOpError("operands must be 2-D");
+  if (elementOf(getA()) != elementOf(getB()))
+    return emitOpError("operands are stored in different precisions");
+  bool ta = getTransposeA(), tb = getTransposeB();
+  int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
+  int64_t n = tb ? b[0] : b[1];
+  if ((tb ? b[1] : b[0]) != k)
+    return emitOpError("inner dimensions differ");
+  if (shapeOf(getOutput()) != ArrayRef<int64_t>{m, n})
+    return emitOpError("output must have shape [") << m << ", " << n << "]";
+  if (getSumA() ? !ta : tb)
+    return emitOpError("the summed operand must be stored [K, ...]: a "
+                       "transposed, or b not transposed");
+  int64_t sums = getSumA() ? m : n;
+  if (shapeOf(getBiasGrad()) != ArrayRef<int64_t>{sums})
+    return emitOpError("bias_grad must have shape [") << sums << "]";
   return success();
 }
 

@@ -177,6 +177,9 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     A run of consecutive optimizer updates of one kind with the same
     hyperparameters, status and phase gets `mtc.update_group` (its length)
     on its first op: code generation makes it one multi-tensor update.
+    GEMM epilogues come first: a linear layer's `matmul` + bias `add`
+    becomes one `matmul` with a bias, and its weight-gradient `matmul` with
+    the `reduce_sum` of its bias gradient one `matmul_bias_grad`.
     Runs after recomputation and before the memory plan.
 
     Example: `mtc-opt --mtc-fuse-elementwise`
@@ -185,6 +188,10 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numFused", "fused-kernels", "Fused kernels created">,
     Statistic<"numFusedOps", "fused-ops", "Elementwise ops fused">,
+    Statistic<"numBiasEpilogues", "bias-epilogues",
+              "Bias adds folded into their GEMM">,
+    Statistic<"numBiasGradEpilogues", "bias-grad-epilogues",
+              "Bias-gradient sums folded into a weight-gradient GEMM">,
     Statistic<"numFoldedConversions", "folded-conversions",
               "Layer norms and transposes storing 16 bits themselves">,
     Statistic<"numRecomputed", "recomputed-values",

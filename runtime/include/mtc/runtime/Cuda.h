@@ -34,6 +34,22 @@ void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
                           int64_t strideA, const uint16_t *b, int64_t ldb,
                           int64_t strideB, float beta, float *c, int64_t ldc,
                           int64_t strideC, int64_t batch);
+/// gemmBias() and gemmBiasGrad() (Kernels.h) on 16-bit A and B; the bias,
+/// C and the bias gradient are float32, the sums those of the 16-bit
+/// values.
+void gemm16Bias(Context &ctx, Storage16 storage, bool transA, bool transB,
+                int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                int64_t lda, const uint16_t *b, int64_t ldb,
+                const float *bias, float *c, int64_t ldc);
+void gemm16BiasGrad(Context &ctx, Storage16 storage, bool transA,
+                    bool transB, int64_t m, int64_t n, int64_t k,
+                    const uint16_t *a, int64_t lda, const uint16_t *b,
+                    int64_t ldb, float *c, int64_t ldc, bool sumA,
+                    float *biasGrad);
+/// Whether the last gemm*Bias* call ran as a cuBLASLt epilogue (false: the
+/// library offered no algorithm for it, and a plain GEMM and a kernel of
+/// ours did the same work). For tests and the GPU check's report.
+bool lastGemmUsedEpilogue(Context &ctx);
 /// The stream every kernel of the step runs on.
 cudaStream_t cudaStreamOf(Context &ctx);
 /// Reports a failed launch (cudaGetLastError) with the kernel's name; the

@@ -50,6 +50,23 @@ void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
                         int64_t ldb, int64_t strideB, float beta, float *c,
                         int64_t ldc, int64_t strideC, int64_t batch);
 
+/// gemm() with alpha = 1 and bias[n] added to every row of C: a linear
+/// layer. On CUDA, cuBLASLt adds the bias as it writes C (its bias
+/// epilogue); C is not read.
+void gemmBias(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
+              int64_t k, const float *a, int64_t lda, const float *b,
+              int64_t ldb, const float *bias, float *c, int64_t ldc);
+
+/// gemm() with alpha = 1, beta = 0, which also sums over k the operand
+/// stored [K, ...]: B (not transposed) into biasGrad[n], or with sumA, A
+/// (transposed) into biasGrad[m]. A linear layer's weight gradient and bias
+/// gradient from one read of its output gradient (cuBLASLt's bias-gradient
+/// epilogue on CUDA).
+void gemmBiasGrad(Context &ctx, bool transA, bool transB, int64_t m,
+                  int64_t n, int64_t k, const float *a, int64_t lda,
+                  const float *b, int64_t ldb, float *c, int64_t ldc,
+                  bool sumA, float *biasGrad);
+
 //===----------------------------------------------------------------------===//
 // Convolution (2-D, NCHW, OIHW weights, groups)
 //===----------------------------------------------------------------------===//

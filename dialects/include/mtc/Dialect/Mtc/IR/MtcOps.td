@@ -270,19 +270,61 @@ def Mtc_MatMulOp : Mtc_DiffOp<"matmul", [InferTypeOpAdaptor,
     `transpose_a`/`transpose_b` transpose the last two dims of an operand
     first, which gradient rules use to avoid materialized transposes.
 
+    The optional float32 `bias` of N elements is added to every row of the
+    result (a GEMM epilogue: cuBLASLt's bias epilogue on CUDA). The fusion
+    pass forms it from `matmul` + `add` when `b` is a 2-D weight and `a` is
+    not transposed; autodiff never sees it.
+
     Example:
 
     ```mlir
     %y = mtc.matmul %a, %b : (tensor<2x3x4xf32>, tensor<4x5xf32>)
            -> tensor<2x3x5xf32>
+    %z = mtc.matmul %a, %b, %bias : (tensor<2x3x4xf32>, tensor<4x5xf32>,
+           tensor<5xf32>) -> tensor<2x3x5xf32>
+    ```
+  }];
+  let arguments = (ins Mtc_StorageFloatTensor:$a, Mtc_StorageFloatTensor:$b,
+                   Optional<Mtc_FloatTensor>:$bias,
+                   DefaultValuedAttr<BoolAttr, "false">:$transpose_a,
+                   DefaultValuedAttr<BoolAttr, "false">:$transpose_b);
+  let results = (outs Mtc_FloatTensor:$output);
+  let assemblyFormat = "$a `,` $b (`,` $bias^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Mtc_MatMulBiasGradOp : Mtc_ComputeOp<"matmul_bias_grad", [
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
+  let summary = "Weight-gradient GEMM that also sums its output-gradient "
+                "operand (the bias gradient)";
+  let description = [{
+    `output` is the 2-D product of `mtc.matmul` (same operands and transpose
+    flags, no bias). `bias_grad` sums, over the product's inner dimension K,
+    the operand that holds the layer's output gradient: `b` (not transposed,
+    stored [K, N]) giving N sums, or `a` (transposed, stored [K, M]) giving
+    M sums, as `sum_a` says. With 16-bit operands the sums are of the
+    16-bit values (what the GEMM reads), accumulated in float32.
+
+    The fusion pass forms it from a linear layer's weight gradient and the
+    `reduce_sum` of its bias gradient, so the output gradient is read once
+    (cuBLASLt's bias-gradient epilogue on CUDA).
+
+    Example:
+
+    ```mlir
+    %dw, %db = mtc.matmul_bias_grad %x, %dy {transpose_a = true}
+        : (tensor<16x32xf32>, tensor<16x96xf32>)
+        -> (tensor<32x96xf32>, tensor<96xf32>)
     ```
   }];
   let arguments = (ins Mtc_StorageFloatTensor:$a, Mtc_StorageFloatTensor:$b,
                    DefaultValuedAttr<BoolAttr, "false">:$transpose_a,
-                   DefaultValuedAttr<BoolAttr, "false">:$transpose_b);
-  let results = (outs Mtc_FloatTensor:$output);
+                   DefaultValuedAttr<BoolAttr, "false">:$transpose_b,
+                   DefaultValuedAttr<BoolAttr, "false">:$sum_a);
+  let results = (outs Mtc_FloatTensor:$output, Mtc_FloatTensor:$bias_grad);
   let assemblyFormat =
       "$a `,` $b attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,0 +1,94 @@
+// RUN: mtc-opt %s --split-input-file --mtc-fuse-elementwise | FileCheck %s
+
+// A linear layer's bias add becomes the GEMM's bias epilogue; the GELU-like
+// chain after it fuses without the add.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: (%[[X:.+]]: tensor<2x4x8xf32>{{.*}}, %[[W:.+]]: tensor<16x8xf32>{{.*}}, %[[B:.+]]: tensor<16xf32>
+// CHECK: %[[Y:.+]] = mtc.matmul %[[X]], %[[W]], %[[B]] {transpose_b = true} : (tensor<2x4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
+// CHECK-NOT: mtc.add
+// CHECK: mtc.fused %[[Y]]
+// CHECK-NOT: mtc.add
+// CHECK: mtc.yield
+func.func @train_step(%x: tensor<2x4x8xf32> {mtc.role = "input"}, %w: tensor<16x8xf32> {mtc.role = "param"}, %b: tensor<16xf32> {mtc.role = "param"}) -> tensor<2x4x16xf32> {
+  %y = mtc.matmul %x, %w {transpose_b = true} : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+  %z = mtc.add %b, %y : (tensor<16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+  %t = mtc.tanh %z : tensor<2x4x16xf32>
+  %r = mtc.mul %t, %z : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+  return %r : tensor<2x4x16xf32>
+}
+
+// -----
+
+// No epilogue when the GEMM's own result has another reader, when the
+// added tensor is not a bias of N values, or for a batch of matrices (b
+// not 2-D): each matmul keeps two operands.
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.matmul %{{[a-z0-9]+}}, %{{[a-z0-9]+}} : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+// CHECK: mtc.matmul %{{[a-z0-9]+}}, %{{[a-z0-9]+}} : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+// CHECK: mtc.add
+// CHECK: mtc.add
+// CHECK: mtc.matmul %{{[a-z0-9]+}}, %{{[a-z0-9]+}} : (tensor<2x4x8xf32>, tensor<2x8x16xf32>) -> tensor<2x4x16xf32>
+// CHECK: mtc.add
+func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %w: tensor<8x16xf32> {mtc.role = "param"}, %b: tensor<16xf32> {mtc.role = "param"}, %r: tensor<4x16xf32> {mtc.role = "input"}, %xs: tensor<2x4x8xf32> {mtc.role = "input"}, %ws: tensor<2x8x16xf32> {mtc.role = "param"}) -> (tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>, tensor<2x4x16xf32>) {
+  %y = mtc.matmul %x, %w : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %z = mtc.add %b, %y : (tensor<16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %y2 = mtc.matmul %x, %w : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %z2 = mtc.add %r, %y2 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %y3 = mtc.matmul %xs, %ws : (tensor<2x4x8xf32>, tensor<2x8x16xf32>) -> tensor<2x4x16xf32>
+  %z3 = mtc.add %b, %y3 : (tensor<16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+  return %z, %y, %z2, %z3 : tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>, tensor<2x4x16xf32>
+}
+
+// -----
+
+// The bias gradient (the sum of dY over every axis but the last) joins the
+// weight-gradient GEMM that reads dY's 16-bit copy through a view: one
+// matmul_bias_grad summing its transposed A. The early update of the bias,
+// which ran before the GEMM, moves right after it.
+// CHECK-LABEL: func.func @train_step
+// CHECK-NOT: mtc.reduce_sum
+// CHECK: %[[C:.+]] = mtc.convert %[[DY:.+]] {mtc.backward}
+// CHECK: %[[V:.+]] = mtc.reshape %[[C]]
+// CHECK: %[[DW:.+]], %[[DB:.+]] = mtc.matmul_bias_grad %[[V]], %{{.+}} {mtc.backward, sum_a = true, transpose_a = true} : (tensor<8x16xbf16>, tensor<8x8xbf16>) -> (tensor<16x8xf32>, tensor<16xf32>)
+// CHECK-NEXT: mtc.sgd_update %{{.+}}, %[[DB]]
+// CHECK-NEXT: mtc.sgd_update %{{.+}}, %[[DW]]
+func.func @train_step(%dy: tensor<2x4x16xf32> {mtc.role = "input"}, %x: tensor<8x8xbf16> {mtc.role = "input"}, %w: tensor<16x8xf32> {mtc.role = "param"}, %b: tensor<16xf32> {mtc.role = "param"}) -> (tensor<16xf32>, tensor<16x8xf32>) {
+  %s = mtc.reduce_sum %dy {axes = array<i64: 0, 1>, keepdims = false, mtc.backward} : (tensor<2x4x16xf32>) -> tensor<16xf32>
+  %nb = mtc.sgd_update %b, %s {lr = 0.1 : f64, mtc.optimizer} : tensor<16xf32>
+  %c = mtc.convert %dy {mtc.backward} : tensor<2x4x16xf32> to tensor<2x4x16xbf16>
+  %v = mtc.reshape %c {mtc.backward} : (tensor<2x4x16xbf16>) -> tensor<8x16xbf16>
+  %dw = mtc.matmul %v, %x {mtc.backward, transpose_a = true} : (tensor<8x16xbf16>, tensor<8x8xbf16>) -> tensor<16x8xf32>
+  %nw = mtc.sgd_update %w, %dw {lr = 0.1 : f64, mtc.optimizer} : tensor<16x8xf32>
+  return %nb, %nw : tensor<16xf32>, tensor<16x8xf32>
+}
+
+// -----
+
+// B holds dY (stored [K, N], not transposed): the sums of B, kept as the
+// reduction's [1, N] shape through a view.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[DW:.+]], %[[DB:.+]] = mtc.matmul_bias_grad %{{.+}}, %{{.+}} {transpose_a = true} : (tensor<8x8xf32>, tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
+// CHECK-NEXT: %[[R:.+]] = mtc.reshape %[[DB]] : (tensor<16xf32>) -> tensor<1x16xf32>
+// CHECK: return %[[R]], %[[DW]]
+func.func @train_step(%dy: tensor<8x16xf32> {mtc.role = "input"}, %x: tensor<8x8xf32> {mtc.role = "input"}) -> (tensor<1x16xf32>, tensor<8x16xf32>) {
+  %s = mtc.reduce_sum %dy {axes = array<i64: 0>} : (tensor<8x16xf32>) -> tensor<1x16xf32>
+  %dw = mtc.matmul %x, %dy {transpose_a = true} : (tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %s, %dw : tensor<1x16xf32>, tensor<8x16xf32>
+}
+
+// -----
+
+// Sums over other axes, or of a tensor the GEMM does not read, stay.
+// CHECK-LABEL: func.func @train_step
+// CHECK-NOT: mtc.matmul_bias_grad
+// CHECK: mtc.reduce_sum %{{.+}} {axes = array<i64: 0>
+// CHECK: mtc.reduce_sum %{{.+}} {axes = array<i64: 0, 1>
+// CHECK: mtc.matmul
+// CHECK-NOT: mtc.matmul_bias_grad
+func.func @train_step(%dy: tensor<2x4x16xf32> {mtc.role = "input"}, %other: tensor<8x16xf32> {mtc.role = "input"}, %x: tensor<8x8xf32> {mtc.role = "input"}) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<8x16xf32>) {
+  %s = mtc.reduce_sum %dy {axes = array<i64: 0>, keepdims = false} : (tensor<2x4x16xf32>) -> tensor<4x16xf32>
+  %s2 = mtc.reduce_sum %dy {axes = array<i64: 0, 1>, keepdims = false} : (tensor<2x4x16xf32>) -> tensor<16xf32>
+  %v = mtc.reshape %dy : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+  %dw = mtc.matmul %x, %other {transpose_a = true} : (tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %s, %s2, %dw : tensor<4x16xf32>, tensor<16xf32>, tensor<8x16xf32>
+}
