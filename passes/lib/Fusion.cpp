@@ -35,6 +35,7 @@
 #include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
 #include "mtc/Dialect/Mtc/IR/MtcOps.h"
 #include "mtc/Passes/Passes.h"
+#include "mtc/runtime/Random.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -133,6 +134,9 @@ private:
   /// Marks runs of consecutive optimizer updates alike (kUpdateGroup),
   /// which the code generator emits as one multi-tensor update.
   void groupUpdates(func::FuncOp func);
+  /// Marks layer norms that run in the kernel of the fused op computing
+  /// their input (kRowEpilogue).
+  void markRowEpilogues(func::FuncOp func);
 };
 
 bool FusionPass::continuesRun(ArrayRef<Operation *> run, Operation *op) {
@@ -227,6 +231,38 @@ void FusionPass::fuse(func::FuncOp func) {
     build(group);
   recomputeSaved(func);
   groupUpdates(func);
+  markRowEpilogues(func);
+}
+
+/// A layer norm right after the fused op that computes its input (a
+/// residual add, with a dropout, a bias or the 16-bit copies beside it)
+/// runs in that op's kernel: each row is normalized as soon as it is
+/// computed, from the cache, instead of read again from memory by a kernel
+/// of its own. The memory plan treats the two as one kernel (see
+/// mtc::numberKernels). Rows must hold whole groups of four elements (a
+/// dropout draws its mask per group; CUDA threads take a group each).
+void FusionPass::markRowEpilogues(func::FuncOp func) {
+  SmallVector<LayerNormOp> norms;
+  for (Operation &op : func.getBody().front())
+    if (auto ln = dyn_cast<LayerNormOp>(op))
+      norms.push_back(ln);
+  for (LayerNormOp ln : norms) {
+    Operation *prev = ln->getPrevNode();
+    int64_t dim = cast<ShapedType>(ln.getScale().getType()).getNumElements();
+    if (!prev || ln.getInput().getDefiningOp() != prev ||
+        !samePhase(prev, ln) ||
+        !cast<ShapedType>(ln.getInput().getType()).getElementType().isF32() ||
+        dim <= 0 || dim % mtc::rt::kDropoutGroup)
+      continue;
+    // A lone elementwise op (a residual add) becomes a fused op of one.
+    if (!isa<FusedOp>(prev)) {
+      if (!isFusable(prev))
+        continue;
+      build({prev});
+    }
+    ln->setAttr(attr::kRowEpilogue, UnitAttr::get(ln->getContext()));
+    ++numRowEpilogues;
+  }
 }
 
 //===----------------------------------------------------------------------===//

@@ -169,9 +169,7 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
   OpBuilder b(func);
 
   DenseMap<Operation *, int64_t> index;
-  int64_t numOps = 0;
-  for (Operation &op : body)
-    index[&op] = numOps++;
+  int64_t numOps = numberKernels(body, index);
   int64_t last = numOps - 1;
 
   SmallVector<Buffer> buffers;
@@ -331,9 +329,7 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
   }
 
   DenseMap<Operation *, int64_t> index;
-  int64_t numOps = 0;
-  for (Operation &op : body)
-    index[&op] = numOps++;
+  int64_t numOps = numberKernels(body, index);
   int64_t last = numOps - 1;
 
   // Constants first: they are written once at start-up, so nothing of the

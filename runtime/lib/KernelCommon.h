@@ -16,6 +16,7 @@
 
 #include "mtc/runtime/Half.h" // MTC_HOST_DEVICE
 #include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/LayerNormRow.h"
 #include "mtc/runtime/Random.h"
 
 #include <cmath>
@@ -282,12 +283,8 @@ MTC_HOST_DEVICE inline void adamwElement(float &p, float g, float &m, float &v,
 // Statistics are reduced in double by both libraries (the order differs, the
 // rounding to float almost never does); what is shared here is everything
 // that happens after the reductions, so that the per-element arithmetic is
-// the same on both sides.
-
-/// invstd = 1 / sqrt(var + eps), formed in double and rounded once.
-MTC_HOST_DEVICE inline float inverseStd(double biasedVar, float eps) {
-  return static_cast<float>(1.0 / sqrt(biasedVar + static_cast<double>(eps)));
-}
+// the same on both sides (with inverseStd and normalizeElement from
+// mtc/runtime/LayerNormRow.h).
 
 /// running = momentum * running + (1 - momentum) * batch (ONNX momentum).
 MTC_HOST_DEVICE inline void updateRunningStat(float &running, double batch,
@@ -307,11 +304,6 @@ updateBatchNormRunningStats(float &runningMean, float &runningVar, double mean,
   double unbiased = m > 1 ? squaredDevSum / static_cast<double>(m - 1) : 0.0;
   updateRunningStat(runningMean, mean, momentum);
   updateRunningStat(runningVar, unbiased, momentum);
-}
-
-MTC_HOST_DEVICE inline float normalizeElement(float x, float mean, float invstd,
-                                              float scale, float bias) {
-  return (x - mean) * invstd * scale + bias;
 }
 
 /// Per-channel (BatchNorm) or per-row (LayerNorm) factors of the

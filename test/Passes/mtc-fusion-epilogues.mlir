@@ -92,3 +92,29 @@ func.func @train_step(%dy: tensor<2x4x16xf32> {mtc.role = "input"}, %other: tens
   %dw = mtc.matmul %x, %other {transpose_a = true} : (tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
   return %s, %s2, %dw : tensor<4x16xf32>, tensor<16xf32>, tensor<8x16xf32>
 }
+
+// -----
+
+// A layer norm right after the op computing its input (a lone residual add
+// becomes a fused op of one) runs in that kernel as its row epilogue; one
+// with an op between, or with rows that are not whole groups of four
+// elements, runs on its own.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[S:.+]] = mtc.fused
+// CHECK: mtc.add
+// CHECK: mtc.layer_norm %[[S]], {{.*}}mtc.row_epilogue
+// CHECK: mtc.layer_norm
+// CHECK-NOT: mtc.row_epilogue
+// CHECK: mtc.layer_norm
+// CHECK-NOT: mtc.row_epilogue
+// CHECK: return
+func.func @train_step(%x: tensor<4x16xf32> {mtc.role = "input"}, %r: tensor<4x16xf32> {mtc.role = "input"}, %g: tensor<16xf32> {mtc.role = "param"}, %u: tensor<4x6xf32> {mtc.role = "input"}, %h: tensor<6xf32> {mtc.role = "param"}) -> (tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x6xf32>) {
+  %s = mtc.add %x, %r : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %y, %m, %v = mtc.layer_norm %s, %g {axis = 1 : i64, epsilon = 1.0e-5 : f32} : (tensor<4x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
+  %e = mtc.exp %x : tensor<4x16xf32>
+  %c = mtc.matmul %x, %u {transpose_a = true} : (tensor<4x16xf32>, tensor<4x6xf32>) -> tensor<16x6xf32>
+  %y2, %m2, %v2 = mtc.layer_norm %e, %g {axis = 1 : i64, epsilon = 1.0e-5 : f32} : (tensor<4x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
+  %w = mtc.exp %u : tensor<4x6xf32>
+  %y3, %m3, %v3 = mtc.layer_norm %w, %h {axis = 1 : i64, epsilon = 1.0e-5 : f32} : (tensor<4x6xf32>, tensor<6xf32>) -> (tensor<4x6xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
+  return %s, %y, %y2, %e, %y3 : tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x6xf32>
+}

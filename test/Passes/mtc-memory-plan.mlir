@@ -98,3 +98,48 @@ func.func @train_step(%x: tensor<4x8xf32> {mtc.name = "x", mtc.role = "input"}, 
   %s = mtc.add %r, %p2 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   return %s, %l2, %g : tensor<4x8xf32>, tensor<f32>, tensor<4x8xf32>
 }
+
+// -----
+
+// A layer norm run as the row epilogue of the fused op before it is one
+// kernel with it: the inputs %a and %b that die at the fused op stay live
+// through the layer norm, whose output (the size of each) takes neither's
+// bytes. The same step without the mark (next case) reuses them.
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.exp {{.*}}mtc.offsets = array<i64: [[A:[0-9]+]]>
+// CHECK: mtc.exp {{.*}}mtc.offsets = array<i64: [[B:[0-9]+]]>
+// CHECK: mtc.fused
+// CHECK: mtc.layer_norm
+// CHECK-NOT: array<i64: [[A]],
+// CHECK-NOT: array<i64: [[B]],
+// CHECK-SAME: mtc.row_epilogue
+func.func @train_step(%x: tensor<4x16xf32> {mtc.name = "x", mtc.role = "input"}, %g: tensor<16xf32> {mtc.name = "g", mtc.role = "param"})
+    -> (tensor<4x16xf32> {mtc.role = "loss"}, tensor<4x16xf32> {mtc.role = "loss"}) {
+  %a = mtc.exp %x : tensor<4x16xf32>
+  %b = mtc.exp %a : tensor<4x16xf32>
+  %s = mtc.fused %a, %b : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32> {
+  ^bb0(%p: tensor<4x16xf32>, %q: tensor<4x16xf32>):
+    %t = mtc.add %p, %q : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    mtc.yield %t : tensor<4x16xf32>
+  }
+  %y, %m, %r = mtc.layer_norm %s, %g {axis = 1 : i64, epsilon = 1.0e-5 : f32, mtc.row_epilogue} : (tensor<4x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
+  return %s, %y : tensor<4x16xf32>, tensor<4x16xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.exp {{.*}}mtc.offsets = array<i64: [[A:[0-9]+]]>
+// CHECK: mtc.layer_norm {{.*}}mtc.offsets = array<i64: [[A]],
+func.func @train_step(%x: tensor<4x16xf32> {mtc.name = "x", mtc.role = "input"}, %g: tensor<16xf32> {mtc.name = "g", mtc.role = "param"})
+    -> (tensor<4x16xf32> {mtc.role = "loss"}, tensor<4x16xf32> {mtc.role = "loss"}) {
+  %a = mtc.exp %x : tensor<4x16xf32>
+  %b = mtc.exp %a : tensor<4x16xf32>
+  %s = mtc.fused %a, %b : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32> {
+  ^bb0(%p: tensor<4x16xf32>, %q: tensor<4x16xf32>):
+    %t = mtc.add %p, %q : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+    mtc.yield %t : tensor<4x16xf32>
+  }
+  %y, %m, %r = mtc.layer_norm %s, %g {axis = 1 : i64, epsilon = 1.0e-5 : f32} : (tensor<4x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
+  return %s, %y : tensor<4x16xf32>, tensor<4x16xf32>
+}

@@ -221,7 +221,8 @@ private:
   void emitElementwise(Operation *op, StringRef name, ValueRange operands,
                        ValueRange outs, ArrayRef<std::string> exprs,
                        StringRef statements,
-                       ArrayRef<Operation *> dropouts = {});
+                       ArrayRef<Operation *> dropouts = {},
+                       LayerNormOp rowEpilogue = {});
   /// The scalar expression of an elementwise op over its operands' values
   /// `in0`, `in1`, ... (float32 for floats whatever their storage), and a
   /// name for its kernel; none for other ops. A dropout (or its gradient)
@@ -304,8 +305,11 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
                               ValueRange operands, ValueRange outs,
                               ArrayRef<std::string> exprs,
                               StringRef statements,
-                              ArrayRef<Operation *> dropouts) {
+                              ArrayRef<Operation *> dropouts,
+                              LayerNormOp rowEpilogue) {
   std::string kernel = ("k" + Twine(opIndex) + "_" + name).str();
+  if (rowEpilogue)
+    kernel += "_layer_norm";
   lastKernel = kernel;
   Value out = outs.front();
   ArrayRef<int64_t> outShape = shapeOf(out);
@@ -325,6 +329,12 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     params += ", DropoutParams drop" + std::to_string(d);
   if (!dropouts.empty() && cuda())
     params += ", const StepCounters *counters";
+  if (rowEpilogue)
+    params += ", const float *__restrict lnScale, const float *__restrict "
+              "lnBias, " +
+              cType(rowEpilogue.getOutput()).str() +
+              " *__restrict lnY, float *__restrict lnMean, "
+              "float *__restrict lnInvstd";
   bool needIndex = false;
   for (Value v : operands)
     needIndex |= shapeOf(v) != outShape && numel(v) != 1;
@@ -400,7 +410,26 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   const bool parallel = !cuda() && n >= 32768;
   const int64_t items = grouped ? (n + kGroup - 1) / kGroup : n;
   const char *item = grouped ? "g" : "i";
-  if (cuda()) {
+  // A layer norm as the row epilogue: a loop over rows (a block per row on
+  // CUDA) computes each row's elements, then normalizes the row.
+  int64_t dim = rowEpilogue ? numel(rowEpilogue.getScale()) : 0;
+  int64_t rows = rowEpilogue ? n / dim : 0;
+  int64_t perRow = grouped ? dim / kGroup : dim;
+  if (rowEpilogue && cuda()) {
+    k << "__global__ void " << kernel << "(" << params << ") {\n"
+      << "  __shared__ double lnScratch[mtc::rt::cuda::kNormRowThreads];\n"
+      << "  for (int64_t row = blockIdx.x; row < " << rows
+      << "; row += gridDim.x) {\n"
+      << "  for (int64_t " << item << " = row * " << perRow
+      << " + threadIdx.x; " << item << " < (row + 1) * " << perRow << "; "
+      << item << " += blockDim.x) {\n";
+  } else if (rowEpilogue) {
+    k << "static void " << kernel << "(" << params << ") {\n"
+      << "  mtc::rt::cpu::parallelFor(0, " << rows << ", "
+      << (parallel ? "true" : "false") << ", [&](int64_t row) {\n"
+      << "  for (int64_t " << item << " = row * " << perRow << "; " << item
+      << " < (row + 1) * " << perRow << "; ++" << item << ") {\n";
+  } else if (cuda()) {
     k << "__global__ void " << kernel << "(" << params << ") {\n"
       << "  const int64_t " << item
       << " = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;\n"
@@ -459,7 +488,30 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
           << (j ? std::to_string(j) : std::string()) << ")[g] = out" << j
           << "v;\n";
   }
-  k << (parallel ? "  });\n" : "  }\n") << "}\n\n";
+  if (rowEpilogue) {
+    // The fused result it normalizes (out, out1, ...), just stored.
+    unsigned j = cast<OpResult>(rowEpilogue.getInput()).getResultNumber();
+    std::string x = "out" + (j ? std::to_string(j) : std::string()) +
+                    " + row * " + std::to_string(dim);
+    std::string eps =
+        floatLiteral(rowEpilogue.getEpsilon().convertToFloat());
+    k << "  }\n";
+    if (cuda())
+      k << "    __syncthreads();\n    mtc::rt::cuda::layerNormRow(" << dim
+        << ", " << x << ", lnScale, lnBias, " << eps << ", lnY + row * "
+        << dim << ", lnMean + row, lnInvstd + row, "
+        << (storage16(rowEpilogue.getOutput()) == "Storage16::Bf16" ? "true"
+                                                                   : "false")
+        << ", lnScratch);\n  }\n}\n\n";
+    else
+      k << "    mtc::rt::cpu::layerNormRow(" << dim << ", " << x
+        << ", lnScale, lnBias, " << eps
+        << ", [&](int64_t j, float v) { lnY[row * " << dim
+        << " + j] = " << storeAs(rowEpilogue.getOutput(), "v")
+        << "; }, lnMean + row, lnInvstd + row);\n  });\n}\n\n";
+  } else {
+    k << (parallel ? "  });\n" : "  }\n") << "}\n\n";
+  }
 
   std::string args;
   for (Value v : operands)
@@ -476,7 +528,19 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   }
   if (!dropouts.empty() && cuda())
     args += ", deviceStepCounters(ctx)";
-  if (cuda()) {
+  if (rowEpilogue) {
+    Value bias = rowEpilogue.getBias();
+    args += ", " + ptr(rowEpilogue.getScale()) + ", " +
+            (bias ? ptr(bias) : "nullptr") + ", " +
+            ptr(rowEpilogue.getOutput()) + ", " + ptr(rowEpilogue.getMean()) +
+            ", " + ptr(rowEpilogue.getInvstd());
+  }
+  if (rowEpilogue && cuda()) {
+    s << "  " << kernel << "<<<" << std::min<int64_t>(rows, 1 << 20)
+      << ", mtc::rt::cuda::normRowThreads(" << dim
+      << "), 0, cudaStreamOf(ctx)>>>(" << args << ");\n"
+      << "  checkLaunch(ctx, \"" << kernel << "\");\n";
+  } else if (cuda()) {
     int64_t blocks = (items + 255) / 256;
     s << "  " << kernel << "<<<" << std::max<int64_t>(blocks, 1)
       << ", 256, 0, cudaStreamOf(ctx)>>>(" << args << ");\n"
@@ -897,8 +961,10 @@ void Emitter::emitFused(FusedOp op) {
   SmallVector<std::string> values;
   for (Value v : op.getYielded())
     values.push_back(names[v]);
+  auto ln = dyn_cast_or_null<LayerNormOp>(op->getNextNode());
   emitElementwise(op, kernel, op.getInputs(), op.getOutputs(), values,
-                  statements, dropouts);
+                  statements, dropouts,
+                  ln && ln->hasAttr(attr::kRowEpilogue) ? ln : LayerNormOp());
 }
 
 void Emitter::emitOpBody(Operation *op) {
@@ -1157,6 +1223,10 @@ void Emitter::emitOpBody(Operation *op) {
                      .str());
       })
       .Case([&](LayerNormOp ln) {
+        if (ln->hasAttr(attr::kRowEpilogue)) {
+          s << "  // runs in the kernel above, row by row\n";
+          return;
+        }
         int64_t dim = numel(ln.getScale());
         int64_t outer = numel(ln.getInput()) / dim;
         // A 16-bit output: the variant that rounds each value as storing
@@ -1479,6 +1549,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
      << "// Every pointer below is a fixed offset into that arena.\n\n"
      << "#include \"mtc/runtime/Half.h\"\n"
      << "#include \"mtc/runtime/Kernels.h\"\n"
+     << "#include \"mtc/runtime/LayerNormRow.h\"\n"
      << "#include \"mtc/runtime/Parallel.h\"\n"
      << "#include \"mtc/runtime/Random.h\"\n"
      << "#include \"mtc/runtime/Trainer.h\"\n";

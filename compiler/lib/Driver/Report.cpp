@@ -37,9 +37,7 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
   Block &body = func.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   DenseMap<Operation *, int64_t> index;
-  int64_t n = 0;
-  for (Operation &op : body.without_terminator())
-    index[&op] = n++;
+  int64_t n = numberKernels(body, index, /*withTerminator=*/false);
   r.timeline.assign(n, {});
   auto add = [&](int64_t from, int64_t to, uint64_t bytes,
                  uint64_t MemoryReport::TimelinePoint::*field) {
@@ -86,6 +84,8 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
     int64_t i = index[&op];
     P &point = r.timeline[i];
     llvm::raw_string_ostream name(point.op);
+    if (!point.op.empty()) // an op run in the kernel of the one before
+      name << " + ";
     name << op.getName().getStringRef();
     if (auto loc = dyn_cast<NameLoc>(op.getLoc()))
       name << " " << loc.getName().getValue();
@@ -170,9 +170,7 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
 
   // Live bytes of forward activations and of kernel scratch at each op.
   DenseMap<Operation *, int64_t> index;
-  int64_t n = 0;
-  for (Operation &op : body)
-    index[&op] = n++;
+  int64_t n = numberKernels(body, index);
   std::vector<int64_t> activations(n + 1, 0);
   for (Operation &op : body.without_terminator()) {
     bool forward = !op.hasAttr(attr::kBackward) &&

@@ -38,24 +38,6 @@ namespace {
 /// Sum of term(j) for j in [0, count), in double. Four interleaved
 /// accumulators, combined in a fixed order: one chain of dependent additions
 /// would wait out the adder's latency at every element.
-template <typename Term> double sumTerms(int64_t count, Term term) {
-  double acc0 = 0.0, acc1 = 0.0, acc2 = 0.0, acc3 = 0.0;
-  int64_t j = 0;
-  for (; j + 4 <= count; j += 4) {
-    acc0 += term(j);
-    acc1 += term(j + 1);
-    acc2 += term(j + 2);
-    acc3 += term(j + 3);
-  }
-  for (; j < count; ++j)
-    acc0 += term(j);
-  return (acc0 + acc1) + (acc2 + acc3);
-}
-
-/// Columns per task of the LayerNorm dscale/dbias sums. Which task sums a
-/// column does not change the order it is summed in, so the width may
-/// depend on the thread count: wide enough to stream rows, narrow enough to
-/// give every thread work.
 constexpr int64_t kMaxColumnBlock = 1024;
 int64_t columnBlock(int64_t dim) {
 #ifdef _OPENMP
@@ -80,7 +62,7 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
     double sum = 0.0;
     for (int64_t img = 0; img < n; ++img) {
       const float *src = x + (img * c + ch) * inner;
-      sum += sumTerms(inner, [&](int64_t j) { return src[j]; });
+      sum += cpu::sumTerms(inner, [&](int64_t j) { return src[j]; });
     }
     // An empty batch has no statistics; keep the running ones and let
     // invstd be that of a zero variance.
@@ -88,7 +70,7 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
     double squaredDevSum = 0.0;
     for (int64_t img = 0; img < n; ++img) {
       const float *src = x + (img * c + ch) * inner;
-      squaredDevSum += sumTerms(inner, [&](int64_t j) {
+      squaredDevSum += cpu::sumTerms(inner, [&](int64_t j) {
         double dev = src[j] - mean;
         return dev * dev;
       });
@@ -122,8 +104,8 @@ void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
     for (int64_t img = 0; img < n; ++img) {
       const float *grad = dy + (img * c + ch) * inner;
       const float *src = x + (img * c + ch) * inner;
-      sumDy += sumTerms(inner, [&](int64_t j) { return grad[j]; });
-      sumDyXhat += sumTerms(inner, [&](int64_t j) {
+      sumDy += cpu::sumTerms(inner, [&](int64_t j) { return grad[j]; });
+      sumDyXhat += cpu::sumTerms(inner, [&](int64_t j) {
         return static_cast<double>(grad[j]) * ((src[j] - mean) * invstd);
       });
     }
@@ -168,23 +150,10 @@ void layerNormRows(int64_t outer, int64_t dim, const float *x,
                    Store store, float *mean, float *invstd) {
   const bool parallel = outer * dim >= cpu::kParallelGrain;
   cpu::parallelFor(0, outer, parallel, [&](int64_t row) {
-    const float *src = x + row * dim;
-    double sum = sumTerms(dim, [&](int64_t j) { return src[j]; });
-    double rowMean = dim > 0 ? sum / static_cast<double>(dim) : 0.0;
-    double squaredDevSum = sumTerms(dim, [&](int64_t j) {
-      double dev = src[j] - rowMean;
-      return dev * dev;
-    });
-    float meanF = static_cast<float>(rowMean);
-    float inv = inverseStd(
-        dim > 0 ? squaredDevSum / static_cast<double>(dim) : 0.0, eps);
-    if (mean)
-      mean[row] = meanF;
-    if (invstd)
-      invstd[row] = inv;
-    for (int64_t j = 0; j < dim; ++j)
-      store(row * dim + j, normalizeElement(src[j], meanF, inv, scale[j],
-                                            bias ? bias[j] : 0.0f));
+    cpu::layerNormRow(
+        dim, x + row * dim, scale, bias, eps,
+        [&](int64_t j, float v) { store(row * dim + j, v); },
+        mean ? mean + row : nullptr, invstd ? invstd + row : nullptr);
   });
 }
 
@@ -250,8 +219,8 @@ void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
     const float *src = x + row * dim;
     float *dst = dx + row * dim;
     const float rowMean = mean[row], inv = invstd[row];
-    double sumG = sumTerms(dim, [&](int64_t j) { return grad[j] * scale[j]; });
-    double sumGXhat = sumTerms(dim, [&](int64_t j) {
+    double sumG = cpu::sumTerms(dim, [&](int64_t j) { return grad[j] * scale[j]; });
+    double sumGXhat = cpu::sumTerms(dim, [&](int64_t j) {
       return static_cast<double>(grad[j] * scale[j]) *
              ((src[j] - rowMean) * inv);
     });

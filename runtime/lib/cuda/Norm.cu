@@ -28,36 +28,20 @@
 #include "mtc/runtime/Kernels.h"
 
 #include <algorithm>
-#include <type_traits>
 
 namespace mtc::rt {
 
 namespace {
 
 /// Threads of the reduction blocks; a power of two.
-constexpr int kReduceThreads = 512;
+constexpr int kReduceThreads = cuda::kNormRowThreads;
 /// LayerNorm column sums: a warp of columns times kRowSlices rows.
 constexpr int kColumns = 32;
 constexpr int kRowSlices = 16;
 /// Grid dimensions y and z are limited to 65535.
 constexpr int64_t kMaxGridY = 65535;
 
-/// Sum of one value per thread over the block, by a fixed tree; every thread
-/// gets the total. `scratch` holds blockDim.x doubles; blockDim.x must be a
-/// power of two.
-__device__ double blockSum(double value, double *scratch) {
-  scratch[threadIdx.x] = value;
-  __syncthreads();
-  for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width)
-      scratch[threadIdx.x] += scratch[threadIdx.x + width];
-    __syncthreads();
-  }
-  double total = scratch[0];
-  // Everyone must read the total before the next call overwrites it.
-  __syncthreads();
-  return total;
-}
+using cuda::blockSum;
 
 /// Calls f(offset) for the elements of channel ch of [n, c, inner] that this
 /// thread handles when the channel is split into `parts` parts of blockDim.x
@@ -185,38 +169,10 @@ __global__ void lnForwardKernel(int64_t outer, int64_t dim, const float *x,
                                 float eps, Out *y, float *mean, float *invstd,
                                 bool bf16) {
   __shared__ double scratch[kReduceThreads];
-  for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
-    const float *src = x + row * dim;
-    Out *dst = y + row * dim;
-    double sum = 0.0;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-      sum += src[j];
-    double rowMean =
-        dim > 0 ? blockSum(sum, scratch) / static_cast<double>(dim) : 0.0;
-    double squaredDevSum = 0.0;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      double dev = src[j] - rowMean;
-      squaredDevSum += dev * dev;
-    }
-    squaredDevSum = blockSum(squaredDevSum, scratch);
-    const float meanF = static_cast<float>(rowMean);
-    const float inv = inverseStd(
-        dim > 0 ? squaredDevSum / static_cast<double>(dim) : 0.0, eps);
-    if (threadIdx.x == 0) {
-      if (mean)
-        mean[row] = meanF;
-      if (invstd)
-        invstd[row] = inv;
-    }
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      const float v =
-          normalizeElement(src[j], meanF, inv, scale[j], bias ? bias[j] : 0.0f);
-      if constexpr (std::is_same_v<Out, float>)
-        dst[j] = v;
-      else
-        dst[j] = bf16 ? floatToBf16(v) : floatToHalf(v);
-    }
-  }
+  for (int64_t row = blockIdx.x; row < outer; row += gridDim.x)
+    cuda::layerNormRow(dim, x + row * dim, scale, bias, eps, y + row * dim,
+                       mean ? mean + row : nullptr,
+                       invstd ? invstd + row : nullptr, bf16, scratch);
 }
 
 /// dscale and dbias: a block of kColumns x kRowSlices threads per kColumns
@@ -285,12 +241,7 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const float *dy,
 
 /// Threads per LayerNorm row: a power of two (blockSum needs one) giving
 /// each thread about four elements, between a warp and kReduceThreads.
-unsigned rowThreads(int64_t dim) {
-  unsigned threads = 32;
-  while (threads < kReduceThreads && threads * 4 < dim)
-    threads *= 2;
-  return threads;
-}
+unsigned rowThreads(int64_t dim) { return cuda::normRowThreads(dim); }
 
 dim3 channelGrid(int64_t n, int64_t c, int64_t inner) {
   return dim3(channelParts(n, c, inner),

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mtc/Dialect/Mtc/IR/MtcOps.h"
+#include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/OpImplementation.h"
@@ -818,6 +819,18 @@ Value mtc::viewSource(Operation *op) {
     return nullptr;
   Operation *def = reshape.getInput().getDefiningOp();
   return def && !isa<ConstantOp>(def) ? reshape.getInput() : nullptr;
+}
+
+int64_t mtc::numberKernels(Block &body, DenseMap<Operation *, int64_t> &index,
+                           bool withTerminator) {
+  int64_t count = 0;
+  for (Operation &op : body) {
+    if (!withTerminator && &op == body.getTerminator())
+      break;
+    bool shared = count > 0 && op.hasAttr(attr::kRowEpilogue);
+    index[&op] = shared ? count - 1 : count++;
+  }
+  return count;
 }
 
 LogicalResult FusedOp::verify() {

@@ -180,6 +180,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     GEMM epilogues come first: a linear layer's `matmul` + bias `add`
     becomes one `matmul` with a bias, and its weight-gradient `matmul` with
     the `reduce_sum` of its bias gradient one `matmul_bias_grad`.
+    A layer norm right after the fused op that computes its input gets
+    `mtc.row_epilogue`: it runs in that kernel, row by row.
     Runs after recomputation and before the memory plan.
 
     Example: `mtc-opt --mtc-fuse-elementwise`
@@ -192,6 +194,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
               "Bias adds folded into their GEMM">,
     Statistic<"numBiasGradEpilogues", "bias-grad-epilogues",
               "Bias-gradient sums folded into a weight-gradient GEMM">,
+    Statistic<"numRowEpilogues", "row-epilogues",
+              "Layer norms run in the kernel computing their input">,
     Statistic<"numFoldedConversions", "folded-conversions",
               "Layer norms and transposes storing 16 bits themselves">,
     Statistic<"numRecomputed", "recomputed-values",

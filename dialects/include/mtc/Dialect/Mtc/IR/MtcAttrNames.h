@@ -47,6 +47,10 @@ constexpr llvm::StringLiteral kNative16BitGemm = "mtc.native_16bit_gemm";
 /// with the same hyperparameters that run as one multi-tensor update (the
 /// fusion pass).
 constexpr llvm::StringLiteral kUpdateGroup = "mtc.update_group";
+/// Op: a layer norm that runs in the kernel of the mtc.fused op right
+/// before it, which computes its input (the fusion pass's row epilogue):
+/// each row is normalized as soon as the fused op has computed it.
+constexpr llvm::StringLiteral kRowEpilogue = "mtc.row_epilogue";
 /// Op: created by the optimizer pass.
 constexpr llvm::StringLiteral kOptimizer = "mtc.optimizer";
 /// Memory plan: argument byte offset; op result byte offsets; op scratch

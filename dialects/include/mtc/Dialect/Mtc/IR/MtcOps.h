@@ -38,6 +38,15 @@ broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 /// buffer, live until the last reader of either.
 mlir::Value viewSource(mlir::Operation *op);
 
+/// Numbers the ops of `body` (with its terminator when `withTerminator`)
+/// by the kernel they run in, for lifetimes: an op that runs in the kernel
+/// of the op before it (attr::kRowEpilogue) shares that op's number, so the
+/// values the kernel reads live until it ends and its results never take
+/// their bytes. Returns how many numbers there are.
+int64_t numberKernels(mlir::Block &body,
+                      llvm::DenseMap<mlir::Operation *, int64_t> &index,
+                      bool withTerminator = true);
+
 /// The operand whose bytes result `r` may take over when that operand's
 /// last reader is `r`'s op (the kernel reads each element before writing
 /// it there), or null: softmax_cross_entropy's log-probabilities overwrite
