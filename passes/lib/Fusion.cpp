@@ -659,6 +659,28 @@ void FusionPass::formEpilogues(func::FuncOp func) {
     add.erase();
     ++numBiasEpilogues;
   }
+  // A layer norm's input gradient plus the residual connection's other
+  // gradient: the layer norm backward adds it as it writes (accumulate).
+  SmallVector<AddOp> adds;
+  for (Operation &op : func.getBody().front())
+    if (auto add = dyn_cast<AddOp>(op))
+      adds.push_back(add);
+  for (AddOp add : adds) {
+    for (auto [mine, other] : {std::pair(add.getLhs(), add.getRhs()),
+                               std::pair(add.getRhs(), add.getLhs())}) {
+      auto grad = mine.getDefiningOp<LayerNormGradOp>();
+      if (!grad || mine != grad.getInputGrad() || grad.getAccumulate() ||
+          !mine.hasOneUse() || other.getType() != mine.getType() ||
+          add.getType() != mine.getType() || !samePhase(grad, add) ||
+          !definedBefore(other, grad))
+        continue;
+      grad.getAccumulateMutable().assign(other);
+      add.replaceAllUsesWith(mine);
+      add.erase();
+      ++numAccumulateEpilogues;
+      break;
+    }
+  }
   // Backward: the sum of dY over every axis but the last, next to a 2-D
   // GEMM that reads dY (or its view or 16-bit copy) with the summed axes
   // as its inner dimension: the weight gradient.

@@ -118,3 +118,18 @@ func.func @train_step(%x: tensor<4x16xf32> {mtc.role = "input"}, %r: tensor<4x16
   %y3, %m3, %v3 = mtc.layer_norm %w, %h {axis = 1 : i64, epsilon = 1.0e-5 : f32} : (tensor<4x6xf32>, tensor<6xf32>) -> (tensor<4x6xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
   return %s, %y, %y2, %e, %y3 : tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x6xf32>
 }
+
+// -----
+
+// The gradient reaching a residual sum's input is the layer norm's input
+// gradient plus the other branch's: the layer norm backward adds it as it
+// writes (accumulate), whichever side of the add it is on.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[DX:.+]], %{{.+}}, %{{.+}} = mtc.layer_norm_grad %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} accumulate %[[R:[a-z0-9]+]]
+// CHECK-NOT: mtc.add
+// CHECK: return %[[DX]]
+func.func @train_step(%dy: tensor<4x16xf32> {mtc.role = "input"}, %x: tensor<4x16xf32> {mtc.role = "input"}, %g: tensor<16xf32> {mtc.role = "param"}, %m: tensor<4x1xf32> {mtc.role = "input"}, %v: tensor<4x1xf32> {mtc.role = "input"}, %r: tensor<4x16xf32> {mtc.role = "input"}) -> (tensor<4x16xf32>, tensor<16xf32>) {
+  %dx, %dg, %db = mtc.layer_norm_grad %dy, %x, %g, %m, %v {axis = 1 : i64, mtc.backward} : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %s = mtc.add %r, %dx {mtc.backward} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  return %s, %dg : tensor<4x16xf32>, tensor<16xf32>
+}

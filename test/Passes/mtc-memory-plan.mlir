@@ -143,3 +143,24 @@ func.func @train_step(%x: tensor<4x16xf32> {mtc.name = "x", mtc.role = "input"},
   %y, %m, %r = mtc.layer_norm %s, %g {axis = 1 : i64, epsilon = 1.0e-5 : f32} : (tensor<4x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
   return %s, %y : tensor<4x16xf32>, tensor<4x16xf32>
 }
+
+// -----
+
+// A layer norm backward's input gradient writes over the gradient it
+// accumulates onto (%r) when that dies there; %keep, read after it, keeps
+// its own bytes.
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.exp {{.*}}mtc.offsets = array<i64: [[R:[0-9]+]]>
+// CHECK: mtc.exp {{.*}}mtc.offsets = array<i64: [[K:[0-9]+]]>
+// CHECK: mtc.layer_norm_grad {{.*}} accumulate {{.*}}mtc.offsets = array<i64: [[R]],
+// CHECK: mtc.layer_norm_grad {{.*}} accumulate
+// CHECK-NOT: array<i64: [[K]],
+// CHECK-SAME: :
+func.func @train_step(%dy: tensor<4x16xf32> {mtc.name = "dy", mtc.role = "input"}, %x: tensor<4x16xf32> {mtc.name = "x", mtc.role = "input"}, %g: tensor<16xf32> {mtc.name = "g", mtc.role = "param"}, %m: tensor<4x1xf32> {mtc.name = "m", mtc.role = "input"})
+    -> (tensor<4x16xf32> {mtc.role = "loss"}, tensor<4x16xf32> {mtc.role = "loss"}, tensor<4x16xf32> {mtc.role = "loss"}) {
+  %r = mtc.exp %dy : tensor<4x16xf32>
+  %keep = mtc.exp %x : tensor<4x16xf32>
+  %dx, %dg, %db = mtc.layer_norm_grad %dy, %x, %g, %m, %m accumulate %r {axis = 1 : i64} : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  %dx2, %dg2, %db2 = mtc.layer_norm_grad %dy, %x, %g, %m, %m accumulate %keep {axis = 1 : i64} : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return %dx, %dx2, %keep : tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>
+}

@@ -64,6 +64,7 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     build = args.build or os.path.dirname(os.path.dirname(os.path.abspath(args.mtc)))
     results = []  # (name, ok, detail)
+    notes = []  # lines printed after the table
     start = time.time()
 
     unit = os.path.join(build, "bin", "mtc-runtime-cuda-tests")
@@ -75,6 +76,10 @@ def main():
         ran = re.search(r"PASSED\s*\]\s*[1-9][0-9]* test", out) is not None
         results.append(("runtime CUDA kernel tests", rc == 0 and ran,
                         "; ".join(tail[-2:]) + f" ({secs:.1f}s)"))
+        # Which bias-gradient GEMMs ran as cuBLASLt epilogues (the tests
+        # print it; a fallback is correct, only slower).
+        notes += [l for l in out.splitlines()
+                  if l.startswith("gemm") and "BGRAD" in l]
     else:
         results.append(("runtime CUDA kernel tests", False, "mtc-runtime-cuda-tests not built"))
 
@@ -159,6 +164,8 @@ def main():
         print(f"  {'PASS' if ok else 'FAIL'}  {name:<{width}}  {detail}")
     failed = sum(1 for _, ok, _ in results if not ok)
     print(f"{len(results) - failed} passed, {failed} failed  ({time.time() - start:.0f}s)")
+    for line in notes:
+        print("  note: " + line)
     return 1 if failed else 0
 
 

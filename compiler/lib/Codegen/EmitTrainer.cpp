@@ -1246,11 +1246,12 @@ void Emitter::emitOpBody(Operation *op) {
         int64_t outer = numel(g.getInput()) / dim;
         emitCall(llvm::formatv(
                      "layerNormBackward(ctx, {0}, {1}, {2}, {3}, {4}, {5}, "
-                     "{6}, {7}, {8}, {9})",
+                     "{6}, {7}, {8}, {9}, {10})",
                      outer, dim, ptr(g.getGrad()), ptr(g.getInput()),
                      ptr(g.getScale()), ptr(g.getMean()), ptr(g.getInvstd()),
                      ptr(g.getInputGrad()), ptr(g.getScaleGrad()),
-                     ptr(g.getBiasGrad()))
+                     ptr(g.getBiasGrad()),
+                     g.getAccumulate() ? ptr(g.getAccumulate()) : "nullptr")
                      .str());
       })
       .Case([&](AttentionOp a) {

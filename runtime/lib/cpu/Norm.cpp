@@ -184,7 +184,7 @@ void layerNormForward16(Context &, Storage16 storage, int64_t outer,
 void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
                        const float *x, const float *scale, const float *mean,
                        const float *invstd, float *dx, float *dscale,
-                       float *dbias) {
+                       float *dbias, const float *acc) {
   const bool parallel = outer * dim >= cpu::kParallelGrain;
 
   // dscale and dbias sum over rows: blocks of columns accumulate whole rows
@@ -219,15 +219,19 @@ void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
     const float *src = x + row * dim;
     float *dst = dx + row * dim;
     const float rowMean = mean[row], inv = invstd[row];
-    double sumG = cpu::sumTerms(dim, [&](int64_t j) { return grad[j] * scale[j]; });
+    double sumG =
+        cpu::sumTerms(dim, [&](int64_t j) { return grad[j] * scale[j]; });
     double sumGXhat = cpu::sumTerms(dim, [&](int64_t j) {
       return static_cast<double>(grad[j] * scale[j]) *
              ((src[j] - rowMean) * inv);
     });
     NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
-    for (int64_t j = 0; j < dim; ++j)
-      dst[j] =
+    const float *add = acc ? acc + row * dim : nullptr;
+    for (int64_t j = 0; j < dim; ++j) {
+      float d =
           normBackwardElement(grad[j] * scale[j], (src[j] - rowMean) * inv, f);
+      dst[j] = add ? d + add[j] : d;
+    }
   });
 }
 

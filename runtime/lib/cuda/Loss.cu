@@ -19,6 +19,7 @@
 #include "Launch.h"
 
 #include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/LayerNormRow.h" // cuda::blockSum
 
 namespace mtc::rt {
 
@@ -101,15 +102,9 @@ __global__ void ceCountKernel(int64_t positions, int64_t c,
   long long count = 0;
   for (int64_t pos = threadIdx.x; pos < positions; pos += blockDim.x)
     count += isValidLabel(labels[pos], c, ignoreIndex) ? 1 : 0;
-  counts[threadIdx.x] = count;
-  __syncthreads();
-  for (int width = blockDim.x / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width)
-      counts[threadIdx.x] += counts[threadIdx.x + width];
-    __syncthreads();
-  }
+  long long total = cuda::blockSum(count, counts);
   if (threadIdx.x == 0)
-    gValidLabels = counts[0];
+    gValidLabels = total;
 }
 
 __global__ void ceBackwardKernel(int64_t n, int64_t c, int64_t d,

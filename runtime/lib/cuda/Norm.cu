@@ -216,7 +216,7 @@ __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
 __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const float *dy,
                                    const float *x, const float *scale,
                                    const float *mean, const float *invstd,
-                                   float *dx) {
+                                   float *dx, const float *acc) {
   __shared__ double scratch[kReduceThreads];
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const float *grad = dy + row * dim;
@@ -233,9 +233,12 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const float *dy,
     sumG = blockSum(sumG, scratch);
     sumGXhat = blockSum(sumGXhat, scratch);
     const NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-      dst[j] =
+    const float *add = acc ? acc + row * dim : nullptr;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+      float d =
           normBackwardElement(grad[j] * scale[j], (src[j] - rowMean) * inv, f);
+      dst[j] = add ? d + add[j] : d;
+    }
   }
 }
 
@@ -323,7 +326,7 @@ void layerNormForward16(Context &ctx, Storage16 storage, int64_t outer,
 void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
                        const float *dy, const float *x, const float *scale,
                        const float *mean, const float *invstd, float *dx,
-                       float *dscale, float *dbias) {
+                       float *dscale, float *dbias, const float *acc) {
   if (dim <= 0)
     return;
   // The column sums read dy, so they run before dx overwrites it.
@@ -335,7 +338,7 @@ void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
     return;
   lnBackwardDxKernel<<<cuda::gridFor(outer, 1), rowThreads(dim), 0,
                        ctx.stream>>>(outer, dim, dy, x, scale, mean, invstd,
-                                     dx);
+                                     dx, acc);
   checkLaunch(ctx, "lnBackwardDxKernel");
 }
 

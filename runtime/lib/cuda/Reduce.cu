@@ -20,6 +20,7 @@
 #include "Launch.h"
 
 #include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/LayerNormRow.h" // cuda::blockSum
 
 namespace mtc::rt {
 
@@ -65,17 +66,9 @@ __global__ void reduceSumPerBlockKernel(ReducePlan plan, const float *x,
     double sum = 0.0;
     for (int64_t r = threadIdx.x; r < plan.reduceCount; r += blockDim.x)
       sum += base[reducedOffset(plan, r)];
-    partial[threadIdx.x] = sum;
-    __syncthreads();
-    for (int width = blockDim.x / 2; width > 0; width /= 2) {
-      if (threadIdx.x < width)
-        partial[threadIdx.x] += partial[threadIdx.x + width];
-      __syncthreads();
-    }
+    double total = cuda::blockSum(sum, partial);
     if (threadIdx.x == 0)
-      y[o] = static_cast<float>(partial[0] * scale);
-    // partial[0] must be read before the next output overwrites it.
-    __syncthreads();
+      y[o] = static_cast<float>(total * scale);
   }
 }
 

@@ -53,6 +53,14 @@ func.func @matmul_bias_shape(%a: tensor<3x4xf32>, %b: tensor<4x5xf32>, %c: tenso
 
 // -----
 
+func.func @layer_norm_grad_accumulate(%dy: tensor<4x16xf32>, %g: tensor<16xf32>, %m: tensor<4x1xf32>, %r: tensor<4x8xf32>) {
+  // expected-error@+1 {{accumulate must have the input's type}}
+  %0:3 = mtc.layer_norm_grad %dy, %dy, %g, %m, %m accumulate %r {axis = 1 : i64} : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x8xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
 func.func @matmul_bias_grad_summed(%a: tensor<6x4xf32>, %g: tensor<4x5xf32>) {
   // expected-error@+1 {{the summed operand must be stored [K, ...]}}
   %0:2 = mtc.matmul_bias_grad %a, %g {sum_a = true} : (tensor<6x4xf32>, tensor<4x5xf32>) -> (tensor<6x5xf32>, tensor<6xf32>)

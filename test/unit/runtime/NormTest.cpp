@@ -141,6 +141,15 @@ TEST_F(Kernels, LayerNormHandChecked) {
   expectNear(download(dx, 8), {1, 0, -1, 0, 0.5f, -0.5f, 0, 0});
   expectNear(download(dscale, 4), {-2, 0, 0, 0});
   expectNear(download(dbias, 4), {2, 0, 0, 0});
+  // A residual connection's other gradient added as dx is written, also
+  // in place of it.
+  float *acc = upload<float>({10, 20, 30, 40, 50, 60, 70, 80});
+  layerNormBackward(ctx, 2, 4, dy, x, scale, mean, invstd, dx, dscale, dbias,
+                    acc);
+  expectNear(download(dx, 8), {11, 20, 29, 40, 50.5f, 59.5f, 70, 80});
+  layerNormBackward(ctx, 2, 4, dy, x, scale, mean, invstd, acc, dscale, dbias,
+                    acc);
+  expectNear(download(acc, 8), {11, 20, 29, 40, 50.5f, 59.5f, 70, 80});
 
   // Without bias, and without a bias gradient.
   layerNormForward(ctx, 2, 4, x, scale, nullptr, 0.0f, y, mean, invstd);

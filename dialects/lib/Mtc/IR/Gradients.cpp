@@ -462,7 +462,8 @@ LogicalResult LayerNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
       getLoc(),
       TypeRange{getInput().getType(), getScale().getType(),
                 getScale().getType()},
-      dy[0], getInput(), getScale(), getMean(), getInvstd(), getAxisAttr());
+      dy[0], getInput(), getScale(), getMean(), getInvstd(), Value(),
+      getAxisAttr());
   dx.push_back(grad.getInputGrad());
   dx.push_back(grad.getScaleGrad());
   if (getBias())

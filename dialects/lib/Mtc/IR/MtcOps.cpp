@@ -201,6 +201,12 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult LayerNormGradOp::verify() {
+  if (Value acc = getAccumulate(); acc && acc.getType() != getInput().getType())
+    return emitOpError("accumulate must have the input's type");
+  return success();
+}
+
 LogicalResult MatMulBiasGradOp::verify() {
   ArrayRef<int64_t> a = shapeOf(getA()), b = shapeOf(getB());
   if (a.size() != 2 || b.size() != 2)
@@ -810,6 +816,8 @@ Value mtc::inPlaceSource(OpResult r) {
     return r == loss.getLogProb() ? loss.getLogits() : nullptr;
   if (auto grad = dyn_cast<SoftmaxCrossEntropyGradOp>(r.getOwner()))
     return grad.getLogProb();
+  if (auto grad = dyn_cast<LayerNormGradOp>(r.getOwner()))
+    return r == grad.getInputGrad() ? grad.getAccumulate() : nullptr;
   return nullptr;
 }
 

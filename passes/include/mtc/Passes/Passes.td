@@ -194,6 +194,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
               "Bias adds folded into their GEMM">,
     Statistic<"numBiasGradEpilogues", "bias-grad-epilogues",
               "Bias-gradient sums folded into a weight-gradient GEMM">,
+    Statistic<"numAccumulateEpilogues", "accumulate-epilogues",
+              "Residual gradient adds folded into a layer norm backward">,
     Statistic<"numRowEpilogues", "row-epilogues",
               "Layer norms run in the kernel computing their input">,
     Statistic<"numFoldedConversions", "folded-conversions",

@@ -325,11 +325,14 @@ void layerNormForward16(Context &ctx, Storage16 storage, int64_t outer,
 /// overwritten. Per row, with g = dy * scale:
 /// dx = invstd / dim * (dim * g - sum(g) - xhat * sum(g * xhat));
 /// dscale = sum over rows of dy * xhat, dbias = sum over rows of dy.
-/// dx may share storage with dy.
+/// With `acc` non-null, dx is that plus acc ([outer, dim]): a residual
+/// connection's other gradient, added as dx is written. dx may share
+/// storage with dy or acc.
 void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
                        const float *dy, const float *x, const float *scale,
                        const float *mean, const float *invstd, float *dx,
-                       float *dscale, float *dbias);
+                       float *dscale, float *dbias,
+                       const float *acc = nullptr);
 
 //===----------------------------------------------------------------------===//
 // Dropout

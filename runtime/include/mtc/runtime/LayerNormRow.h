@@ -93,9 +93,9 @@ inline unsigned normRowThreads(int64_t dim) {
 }
 
 /// Sum of one value per thread over the block, by a fixed tree; every thread
-/// gets the total. `scratch` holds blockDim.x doubles; blockDim.x must be a
+/// gets the total. `scratch` holds blockDim.x values; blockDim.x must be a
 /// power of two.
-__device__ inline double blockSum(double value, double *scratch) {
+template <typename T> __device__ T blockSum(T value, T *scratch) {
   scratch[threadIdx.x] = value;
   __syncthreads();
   for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
@@ -103,7 +103,7 @@ __device__ inline double blockSum(double value, double *scratch) {
       scratch[threadIdx.x] += scratch[threadIdx.x + width];
     __syncthreads();
   }
-  double total = scratch[0];
+  T total = scratch[0];
   // Everyone must read the total before the next call overwrites it.
   __syncthreads();
   return total;

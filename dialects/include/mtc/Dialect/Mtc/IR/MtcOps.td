@@ -849,7 +849,9 @@ def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
   let summary = "Gradient of layer normalization";
   let description = [{
     Returns the gradients of the input, the scale and the bias (unused when
-    the forward had none) from the saved statistics.
+    the forward had none) from the saved statistics. With `accumulate`, the
+    input gradient is that plus `accumulate` (the other gradient of a
+    residual connection's sum, which the fusion pass folds in).
 
     Example:
 
@@ -863,11 +865,14 @@ def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
   }];
   let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$input,
                    Mtc_FloatTensor:$scale, Mtc_FloatTensor:$mean,
-                   Mtc_FloatTensor:$invstd, I64Attr:$axis);
+                   Mtc_FloatTensor:$invstd,
+                   Optional<Mtc_FloatTensor>:$accumulate, I64Attr:$axis);
   let results = (outs Mtc_FloatTensor:$input_grad, Mtc_FloatTensor:$scale_grad,
                       Mtc_FloatTensor:$bias_grad);
   let assemblyFormat = "$grad `,` $input `,` $scale `,` $mean `,` $invstd "
-                       "attr-dict `:` functional-type(operands, results)";
+                       "(`accumulate` $accumulate^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//
