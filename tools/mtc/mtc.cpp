@@ -281,6 +281,10 @@ static cl::opt<double> eps("eps",
 
 namespace {
 
+/// Plans with recomputation tried per micro-batch before a budget is given
+/// up on.
+constexpr int kFitAttempts = 8;
+
 int fail(const Twine &message) {
   llvm::errs() << "mtc: error: " << message << "\n";
   return 1;
@@ -671,9 +675,8 @@ int runCompile(MLIRContext &context) {
     return plain;
   };
 
-  // Plans at one micro-batch and, when that exceeds the budget, recomputes:
-  // aiming at the budget, then a little under it, since the arena's
-  // placement may add a little over the live bytes recomputation counts.
+  // Plans at one micro-batch and, when that exceeds the budget, recomputes
+  // (see the aim below).
   struct Fitted {
     OwningOpRef<ModuleOp> differentiated; // before recomputation and plan
     OwningOpRef<ModuleOp> module;
@@ -712,20 +715,48 @@ int runCompile(MLIRContext &context) {
       return f;
     f.fits = false;
     f.floor = solveRemat(f.problem, 0).peak;
-    if (f.floor > static_cast<int64_t>(*budget))
-      return f;
-    for (double factor : {1.0, 0.97, 0.93, 0.88, 0.8}) {
-      int64_t target =
-          std::max<int64_t>(f.floor, static_cast<int64_t>(*budget * factor));
-      auto smaller = place(*f.differentiated, target, micro);
+    // The model counts the unfused step's live bytes; fusion, views and
+    // in-place kernels end below them (by a third on GPT-2), the arena's
+    // placement a little above. Aim the model at the budget scaled by that
+    // ratio as measured without recomputation, then lower the aim by what
+    // the arena overshoots (at least 1%) until it fits. The floor is
+    // planned at most once, even when it is over the budget. A fused plan
+    // that fits wins; the unfused plan of the first aim at which it alone
+    // fits is kept in case none does.
+    double aim = double(*budget) * double(f.problem.peak()) /
+                 double(std::max<uint64_t>(arenaOf(*f.module), 1));
+    OwningOpRef<ModuleOp> unfusedFit;
+    int64_t unfusedTarget = 0;
+    for (int attempt = 0; attempt < kFitAttempts; ++attempt) {
+      int64_t target = std::max<int64_t>(f.floor, static_cast<int64_t>(aim));
+      if (target == f.target)
+        break; // the floor again
+      auto smaller =
+          placeWith(*f.differentiated, target, micro, pipeline.fusion);
       if (failed(smaller))
         return failure();
       f.module = std::move(*smaller);
       f.target = target;
-      if (arenaOf(*f.module) <= *budget) {
+      uint64_t arena = arenaOf(*f.module);
+      if (arena <= *budget) {
         f.fits = true;
-        break;
+        return f;
       }
+      if (pipeline.fusion && !unfusedFit) {
+        auto plain = placeWith(*f.differentiated, target, micro, false);
+        if (failed(plain))
+          return failure();
+        if (arenaOf(**plain) <= *budget) {
+          unfusedFit = std::move(*plain);
+          unfusedTarget = target;
+        }
+      }
+      aim = std::min(aim * 0.99, aim * double(*budget) / double(arena));
+    }
+    if (unfusedFit) {
+      f.module = std::move(unfusedFit);
+      f.target = unfusedTarget;
+      f.fits = true;
     }
     return f;
   };
