@@ -11,7 +11,7 @@ in the work directory and reused), then times, for each budget:
 
 and prints the arena, the recomputed FLOPs and the wall times.
 
-Usage: plan_time.py --mtc PATH --work DIR [--budgets 13GiB,11.5GiB]
+Usage: plan_time.py --mtc PATH --work DIR [--budgets 7GiB,6GiB]
 Run with /usr/bin/python3 (torch, onnx).
 """
 
@@ -53,7 +53,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mtc", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--budgets", default="13GiB,11.5GiB")
+    ap.add_argument("--budgets", default="7GiB,6GiB")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     model = os.path.join(args.work, "gpt2-small.onnx")

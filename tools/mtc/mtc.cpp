@@ -342,8 +342,9 @@ void printRecomputed(ModuleOp module, const MemoryReport &report,
 /// Prints the solver's extra FLOPs at budgets down to the floor.
 void printCurve(const std::vector<std::pair<int64_t, RematSolution>> &curve,
                 const RematProblem &problem, llvm::raw_ostream &os) {
-  os << "budget vs extra compute (peak of live tensors; the arena adds "
-        "its placement):\n";
+  os << "budget vs extra compute (peak of the live tensors the "
+        "recomputation model counts, on the unfused step; fusion and the "
+        "arena's placement move the arena from it):\n";
   int64_t peak = problem.peak();
   for (auto [i, entry] : llvm::enumerate(curve)) {
     const auto &[b, s] = entry;

@@ -9,6 +9,9 @@
 #include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <string>
 
 namespace mtc::rt {
@@ -16,11 +19,14 @@ namespace mtc::rt {
 namespace {
 
 /// Passed by value so that the kernel needs no device copy of the shape.
-struct StridedCopyArgs {
+/// `Index` is int32_t when every index and offset of the copy fits (32-bit
+/// division is several times cheaper than 64-bit on the GPU), else
+/// int64_t.
+template <typename Index> struct StridedCopyArgs {
   int rank;
-  int64_t shape[kMaxRank];
-  int64_t srcStrides[kMaxRank];
-  int64_t dstStrides[kMaxRank];
+  Index shape[kMaxRank];
+  Index srcStrides[kMaxRank];
+  Index dstStrides[kMaxRank];
 };
 
 __global__ void fillKernel(float *y, int64_t n, float value) {
@@ -28,8 +34,6 @@ __global__ void fillKernel(float *y, int64_t n, float value) {
     y[i] = value;
 }
 
-/// One thread per element of `shape`, consecutive threads along the last
-/// dim so that at least one side of a transpose is coalesced.
 /// The identity conversion of a plain copy, and the roundings to 16 bits.
 struct Same {
   template <typename T> __device__ T operator()(T v) const { return v; }
@@ -41,14 +45,16 @@ struct ToHalf {
   __device__ uint16_t operator()(float v) const { return floatToHalf(v); }
 };
 
-template <typename S, typename T, typename Convert = Same>
-__global__ void stridedCopyKernel(StridedCopyArgs args, int64_t total,
-                                  const S *src, T *dst, Convert convert = {}) {
+/// One thread per element of `shape`, consecutive threads along the last
+/// dim so that at least one side of a transpose is coalesced.
+template <typename Index, typename S, typename T, typename Convert>
+__global__ void stridedCopyKernel(StridedCopyArgs<Index> args, int64_t total,
+                                  const S *src, T *dst, Convert convert) {
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
-    int64_t rest = idx, srcAt = 0, dstAt = 0;
+    Index rest = static_cast<Index>(idx), srcAt = 0, dstAt = 0;
     for (int d = args.rank - 1; d >= 0; --d) {
-      int64_t i = rest % args.shape[d];
+      Index i = rest % args.shape[d];
       rest /= args.shape[d];
       srcAt += i * args.srcStrides[d];
       dstAt += i * args.dstStrides[d];
@@ -101,7 +107,7 @@ namespace {
 /// nothing to launch.
 bool stridedArgs(Context &ctx, const char *name, int rank,
                  const int64_t *shape, const int64_t *srcStrides,
-                 const int64_t *dstStrides, StridedCopyArgs &args,
+                 const int64_t *dstStrides, StridedCopyArgs<int64_t> &args,
                  int64_t &total) {
   if (rank < 0 || rank > kMaxRank) {
     reportError(ctx, std::string(name) + ": unsupported rank " +
@@ -120,6 +126,34 @@ bool stridedArgs(Context &ctx, const char *name, int rank,
   return total > 0;
 }
 
+/// Launches the copy with 32-bit index math when every element index and
+/// every offset it reaches fits in 31 bits.
+template <typename S, typename T, typename Convert = Same>
+void launchStridedCopy(Context &ctx, const StridedCopyArgs<int64_t> &args,
+                       int64_t total, const S *src, T *dst,
+                       Convert convert = {}) {
+  int64_t srcReach = 0, dstReach = 0;
+  for (int d = 0; d < args.rank; ++d) {
+    srcReach += (args.shape[d] - 1) * std::abs(args.srcStrides[d]);
+    dstReach += (args.shape[d] - 1) * std::abs(args.dstStrides[d]);
+  }
+  if (std::max({total, srcReach, dstReach}) <= INT32_MAX) {
+    StridedCopyArgs<int32_t> narrow = {};
+    narrow.rank = args.rank;
+    for (int d = 0; d < args.rank; ++d) {
+      narrow.shape[d] = static_cast<int32_t>(args.shape[d]);
+      narrow.srcStrides[d] = static_cast<int32_t>(args.srcStrides[d]);
+      narrow.dstStrides[d] = static_cast<int32_t>(args.dstStrides[d]);
+    }
+    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
+        narrow, total, src, dst, convert);
+  } else {
+    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
+        args, total, src, dst, convert);
+  }
+  checkLaunch(ctx, "stridedCopyKernel");
+}
+
 } // namespace
 
 void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
@@ -130,28 +164,27 @@ void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
                          std::to_string(elemBytes));
     return;
   }
-  StridedCopyArgs args;
+  StridedCopyArgs<int64_t> args;
   int64_t total;
   if (!stridedArgs(ctx, "stridedCopy", rank, shape, srcStrides, dstStrides,
                    args, total))
     return;
   if (elemBytes == 1)
-    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
-        args, total, static_cast<const uint8_t *>(src) + srcOffset,
-        static_cast<uint8_t *>(dst) + dstOffset);
+    launchStridedCopy(ctx, args, total,
+                      static_cast<const uint8_t *>(src) + srcOffset,
+                      static_cast<uint8_t *>(dst) + dstOffset);
   else if (elemBytes == 2)
-    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
-        args, total, static_cast<const uint16_t *>(src) + srcOffset,
-        static_cast<uint16_t *>(dst) + dstOffset);
+    launchStridedCopy(ctx, args, total,
+                      static_cast<const uint16_t *>(src) + srcOffset,
+                      static_cast<uint16_t *>(dst) + dstOffset);
   else if (elemBytes == 4)
-    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
-        args, total, static_cast<const uint32_t *>(src) + srcOffset,
-        static_cast<uint32_t *>(dst) + dstOffset);
+    launchStridedCopy(ctx, args, total,
+                      static_cast<const uint32_t *>(src) + srcOffset,
+                      static_cast<uint32_t *>(dst) + dstOffset);
   else
-    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
-        args, total, static_cast<const uint64_t *>(src) + srcOffset,
-        static_cast<uint64_t *>(dst) + dstOffset);
-  checkLaunch(ctx, "stridedCopyKernel");
+    launchStridedCopy(ctx, args, total,
+                      static_cast<const uint64_t *>(src) + srcOffset,
+                      static_cast<uint64_t *>(dst) + dstOffset);
 }
 
 void stridedCopyTo16(Context &ctx, Storage16 storage, int rank,
@@ -159,18 +192,17 @@ void stridedCopyTo16(Context &ctx, Storage16 storage, int rank,
                      int64_t srcOffset, const int64_t *srcStrides,
                      uint16_t *dst, int64_t dstOffset,
                      const int64_t *dstStrides) {
-  StridedCopyArgs args;
+  StridedCopyArgs<int64_t> args;
   int64_t total;
   if (!stridedArgs(ctx, "stridedCopyTo16", rank, shape, srcStrides,
                    dstStrides, args, total))
     return;
   if (storage == Storage16::Bf16)
-    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
-        args, total, src + srcOffset, dst + dstOffset, ToBf16());
+    launchStridedCopy(ctx, args, total, src + srcOffset, dst + dstOffset,
+                      ToBf16());
   else
-    stridedCopyKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
-        args, total, src + srcOffset, dst + dstOffset, ToHalf());
-  checkLaunch(ctx, "stridedCopyKernel");
+    launchStridedCopy(ctx, args, total, src + srcOffset, dst + dstOffset,
+                      ToHalf());
 }
 
 } // namespace mtc::rt
