@@ -70,6 +70,14 @@ struct Context {
   size_t ltWorkspaceBytes = 0;
   /// Whether the last epilogue GEMM ran as one (lastGemmUsedEpilogue).
   bool lastGemmEpilogue = false;
+  /// cuBLASLt's answer per GEMM (data type, transposes, sizes, leading
+  /// dimensions, epilogue): whether it has an algorithm, and which.
+  struct LtAlgo {
+    int64_t key[10];
+    bool found;
+    cublasLtMatmulAlgo_t algo;
+  };
+  std::vector<LtAlgo> ltAlgos;
   /// The step counters kernels read (cuda::stepCounters), in device memory
   /// so that a replayed CUDA graph sees each step's values, and the values
   /// last uploaded there.

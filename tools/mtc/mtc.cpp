@@ -212,9 +212,10 @@ static cl::opt<bool> forwardOnly(
     cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> noFusion(
     "no-fusion",
-    cl::desc("Do not fuse chains of elementwise ops into single kernels "
-             "(for comparisons; on the CPU fusion changes no bit of the "
-             "results)"),
+    cl::desc("Run every op as its own kernel: no fused elementwise chains, "
+             "GEMM bias epilogues or layer norms in the kernel before them "
+             "(for comparisons; on the CPU in fp32 fusion changes no bit of "
+             "the results)"),
     cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> noFlashAttention(
     "no-flash-attention",

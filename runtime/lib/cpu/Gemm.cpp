@@ -67,17 +67,20 @@ void columnSums(const float *x, int64_t rows, int64_t cols, int64_t ld,
                    });
 }
 
-} // namespace
-
-void gemm(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
-          int64_t k, float alpha, const float *a, int64_t lda, const float *b,
-          int64_t ldb, float beta, float *c, int64_t ldc) {
+/// gemm(), then epilogue(row, rows, col, cols) on each block of C once its
+/// thread has computed it (still in that thread's cache).
+template <typename Epilogue>
+void gemmBlocks(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
+                int64_t k, float alpha, const float *a, int64_t lda,
+                const float *b, int64_t ldb, float beta, float *c,
+                int64_t ldc, Epilogue epilogue) {
   if (!fitsBlasInt(ctx, "gemm", {m, n, k, lda, ldb, ldc}))
     return;
   if (m == 0 || n == 0)
     return;
   if (k == 0) {
     scaleMatrix(m, n, beta, c, ldc);
+    epilogue(0, m, 0, n);
     return;
   }
   auto call = [&](int64_t rows, int64_t cols, const float *ablock,
@@ -98,6 +101,7 @@ void gemm(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
 #endif
   if (threads <= 1) {
     call(m, n, a, b, c);
+    epilogue(0, m, 0, n);
     return;
   }
   bool byRows = m >= n;
@@ -107,13 +111,24 @@ void gemm(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
     int64_t first = t * chunk, count = std::min(chunk, extent - first);
     if (count <= 0)
       return;
-    if (byRows)
+    if (byRows) {
       call(count, n, transA ? a + first : a + first * lda, b,
            c + first * ldc);
-    else
-      call(m, count, a, transB ? b + first * ldb : b + first,
-           c + first);
+      epilogue(first, count, 0, n);
+    } else {
+      call(m, count, a, transB ? b + first * ldb : b + first, c + first);
+      epilogue(0, m, first, count);
+    }
   });
+}
+
+} // namespace
+
+void gemm(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
+          int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+          int64_t ldb, float beta, float *c, int64_t ldc) {
+  gemmBlocks(ctx, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c,
+             ldc, [](int64_t, int64_t, int64_t, int64_t) {});
 }
 
 void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
@@ -131,11 +146,14 @@ void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
 void gemmBias(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
               int64_t k, const float *a, int64_t lda, const float *b,
               int64_t ldb, const float *bias, float *c, int64_t ldc) {
-  // The bias is C's starting value; the GEMM accumulates onto it.
-  cpu::parallelFor(0, m, m * n >= cpu::kParallelGrain, [&](int64_t i) {
-    std::copy(bias, bias + n, c + i * ldc);
-  });
-  gemm(ctx, transA, transB, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+  // Each block of C gets the bias as soon as it is computed: the product
+  // rounded, then the bias added, as a separate add rounds it.
+  gemmBlocks(ctx, transA, transB, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc,
+             [&](int64_t row, int64_t rows, int64_t col, int64_t cols) {
+               for (int64_t i = row; i < row + rows; ++i)
+                 for (int64_t j = col; j < col + cols; ++j)
+                   c[i * ldc + j] += bias[j];
+             });
 }
 
 void gemmBiasGrad(Context &ctx, bool transA, bool transB, int64_t m,

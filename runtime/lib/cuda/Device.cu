@@ -157,6 +157,7 @@ void shutdown(Context &ctx) {
   ctx.lt = nullptr;
   ctx.ltWorkspace = nullptr;
   ctx.ltWorkspaceBytes = 0;
+  ctx.ltAlgos.clear();
   if (ctx.stream)
     cudaStreamDestroy(ctx.stream);
   ctx.blas = nullptr;

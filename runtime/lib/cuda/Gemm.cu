@@ -25,8 +25,10 @@
 #include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
+#include <algorithm>
 #include <climits>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 
 namespace mtc::rt {
@@ -115,7 +117,9 @@ void columnSums(Context &ctx, const T *x, int64_t rows, int64_t cols,
 
 /// One cuBLASLt GEMM C = op(A) op(B) (alpha 1, beta 0) of A and B stored as
 /// `type`, C float32, with `epilogue` writing or reading `vector` (the bias,
-/// or the bias gradient). False when cuBLASLt has no algorithm for it.
+/// or the bias gradient). False when cuBLASLt has no algorithm for it. The
+/// heuristic's answer is kept per shape and epilogue (it costs more host
+/// time than the launch, which matters without CUDA graphs).
 bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
             int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
             const void *b, int64_t ldb, float *c, int64_t ldc,
@@ -123,46 +127,59 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
-  bool ok = false;
   // Column-major: cuBLASLt's A is our B ([n, k] after its op), its B our A.
   cublasOperation_t opA = opOf(transB), opB = opOf(transA);
   cudaDataType_t f32 = CUDA_R_32F;
   size_t workspace = ctx.ltWorkspaceBytes;
-  cublasLtMatmulHeuristicResult_t heuristic = {};
-  int found = 0;
   float one = 1.0f, zero = 0.0f;
-  if (cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
-                                     sizeof(opA)) ||
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
-                                     sizeof(opB)) ||
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                     &epilogue, sizeof(epilogue)) ||
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                     &vector, sizeof(vector)) ||
-      cublasLtMatmulDescSetAttribute(
-          desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32, sizeof(f32)) ||
-      cublasLtMatrixLayoutCreate(&la, type, transB ? k : n, transB ? n : k,
-                                 ldb) ||
-      cublasLtMatrixLayoutCreate(&lb, type, transA ? m : k, transA ? k : m,
-                                 lda) ||
-      cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, ldc) ||
-      cublasLtMatmulPreferenceCreate(&pref) ||
-      cublasLtMatmulPreferenceSetAttribute(
-          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-          sizeof(workspace)) ||
-      cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc, la, lb, lc, lc, pref, 1,
-                                     &heuristic, &found) ||
-      found == 0) {
-    ok = false;
-  } else {
+  bool ok =
+      !cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) &&
+      !cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
+                                      sizeof(opA)) &&
+      !cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
+                                      sizeof(opB)) &&
+      !cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                      &epilogue, sizeof(epilogue)) &&
+      !cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                      &vector, sizeof(vector)) &&
+      !cublasLtMatmulDescSetAttribute(
+          desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32, sizeof(f32)) &&
+      !cublasLtMatrixLayoutCreate(&la, type, transB ? k : n, transB ? n : k,
+                                  ldb) &&
+      !cublasLtMatrixLayoutCreate(&lb, type, transA ? m : k, transA ? k : m,
+                                  lda) &&
+      !cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, ldc);
+  const int64_t key[] = {int64_t(type), transA, transB, m,   n,
+                         k,             lda,    ldb,    ldc, int64_t(epilogue)};
+  auto cached = std::find_if(
+      ctx.ltAlgos.begin(), ctx.ltAlgos.end(), [&](const Context::LtAlgo &e) {
+        return std::equal(std::begin(key), std::end(key), e.key);
+      });
+  if (ok && cached == ctx.ltAlgos.end()) {
+    Context::LtAlgo entry;
+    std::copy(std::begin(key), std::end(key), entry.key);
+    cublasLtMatmulHeuristicResult_t heuristic = {};
+    int found = 0;
+    entry.found =
+        !cublasLtMatmulPreferenceCreate(&pref) &&
+        !cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+            sizeof(workspace)) &&
+        !cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc, la, lb, lc, lc, pref, 1,
+                                        &heuristic, &found) &&
+        found > 0;
+    entry.algo = heuristic.algo;
+    ctx.ltAlgos.push_back(entry);
+    cached = std::prev(ctx.ltAlgos.end());
+  }
+  ok = ok && cached->found;
+  if (ok) {
     // A failed launch is reported; the fallback does not run on top of it.
     cuda::checkBlas(ctx,
                     cublasLtMatmul(ctx.lt, desc, &one, b, la, a, lb, &zero, c,
-                                   lc, c, lc, &heuristic.algo,
-                                   ctx.ltWorkspace, workspace, ctx.stream),
+                                   lc, c, lc, &cached->algo, ctx.ltWorkspace,
+                                   workspace, ctx.stream),
                     "cublasLtMatmul");
-    ok = true;
   }
   if (pref)
     cublasLtMatmulPreferenceDestroy(pref);

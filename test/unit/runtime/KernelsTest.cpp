@@ -141,6 +141,32 @@ TEST_F(Kernels, GemmEpiloguesOnRandomMatrices) {
   }
 }
 
+#ifndef MTC_RUNTIME_CUDA
+// On the CPU the bias epilogue rounds as a separate add after the GEMM does
+// (what --no-fusion runs), even when BLAS splits k into several passes.
+TEST_F(Kernels, GemmBiasRoundsAsASeparateAdd) {
+  const int64_t m = 70, n = 50, k = 1500;
+  std::vector<float> a(m * k), b(k * n), bias(n);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = std::sin(0.37f * float(i));
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = std::cos(0.11f * float(i));
+  for (int64_t j = 0; j < n; ++j)
+    bias[j] = 100.0f / float(j + 3);
+  float *fused = upload<float>(std::vector<float>(m * n));
+  float *plain = upload<float>(std::vector<float>(m * n));
+  gemmBias(ctx, false, false, m, n, k, a.data(), k, b.data(), n, bias.data(),
+           fused, n);
+  gemm(ctx, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
+       plain, n);
+  std::vector<float> want = download(plain, m * n);
+  for (int64_t i = 0; i < m * n; ++i)
+    want[i] = bias[i % n] + want[i];
+  std::vector<float> got = download(fused, m * n);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
+}
+#endif
+
 TEST_F(Kernels, GemmStridedBatchedBroadcastsStrideZero) {
   // Two A matrices (identity and 2 * identity) times one shared B.
   float *a = upload<float>({1, 0, 0, 1, 2, 0, 0, 2});
