@@ -102,14 +102,22 @@ GemmReference gemmReference(const std::vector<float> &a,
   return r;
 }
 
-TEST_F(Kernels, GemmEpiloguesOnRandomMatrices) {
-  // Sizes no tile divides; k large enough for split reductions.
-  const int64_t m = 37, n = 29, k = 300;
-  std::vector<float> a(m * k), b(k * n), bias(n);
+/// Deterministic GEMM operands: A ([m, k] or [k, m]) of sines, B of cosines.
+void sinCosOperands(int64_t m, int64_t n, int64_t k, std::vector<float> &a,
+                    std::vector<float> &b) {
+  a.resize(m * k);
+  b.resize(k * n);
   for (size_t i = 0; i < a.size(); ++i)
     a[i] = std::sin(0.37f * float(i));
   for (size_t i = 0; i < b.size(); ++i)
     b[i] = std::cos(0.11f * float(i));
+}
+
+TEST_F(Kernels, GemmEpiloguesOnRandomMatrices) {
+  // Sizes no tile divides; k large enough for split reductions.
+  const int64_t m = 37, n = 29, k = 300;
+  std::vector<float> a, b, bias(n);
+  sinCosOperands(m, n, k, a, b);
   for (int64_t j = 0; j < n; ++j)
     bias[j] = 0.25f * float(j) - 3.0f;
   const float *da = upload<float>(a), *db = upload<float>(b),
@@ -146,11 +154,8 @@ TEST_F(Kernels, GemmEpiloguesOnRandomMatrices) {
 // (what --no-fusion runs), even when BLAS splits k into several passes.
 TEST_F(Kernels, GemmBiasRoundsAsASeparateAdd) {
   const int64_t m = 70, n = 50, k = 1500;
-  std::vector<float> a(m * k), b(k * n), bias(n);
-  for (size_t i = 0; i < a.size(); ++i)
-    a[i] = std::sin(0.37f * float(i));
-  for (size_t i = 0; i < b.size(); ++i)
-    b[i] = std::cos(0.11f * float(i));
+  std::vector<float> a, b, bias(n);
+  sinCosOperands(m, n, k, a, b);
   for (int64_t j = 0; j < n; ++j)
     bias[j] = 100.0f / float(j + 3);
   float *fused = upload<float>(std::vector<float>(m * n));
@@ -671,12 +676,13 @@ TEST_F(Kernels, Gemm16Epilogues) {
     auto widen = [&](uint16_t h) {
       return storage == Storage16::Bf16 ? bf16ToFloat(h) : halfToFloat(h);
     };
-    std::vector<uint16_t> a(m * k), b(k * n);
-    std::vector<float> wa(a.size()), wb(b.size()), bias(n);
+    std::vector<float> wa, wb, bias(n);
+    sinCosOperands(m, n, k, wa, wb);
+    std::vector<uint16_t> a(wa.size()), b(wb.size());
     for (size_t i = 0; i < a.size(); ++i)
-      wa[i] = widen(a[i] = narrow(std::sin(0.37f * float(i))));
+      wa[i] = widen(a[i] = narrow(wa[i]));
     for (size_t i = 0; i < b.size(); ++i)
-      wb[i] = widen(b[i] = narrow(std::cos(0.11f * float(i))));
+      wb[i] = widen(b[i] = narrow(wb[i]));
     for (int64_t j = 0; j < n; ++j)
       bias[j] = 0.25f * float(j) - 3.0f;
     const uint16_t *da = upload<uint16_t>(a), *db = upload<uint16_t>(b);
