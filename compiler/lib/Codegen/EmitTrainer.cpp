@@ -1393,14 +1393,31 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
     if (timed) {
       s << "  profileEnd(ctx, " << profiled++ << ");\n";
       auto cost = dyn_cast<CostOpInterface>(&op);
-      bool elementwise = isa<FusedOp>(op) || elementwiseExpr(&op);
+      uint64_t bytes = cost ? cost.getBytesMoved() : 0;
+      uint64_t flops = cost ? cost.getFlops() : 0;
+      // A layer norm run in the kernel before it (a row epilogue) is that
+      // kernel's work: its bytes (but the input it normalizes from cache)
+      // and FLOPs count there, and that kernel is not elementwise only.
+      auto ln = dyn_cast_or_null<LayerNormOp>(op.getNextNode());
+      bool rowEpilogue = isa<FusedOp>(op) && ln &&
+                         ln->hasAttr(attr::kRowEpilogue);
+      if (rowEpilogue) {
+        auto lnCost = cast<CostOpInterface>(ln.getOperation());
+        bytes += lnCost.getBytesMoved() -
+                 getTensorBytes(ln.getInput().getType());
+        flops += lnCost.getFlops();
+      }
+      if (op.hasAttr(attr::kRowEpilogue))
+        bytes = flops = 0;
+      bool elementwise =
+          (isa<FusedOp>(op) || elementwiseExpr(&op)) && !rowEpilogue;
       std::string name = op.getName().getStringRef().str();
-      if (elementwise && !lastKernel.empty())
+      if ((elementwise || rowEpilogue) && !lastKernel.empty())
         name += " " + lastKernel;
       profileTable += llvm::formatv(
           "    {{\"{0}\", \"{1}\", {2}ull, {3}ull, {4}},\n", cString(name),
-          cString(nodeName(op.getLoc())), cost ? cost.getBytesMoved() : 0,
-          cost ? cost.getFlops() : 0, elementwise ? "true" : "false");
+          cString(nodeName(op.getLoc())), bytes, flops,
+          elementwise ? "true" : "false");
     }
     ++opIndex;
   }
