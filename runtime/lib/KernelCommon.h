@@ -360,6 +360,33 @@ inline std::string badDropoutRatioMessage(float ratio) {
 }
 
 //===----------------------------------------------------------------------===//
+// Copies
+//===----------------------------------------------------------------------===//
+
+/// Calls f with a null pointer to the unsigned word of `elemBytes` bytes (1,
+/// 2, 4 or 8): what a copy moves per element whatever the element type.
+/// False, calling nothing, for any other size.
+template <typename F> bool withElementWord(int elemBytes, F f) {
+  switch (elemBytes) {
+  case 1:
+    return f(static_cast<uint8_t *>(nullptr)), true;
+  case 2:
+    return f(static_cast<uint16_t *>(nullptr)), true;
+  case 4:
+    return f(static_cast<uint32_t *>(nullptr)), true;
+  case 8:
+    return f(static_cast<uint64_t *>(nullptr)), true;
+  default:
+    return false;
+  }
+}
+
+inline std::string badElementSizeMessage(const char *name, int elemBytes) {
+  return std::string(name) + ": unsupported element size " +
+         std::to_string(elemBytes);
+}
+
+//===----------------------------------------------------------------------===//
 // Attention
 //===----------------------------------------------------------------------===//
 

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
+#include "KernelCommon.h"
 #include "mtc/runtime/Half.h"
 #include "mtc/runtime/Parallel.h"
 
@@ -103,29 +104,15 @@ void copyBytes(Context &, void *dst, const void *src, uint64_t bytes) {
 void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
                  int64_t srcOffset, const int64_t *srcStrides, void *dst,
                  int64_t dstOffset, const int64_t *dstStrides, int elemBytes) {
-  if (elemBytes != 1 && elemBytes != 2 && elemBytes != 4 && elemBytes != 8) {
-    reportError(ctx, "stridedCopy: unsupported element size " +
-                         std::to_string(elemBytes));
-    return;
-  }
-  if (!hasElements(ctx, "stridedCopy", rank, shape))
-    return;
-  if (elemBytes == 1)
-    stridedCopyImpl(rank, shape, static_cast<const uint8_t *>(src) + srcOffset,
-                    srcStrides, static_cast<uint8_t *>(dst) + dstOffset,
-                    dstStrides, Same());
-  else if (elemBytes == 2)
-    stridedCopyImpl(rank, shape, static_cast<const uint16_t *>(src) + srcOffset,
-                    srcStrides, static_cast<uint16_t *>(dst) + dstOffset,
-                    dstStrides, Same());
-  else if (elemBytes == 4)
-    stridedCopyImpl(rank, shape, static_cast<const uint32_t *>(src) + srcOffset,
-                    srcStrides, static_cast<uint32_t *>(dst) + dstOffset,
-                    dstStrides, Same());
-  else
-    stridedCopyImpl(rank, shape, static_cast<const uint64_t *>(src) + srcOffset,
-                    srcStrides, static_cast<uint64_t *>(dst) + dstOffset,
-                    dstStrides, Same());
+  bool known = withElementWord(elemBytes, [&](auto *word) {
+    using Word = std::remove_pointer_t<decltype(word)>;
+    if (hasElements(ctx, "stridedCopy", rank, shape))
+      stridedCopyImpl(rank, shape, static_cast<const Word *>(src) + srcOffset,
+                      srcStrides, static_cast<Word *>(dst) + dstOffset,
+                      dstStrides, Same());
+  });
+  if (!known)
+    reportError(ctx, badElementSizeMessage("stridedCopy", elemBytes));
 }
 
 void stridedCopyTo16(Context &ctx, Storage16 storage, int rank,

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "KernelCommon.h"
 #include "Launch.h"
 
 #include "mtc/runtime/Half.h"
@@ -13,6 +14,7 @@
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 namespace mtc::rt {
 
@@ -159,32 +161,18 @@ void launchStridedCopy(Context &ctx, const StridedCopyArgs<int64_t> &args,
 void stridedCopy(Context &ctx, int rank, const int64_t *shape, const void *src,
                  int64_t srcOffset, const int64_t *srcStrides, void *dst,
                  int64_t dstOffset, const int64_t *dstStrides, int elemBytes) {
-  if (elemBytes != 1 && elemBytes != 2 && elemBytes != 4 && elemBytes != 8) {
-    reportError(ctx, "stridedCopy: unsupported element size " +
-                         std::to_string(elemBytes));
-    return;
-  }
-  StridedCopyArgs<int64_t> args;
-  int64_t total;
-  if (!stridedArgs(ctx, "stridedCopy", rank, shape, srcStrides, dstStrides,
-                   args, total))
-    return;
-  if (elemBytes == 1)
-    launchStridedCopy(ctx, args, total,
-                      static_cast<const uint8_t *>(src) + srcOffset,
-                      static_cast<uint8_t *>(dst) + dstOffset);
-  else if (elemBytes == 2)
-    launchStridedCopy(ctx, args, total,
-                      static_cast<const uint16_t *>(src) + srcOffset,
-                      static_cast<uint16_t *>(dst) + dstOffset);
-  else if (elemBytes == 4)
-    launchStridedCopy(ctx, args, total,
-                      static_cast<const uint32_t *>(src) + srcOffset,
-                      static_cast<uint32_t *>(dst) + dstOffset);
-  else
-    launchStridedCopy(ctx, args, total,
-                      static_cast<const uint64_t *>(src) + srcOffset,
-                      static_cast<uint64_t *>(dst) + dstOffset);
+  bool known = withElementWord(elemBytes, [&](auto *word) {
+    using Word = std::remove_pointer_t<decltype(word)>;
+    StridedCopyArgs<int64_t> args;
+    int64_t total;
+    if (stridedArgs(ctx, "stridedCopy", rank, shape, srcStrides, dstStrides,
+                    args, total))
+      launchStridedCopy(ctx, args, total,
+                        static_cast<const Word *>(src) + srcOffset,
+                        static_cast<Word *>(dst) + dstOffset);
+  });
+  if (!known)
+    reportError(ctx, badElementSizeMessage("stridedCopy", elemBytes));
 }
 
 void stridedCopyTo16(Context &ctx, Storage16 storage, int rank,
