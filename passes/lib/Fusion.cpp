@@ -40,8 +40,11 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <functional>
 
 namespace mtc {
 #define GEN_PASS_DEF_FUSIONPASS
@@ -128,8 +131,8 @@ private:
   /// Folds a linear layer's bias add into its GEMM, and the sum of its
   /// bias gradient into its weight-gradient GEMM (see formEpilogues).
   void formEpilogues(func::FuncOp func);
-  /// Folds the 16-bit conversion of a layer norm's or a transpose's result
-  /// into the op.
+  /// Folds the 16-bit conversion of a layer norm's, transpose's or
+  /// concat's result into the op.
   void foldConversions(func::FuncOp func);
   /// Marks runs of consecutive optimizer updates alike (kUpdateGroup),
   /// which the code generator emits as one multi-tensor update.
@@ -137,6 +140,12 @@ private:
   /// Marks layer norms that run in the kernel of the fused op computing
   /// their input (kRowEpilogue).
   void markRowEpilogues(func::FuncOp func);
+  /// Turns sums of zero pads that place their inputs side by side into
+  /// concats (see formConcats).
+  void formConcats(func::FuncOp func);
+  /// Marks slices and transposes whose readers can read them through
+  /// strides (kStridedView; see formStridedViews).
+  void formStridedViews(func::FuncOp func);
 };
 
 bool FusionPass::continuesRun(ArrayRef<Operation *> run, Operation *op) {
@@ -191,6 +200,7 @@ FusedOp FusionPass::build(ArrayRef<Operation *> group) {
 }
 
 void FusionPass::fuse(func::FuncOp func) {
+  formConcats(func);
   formEpilogues(func);
   foldConversions(func);
   SmallVector<SmallVector<Operation *>> runs;
@@ -232,6 +242,199 @@ void FusionPass::fuse(func::FuncOp func) {
   recomputeSaved(func);
   groupUpdates(func);
   markRowEpilogues(func);
+  formStridedViews(func);
+}
+
+/// The axis a zero pad pads along and its begin pad, or failure when it
+/// pads along more than one axis, none, or with another value.
+static FailureOr<std::pair<int64_t, int64_t>> padAxis(PadOp pad) {
+  if (!pad.getValue().isZero())
+    return failure();
+  ArrayRef<int64_t> pads = pad.getPads();
+  int64_t rank = pads.size() / 2, axis = -1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (pads[d] == 0 && pads[rank + d] == 0)
+      continue;
+    if (axis >= 0)
+      return failure();
+    axis = d;
+  }
+  if (axis < 0)
+    return failure();
+  return std::make_pair(axis, pads[axis]);
+}
+
+/// The gradient of slices that split a value along one axis (attention's
+/// query, key and value out of one projection) arrives as a sum of zero
+/// pads, each placing one slice's gradient at its place: every pad writes
+/// the whole tensor and every add reads two of them. When the pads' inputs
+/// tile the axis exactly, the sum is their concat: one copy of each input.
+/// The adds in between must have no other reader, and all of the ops one
+/// phase.
+void FusionPass::formConcats(func::FuncOp func) {
+  SmallVector<AddOp> adds;
+  for (Operation &op : func.getBody().front())
+    if (auto add = dyn_cast<AddOp>(op))
+      adds.push_back(add);
+  DenseSet<Operation *> erased;
+  // Outermost sums first: an inner one never tiles the axis by itself.
+  for (AddOp root : llvm::reverse(adds)) {
+    if (erased.contains(root))
+      continue;
+    Type type = root.getType();
+    SmallVector<PadOp> pads;
+    SmallVector<AddOp> inner;
+    std::function<bool(Value)> collect = [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      if (!def || !v.hasOneUse() || v.getType() != type ||
+          !samePhase(def, root))
+        return false;
+      if (auto add = dyn_cast<AddOp>(def)) {
+        inner.push_back(add);
+        return collect(add.getLhs()) && collect(add.getRhs());
+      }
+      auto pad = dyn_cast<PadOp>(def);
+      if (!pad || getElementTypeOrSelf(pad.getInput()) !=
+                      getElementTypeOrSelf(type))
+        return false;
+      pads.push_back(pad);
+      return true;
+    };
+    if (!collect(root.getLhs()) || !collect(root.getRhs()))
+      continue;
+    // Sort by begin pad; the inputs must follow each other from 0 to the
+    // end of the axis.
+    SmallVector<std::pair<int64_t, PadOp>> placed;
+    int64_t axis = -1;
+    bool tiles = true;
+    for (PadOp pad : pads) {
+      FailureOr<std::pair<int64_t, int64_t>> at = padAxis(pad);
+      if (failed(at) || (axis >= 0 && at->first != axis)) {
+        tiles = false;
+        break;
+      }
+      axis = at->first;
+      placed.push_back({at->second, pad});
+    }
+    if (!tiles)
+      continue;
+    llvm::sort(placed, [](auto &a, auto &b) { return a.first < b.first; });
+    int64_t end = 0;
+    SmallVector<Value> inputs;
+    for (auto [begin, pad] : placed) {
+      if (begin != end)
+        tiles = false;
+      end += shapeOf(pad.getInput())[axis];
+      inputs.push_back(pad.getInput());
+    }
+    if (!tiles || end != shapeOf(root.getOutput())[axis])
+      continue;
+    OpBuilder b(root);
+    auto concat = b.create<ConcatOp>(root.getLoc(), type, inputs,
+                                     b.getI64IntegerAttr(axis));
+    for (StringRef name : kPhaseAttrs)
+      if (Attribute a = root->getAttr(name))
+        concat->setAttr(name, a);
+    root.getOutput().replaceAllUsesWith(concat.getOutput());
+    root.erase();
+    for (AddOp add : inner) {
+      erased.insert(add);
+      add.erase();
+    }
+    for (PadOp pad : pads)
+      pad.erase();
+    ++numConcats;
+  }
+}
+
+/// Whether every reader of `v` copies it through strides: directly, or
+/// through reshapes and strided views.
+static bool readByStridedCopies(Value v) {
+  for (OpOperand &use : v.getUses()) {
+    Operation *user = use.getOwner();
+    if (copiesThroughStrides(use))
+      continue;
+    if ((isa<ReshapeOp>(user) || user->hasAttr(attr::kStridedView)) &&
+        viewSource(user) == v && readByStridedCopies(user->getResult(0)))
+      continue;
+    return false;
+  }
+  return true;
+}
+
+/// Whether a copy can read `layout`: it has no more strided dims than a
+/// copy takes.
+static bool copyable(FailureOr<StridedLayout> layout) {
+  if (failed(layout))
+    return false;
+  int rank = 0;
+  for (const auto &dim : layout->dims)
+    rank += dim.size();
+  return rank <= kMaxCopyRank;
+}
+
+/// Whether every copy reading through `v` (a reader of v, or of a reshape
+/// or view of it) can read its elements where they are.
+static bool layoutsResolve(Value v) {
+  if (!copyable(stridedLayout(v)))
+    return false;
+  for (Operation *user : v.getUsers()) {
+    if (viewSource(user) == v) {
+      if (!layoutsResolve(user->getResult(0)))
+        return false;
+    } else if (isa<SliceOp, TransposeOp>(user) && !copyable(layoutThrough(user))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Copies that only feed other copies are not made: a slice or transpose
+/// whose readers all copy through strides (a transpose, slice, pad, concat
+/// or slice_grad, directly or through reshapes) becomes a strided view of
+/// its input, and those readers compose its strides into theirs. So
+/// attention's query, key and value, sliced out of one projection and
+/// transposed to heads, are copied once, and their gradients, transposed
+/// back and concatenated, are copied once. The view's input must be a
+/// temporary of the step (its bytes stay as they are while
+/// the view is read: the memory plan keeps them until its last reader; not
+/// a result tied to an argument, which lives in the argument's buffer) and
+/// of the view's element type (not a transpose storing 16 bits).
+void FusionPass::formStridedViews(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  Operation *ret = body.getTerminator();
+  // A result tied to an argument is written into the argument's buffer.
+  auto tied = [&](Value v) {
+    for (auto [i, result] : llvm::enumerate(ret->getOperands()))
+      if (result == v && func.getResultAttr(i, attr::kTied))
+        return true;
+    return false;
+  };
+  SmallVector<Operation *> candidates;
+  for (Operation &op : body.without_terminator())
+    if (isa<SliceOp, TransposeOp>(op))
+      candidates.push_back(&op);
+  // Readers first, so that a chain of copies becomes a chain of views.
+  for (Operation *op : llvm::reverse(candidates)) {
+    Value input = op->getOperand(0), result = op->getResult(0);
+    Operation *def = input.getDefiningOp();
+    if (!def || isa<ConstantOp>(def) || getNumElements(result.getType()) == 0 ||
+        getElementTypeOrSelf(input) != getElementTypeOrSelf(result) ||
+        !readByStridedCopies(result))
+      continue;
+    bool inArgument = false;
+    for (Value v = input; v && !inArgument;
+         v = v.getDefiningOp() ? viewSource(v.getDefiningOp()) : Value())
+      inArgument = tied(v);
+    if (inArgument)
+      continue;
+    op->setAttr(attr::kStridedView, UnitAttr::get(op->getContext()));
+    if (!layoutsResolve(result)) {
+      op->removeAttr(attr::kStridedView);
+      continue;
+    }
+    ++numStridedViews;
+  }
 }
 
 /// A layer norm right after the fused op that computes its input (a
@@ -738,7 +941,7 @@ void FusionPass::formEpilogues(func::FuncOp func) {
   }
 }
 
-/// A layer norm or a transpose whose float32 result only a 16-bit
+/// A layer norm, transpose or concat whose float32 result only a 16-bit
 /// conversion reads (a GEMM or attention operand under --precision bf16 /
 /// fp16) stores the 16-bit values itself, rounded as the conversion rounds
 /// them: the float32 result is never stored and the conversion's pass over
@@ -746,7 +949,7 @@ void FusionPass::formEpilogues(func::FuncOp func) {
 void FusionPass::foldConversions(func::FuncOp func) {
   SmallVector<Operation *> candidates;
   for (Operation &op : func.getBody().front())
-    if (isa<LayerNormOp, TransposeOp>(op) &&
+    if (isa<LayerNormOp, TransposeOp, ConcatOp>(op) &&
         cast<ShapedType>(op.getResult(0).getType()).getElementType().isF32())
       candidates.push_back(&op);
   for (Operation *op : candidates) {

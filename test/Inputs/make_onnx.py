@@ -74,6 +74,98 @@ def attention_scores():
                              [init("wq", [8, 8], 7), init("wk", [8, 8], 8)])
 
 
+def qkv_attention():
+    """One self-attention block as GPT-2 exports it: one projection to
+    [B, T, 3C] split into query, key and value, each reshaped to heads and
+    transposed ([B, H, T, D]; the key to [B, H, D, T]), softmax attention,
+    the heads transposed back and merged; the sequence mean classifies into
+    C classes."""
+    b, t, heads, d = 2, 8, 2, 8
+    c = heads * d
+    shape = numpy_helper.from_array(np.array([b, t, heads, d], np.int64), "heads")
+    merged = numpy_helper.from_array(np.array([b, t, c], np.int64), "merged")
+    split = numpy_helper.from_array(np.array([c, c, c], np.int64), "split")
+    scale = numpy_helper.from_array(np.array(1.0 / np.sqrt(d), np.float32), "scale")
+    nodes = [
+        helper.make_node("Constant", [], ["scale"], name="scale", value=scale),
+        helper.make_node("MatMul", ["input", "qkv.weight"], ["qkv0"], name="qkv"),
+        helper.make_node("Add", ["qkv0", "qkv.bias"], ["qkv1"], name="qkv_bias"),
+        helper.make_node("Split", ["qkv1", "split"], ["q", "k", "v"], name="split",
+                         axis=2),
+        helper.make_node("Reshape", ["q", "heads"], ["q4"], name="q_heads"),
+        helper.make_node("Reshape", ["k", "heads"], ["k4"], name="k_heads"),
+        helper.make_node("Reshape", ["v", "heads"], ["v4"], name="v_heads"),
+        helper.make_node("Transpose", ["q4"], ["qh"], name="q_t", perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["k4"], ["kh"], name="k_t", perm=[0, 2, 3, 1]),
+        helper.make_node("Transpose", ["v4"], ["vh"], name="v_t", perm=[0, 2, 1, 3]),
+        helper.make_node("MatMul", ["qh", "kh"], ["s0"], name="scores"),
+        helper.make_node("Mul", ["s0", "scale"], ["s"], name="scaled"),
+        helper.make_node("Softmax", ["s"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "vh"], ["oh"], name="mix"),
+        helper.make_node("Transpose", ["oh"], ["o4"], name="o_t", perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["o4", "merged"], ["o"], name="merge"),
+        helper.make_node("ReduceMean", ["o"], ["logits"], name="mean", axes=[1],
+                         keepdims=0),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "target"], ["loss"],
+                         name="xent", reduction="mean"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("input", TensorProto.FLOAT, [b, t, c]),
+        helper.make_tensor_value_info("target", TensorProto.INT64, [b]),
+    ]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    inits = [init("qkv.weight", [c, 3 * c], 11), init("qkv.bias", [3 * c], 12),
+             shape, merged, split]
+    return helper.make_graph(nodes, "qkv_attention", inputs, outputs, inits)
+
+
+def view_chains():
+    """Three chains of transposes, reshapes and slices over tanh(x) * gain,
+    x of [4, 6, 8], concatenated and weighted into a summed loss (the gain's
+    gradient flows back through the chains): the fusion
+    pass makes the chains' copies strided views where readers can follow
+    them (a slice of whole rows of a merged dim, a stepped slice), and not
+    where a slice cuts a merged dim between rows."""
+    def ints(name, values):
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    consts = [ints("a_shape", [8, 24]), ints("a_start", [6]), ints("a_end", [18]),
+              ints("axis1", [1]), ints("a_heads", [8, 2, 6]),
+              ints("b_start", [0]), ints("b_end", [8]), ints("axis2", [2]),
+              ints("step2", [2]), ints("b_rows", [16, 6]), ints("b_shape", [2, 8, 6]),
+              ints("c_flat", [192]), ints("c_start", [5]), ints("c_end", [101]),
+              ints("axis0", [0]), ints("c_shape", [2, 6, 8])]
+    nodes = [
+        helper.make_node("Tanh", ["input"], ["t"], name="tanh"),
+        helper.make_node("Mul", ["t", "gain"], ["h"], name="gain"),
+        helper.make_node("Transpose", ["h"], ["a0"], name="a_t", perm=[2, 0, 1]),
+        helper.make_node("Reshape", ["a0", "a_shape"], ["a1"], name="a_merge"),
+        helper.make_node("Slice", ["a1", "a_start", "a_end", "axis1"], ["a2"],
+                         name="a_rows"),
+        helper.make_node("Reshape", ["a2", "a_heads"], ["a3"], name="a_split"),
+        helper.make_node("Transpose", ["a3"], ["a"], name="a_back", perm=[1, 2, 0]),
+        helper.make_node("Slice", ["h", "b_start", "b_end", "axis2", "step2"], ["b0"],
+                         name="b_even"),
+        helper.make_node("Transpose", ["b0"], ["b1"], name="b_t", perm=[0, 2, 1]),
+        helper.make_node("Reshape", ["b1", "b_rows"], ["b2"], name="b_merge"),
+        helper.make_node("Reshape", ["b2", "b_shape"], ["b3"], name="b_split"),
+        helper.make_node("Transpose", ["b3"], ["b"], name="b_back", perm=[0, 2, 1]),
+        helper.make_node("Transpose", ["h"], ["c0"], name="c_t", perm=[1, 0, 2]),
+        helper.make_node("Reshape", ["c0", "c_flat"], ["c1"], name="c_flatten"),
+        helper.make_node("Slice", ["c1", "c_start", "c_end", "axis0"], ["c2"],
+                         name="c_cut"),
+        helper.make_node("Reshape", ["c2", "c_shape"], ["c"], name="c_split"),
+        helper.make_node("Concat", ["a", "b", "c"], ["abc"], name="concat", axis=0),
+        helper.make_node("Mul", ["abc", "weight"], ["weighted"], name="weigh"),
+        helper.make_node("ReduceSum", ["weighted"], ["loss"], name="sum", keepdims=0),
+    ]
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, [4, 6, 8])]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    return helper.make_graph(nodes, "view_chains", inputs, outputs,
+                             [init("weight", [6, 6, 8], 13), init("gain", [6, 8], 14)]
+                             + consts)
+
+
 def gelu_mlp():
     """Gemm -> GELU written out as ONNX exports it (Div, Erf, Add, Mul, Mul)
     -> Gemm -> SoftmaxCrossEntropyLoss: chains of elementwise ops forward
@@ -230,6 +322,10 @@ def main():
         save(g, path)
     elif name == "attention-scores":
         save(attention_scores(), path)
+    elif name == "qkv-attention":
+        save(qkv_attention(), path)
+    elif name == "view-chains":
+        save(view_chains(), path)
     elif name == "gelu-mlp":
         save(gelu_mlp(), path)
     elif name == "logits-only":

@@ -105,14 +105,6 @@ std::string storeAs(Value v, StringRef value) {
   return throughStorage(v, "floatToBf16", "floatToHalf", value);
 }
 
-/// Row-major strides of a shape, in elements.
-SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
-  SmallVector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
-    strides[i] = strides[i + 1] * shape[i + 1];
-  return strides;
-}
-
 std::string list(ArrayRef<int64_t> values) {
   std::string s;
   for (int64_t v : values)
@@ -240,10 +232,14 @@ private:
   void emitGemm(GemmOp op);
   void emitMatMul(MatMulOp op);
   void emitMatMulBiasGrad(MatMulBiasGradOp op);
-  void emitStridedCopy(Value src, int64_t srcOffset,
-                       ArrayRef<int64_t> srcStrides, Value dst,
-                       int64_t dstOffset, ArrayRef<int64_t> dstStrides,
-                       ArrayRef<int64_t> shape);
+  /// Where `v`'s elements are: in its own buffer, row-major, or, read
+  /// through strided views, in another value's.
+  StridedLayout layoutOf(Value v) { return orFail(stridedLayout(v), v); }
+  StridedLayout orFail(FailureOr<StridedLayout> layout, Value v);
+  /// Copies the elements `src` lays out to dst's buffer, dim d of the value
+  /// at dstStrides[d] from dstOffset.
+  void emitStridedCopy(const StridedLayout &src, Value dst, int64_t dstOffset,
+                       ArrayRef<int64_t> dstStrides);
   std::string convParams(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
                          ArrayRef<int64_t> y, ArrayRef<int64_t> strides,
                          ArrayRef<int64_t> pads, ArrayRef<int64_t> dilations,
@@ -343,7 +339,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     for (auto [j, v] : llvm::enumerate(operands))
       if (shapeOf(v) != outShape && numel(v) != 1)
         index += ("    int64_t i" + Twine(j) + " = 0;\n").str();
-    SmallVector<int64_t> outStrides = stridesOf(outShape);
+    SmallVector<int64_t> outStrides = contiguousStrides(outShape);
     for (int64_t d = outShape.size() - 1; d >= 0; --d) {
       std::string update;
       for (auto [j, v] : llvm::enumerate(operands)) {
@@ -353,7 +349,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
         int64_t lead = outShape.size() - shape.size();
         if (d < lead || shape[d - lead] == 1)
           continue;
-        int64_t stride = stridesOf(shape)[d - lead];
+        int64_t stride = contiguousStrides(shape)[d - lead];
         update += (" i" + Twine(j) + " += c * " + Twine(stride) + ";").str();
       }
       if (update.empty() && outShape[d] == 1)
@@ -550,10 +546,23 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   }
 }
 
-void Emitter::emitStridedCopy(Value src, int64_t srcOffset,
-                              ArrayRef<int64_t> srcStrides, Value dst,
-                              int64_t dstOffset, ArrayRef<int64_t> dstStrides,
-                              ArrayRef<int64_t> shape) {
+StridedLayout Emitter::orFail(FailureOr<StridedLayout> layout, Value v) {
+  if (succeeded(layout))
+    return *layout;
+  if (error.empty())
+    error = "a copy reads a strided view without strides (the fusion pass "
+            "makes only views that have them)";
+  return StridedLayout{v, 0, {}};
+}
+
+void Emitter::emitStridedCopy(const StridedLayout &from, Value dst,
+                              int64_t dstOffset,
+                              ArrayRef<int64_t> logicalDstStrides) {
+  StridedCopyDims dims = copyDims(from, logicalDstStrides);
+  Value src = from.base;
+  int64_t srcOffset = from.offset;
+  ArrayRef<int64_t> shape = dims.shape, srcStrides = dims.srcStrides,
+                    dstStrides = dims.dstStrides;
   int rank = shape.size();
   s << "  {\n    const int64_t shape[] = {" << list(shape) << "};\n"
     << "    const int64_t srcStrides[] = {" << list(srcStrides) << "};\n"
@@ -684,7 +693,7 @@ std::string Emitter::attentionDims(AttentionLike op) const {
     // Right-aligned broadcast to [batch..., sq, sk]: stride 0 where the
     // mask has no dim or a dim of 1.
     ArrayRef<int64_t> m = shapeOf(mask);
-    SmallVector<int64_t> strides = stridesOf(m);
+    SmallVector<int64_t> strides = contiguousStrides(m);
     int64_t lead = rank - static_cast<int64_t>(m.size());
     for (int64_t d = lead; d < rank; ++d)
       if (m[d - lead] != 1)
@@ -1057,41 +1066,30 @@ void Emitter::emitOpBody(Operation *op) {
                  ptr(r.getInput()) + ", " +
                  std::to_string(getTensorBytes(r.getInput().getType())) + ")");
       })
-      .Case([&](TransposeOp t) {
-        SmallVector<int64_t> inStrides = stridesOf(shapeOf(t.getInput()));
-        SmallVector<int64_t> srcStrides;
-        for (int64_t p : t.getPerm())
-          srcStrides.push_back(inStrides[p]);
-        emitStridedCopy(t.getInput(), 0, srcStrides, t.getOutput(), 0,
-                        stridesOf(shapeOf(t.getOutput())),
-                        shapeOf(t.getOutput()));
+      .Case<TransposeOp, SliceOp>([&](auto view) {
+        // A strided view copies nothing: its readers read through it.
+        if (view->hasAttr(attr::kStridedView)) {
+          s << "  // a strided view of its input: no copy\n";
+          return;
+        }
+        emitStridedCopy(orFail(layoutThrough(view), view.getOutput()),
+                        view.getOutput(), 0,
+                        contiguousStrides(shapeOf(view.getOutput())));
       })
       .Case([&](PadOp p) {
         ArrayRef<int64_t> in = shapeOf(p.getInput());
-        SmallVector<int64_t> outStrides = stridesOf(shapeOf(p.getOutput()));
+        SmallVector<int64_t> outStrides = contiguousStrides(shapeOf(p.getOutput()));
         int64_t offset = 0;
         for (size_t d = 0; d < in.size(); ++d)
           offset += p.getPads()[d] * outStrides[d];
         emitCall("fill(ctx, " + ptr(p.getOutput()) + ", " +
                  std::to_string(numel(p.getOutput())) + ", " +
                  floatLiteral(p.getValue().convertToFloat()) + ")");
-        emitStridedCopy(p.getInput(), 0, stridesOf(in), p.getOutput(), offset,
-                        outStrides, in);
-      })
-      .Case([&](SliceOp sl) {
-        SmallVector<int64_t> inStrides = stridesOf(shapeOf(sl.getInput()));
-        SmallVector<int64_t> srcStrides;
-        int64_t offset = 0;
-        for (size_t d = 0; d < inStrides.size(); ++d) {
-          offset += sl.getStarts()[d] * inStrides[d];
-          srcStrides.push_back(inStrides[d] * sl.getSteps()[d]);
-        }
-        emitStridedCopy(sl.getInput(), offset, srcStrides, sl.getOutput(), 0,
-                        stridesOf(shapeOf(sl.getOutput())),
-                        shapeOf(sl.getOutput()));
+        emitStridedCopy(layoutOf(p.getInput()), p.getOutput(), offset,
+                        outStrides);
       })
       .Case([&](SliceGradOp sl) {
-        SmallVector<int64_t> outStrides = stridesOf(shapeOf(sl.getOutput()));
+        SmallVector<int64_t> outStrides = contiguousStrides(shapeOf(sl.getOutput()));
         SmallVector<int64_t> dstStrides;
         int64_t offset = 0;
         for (size_t d = 0; d < outStrides.size(); ++d) {
@@ -1100,9 +1098,8 @@ void Emitter::emitOpBody(Operation *op) {
         }
         emitCall("fill(ctx, " + ptr(sl.getOutput()) + ", " +
                  std::to_string(numel(sl.getOutput())) + ", 0.0f)");
-        emitStridedCopy(sl.getGrad(), 0, stridesOf(shapeOf(sl.getGrad())),
-                        sl.getOutput(), offset, dstStrides,
-                        shapeOf(sl.getGrad()));
+        emitStridedCopy(layoutOf(sl.getGrad()), sl.getOutput(), offset,
+                        dstStrides);
       })
       .Case<ReduceSumOp, ReduceMeanOp>([&](auto r) {
         ArrayRef<int64_t> in = shapeOf(r.getInput());
@@ -1312,12 +1309,11 @@ void Emitter::emitOpBody(Operation *op) {
       })
       .Case([&](ConcatOp c) {
         int64_t axis = c.getAxis();
-        SmallVector<int64_t> outStrides = stridesOf(shapeOf(c.getOutput()));
+        SmallVector<int64_t> outStrides = contiguousStrides(shapeOf(c.getOutput()));
         int64_t offset = 0;
         for (Value input : c.getInputs()) {
-          emitStridedCopy(input, 0, stridesOf(shapeOf(input)), c.getOutput(),
-                          offset * outStrides[axis], outStrides,
-                          shapeOf(input));
+          emitStridedCopy(layoutOf(input), c.getOutput(),
+                          offset * outStrides[axis], outStrides);
           offset += shapeOf(input)[axis];
         }
       })
@@ -1407,7 +1403,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
                  getTensorBytes(ln.getInput().getType());
         flops += lnCost.getFlops();
       }
-      if (op.hasAttr(attr::kRowEpilogue))
+      if (op.hasAttr(attr::kRowEpilogue) || viewSource(&op))
         bytes = flops = 0;
       bool elementwise =
           (isa<FusedOp>(op) || elementwiseExpr(&op)) && !rowEpilogue;

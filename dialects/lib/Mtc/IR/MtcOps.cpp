@@ -822,11 +822,160 @@ Value mtc::inPlaceSource(OpResult r) {
 }
 
 Value mtc::viewSource(Operation *op) {
-  auto reshape = dyn_cast<ReshapeOp>(op);
-  if (!reshape)
+  if (!isa<ReshapeOp>(op) && !(isa<SliceOp, TransposeOp>(op) &&
+                               op->hasAttr(attr::kStridedView)))
     return nullptr;
-  Operation *def = reshape.getInput().getDefiningOp();
-  return def && !isa<ConstantOp>(def) ? reshape.getInput() : nullptr;
+  Value input = op->getOperand(0);
+  Operation *def = input.getDefiningOp();
+  return def && !isa<ConstantOp>(def) ? input : nullptr;
+}
+
+SmallVector<int64_t> mtc::contiguousStrides(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  return strides;
+}
+
+static StridedLayout rowMajor(Value v, ArrayRef<int64_t> shape) {
+  StridedLayout layout{v, 0, {}};
+  for (auto [size, stride] : llvm::zip(shape, contiguousStrides(shape)))
+    layout.dims.push_back({{size, stride}});
+  return layout;
+}
+
+FailureOr<StridedLayout> mtc::stridedLayout(Value v) {
+  Operation *def = v.getDefiningOp();
+  if (def && viewSource(def))
+    return layoutThrough(def);
+  return rowMajor(v, cast<ShapedType>(v.getType()).getShape());
+}
+
+/// `in` read as `to`, row-major: its strided dims in order (dims of one
+/// element left out, neighbours contiguous in memory merged), dealt out to
+/// the dims of `to` from the outermost on, a strided dim split where a dim
+/// of `to` ends inside it.
+static FailureOr<StridedLayout> reshaped(const StridedLayout &in,
+                                         ArrayRef<int64_t> to) {
+  SmallVector<StridedDim> flat;
+  for (const auto &dim : in.dims)
+    for (StridedDim d : dim) {
+      if (d.size == 0)
+        return rowMajor(in.base, to); // no element is ever read
+      if (d.size == 1)
+        continue;
+      if (!flat.empty() && flat.back().stride == d.size * d.stride)
+        flat.back() = {flat.back().size * d.size, d.stride};
+      else
+        flat.push_back(d);
+    }
+  StridedLayout out{in.base, in.offset, {}};
+  size_t next = 0;
+  for (int64_t size : to) {
+    SmallVector<StridedDim, 1> dim;
+    for (int64_t need = size; need > 1;) {
+      if (next == flat.size())
+        return failure();
+      StridedDim &d = flat[next];
+      if (need % d.size == 0) {
+        dim.push_back(d);
+        need /= d.size;
+        ++next;
+      } else if (d.size % need == 0) {
+        d.size /= need;
+        dim.push_back({need, d.stride * d.size});
+        need = 1;
+      } else {
+        return failure();
+      }
+    }
+    if (dim.empty())
+      dim.push_back({1, 1});
+    out.dims.push_back(std::move(dim));
+  }
+  if (next != flat.size())
+    return failure();
+  return out;
+}
+
+FailureOr<StridedLayout> mtc::layoutThrough(Operation *op) {
+  Value source = op->getOperand(0);
+  FailureOr<StridedLayout> layout = stridedLayout(source);
+  if (failed(layout))
+    return failure();
+  auto &dims = layout->dims;
+  if (auto transpose = dyn_cast<TransposeOp>(op)) {
+    SmallVector<SmallVector<StridedDim, 1>> permuted;
+    for (int64_t p : transpose.getPerm())
+      permuted.push_back(dims[p]);
+    dims = std::move(permuted);
+    return layout;
+  }
+  if (auto slice = dyn_cast<SliceOp>(op)) {
+    ArrayRef<int64_t> shape = slice.getOutput().getType().getShape();
+    for (size_t d = 0; d < dims.size(); ++d) {
+      int64_t start = slice.getStarts()[d], step = slice.getSteps()[d];
+      if (shape[d] == 0)
+        return rowMajor(layout->base, shape);
+      // A dim of several strided dims is cut along its outermost one,
+      // whole rows of the inner ones.
+      int64_t inner = 1;
+      for (StridedDim piece : ArrayRef(dims[d]).drop_front())
+        inner *= piece.size;
+      if (inner > 1 && (step != 1 || start % inner || shape[d] % inner))
+        return failure();
+      StridedDim &outer = dims[d].front();
+      layout->offset += start / inner * outer.stride;
+      outer.stride *= step;
+      outer.size = shape[d] / inner;
+    }
+    return layout;
+  }
+  return reshaped(*layout,
+                  cast<ShapedType>(op->getResult(0).getType()).getShape());
+}
+
+StridedCopyDims mtc::copyDims(const StridedLayout &src,
+                              ArrayRef<int64_t> dstStrides) {
+  StridedCopyDims copy;
+  for (const auto &dim : src.dims)
+    for (StridedDim d : dim)
+      if (d.size == 0)
+        return {{0}, {1}, {1}};
+  for (auto [dim, dstStride] : llvm::zip(src.dims, dstStrides)) {
+    int64_t inner = 1;
+    for (StridedDim d : llvm::reverse(dim))
+      inner *= d.size;
+    for (StridedDim d : dim) {
+      inner /= d.size;
+      if (d.size == 1)
+        continue;
+      int64_t to = dstStride * inner;
+      size_t last = copy.shape.size() - 1;
+      if (!copy.shape.empty() &&
+          copy.srcStrides[last] == d.size * d.stride &&
+          copy.dstStrides[last] == d.size * to) {
+        copy.shape[last] *= d.size;
+        copy.srcStrides[last] = d.stride;
+        copy.dstStrides[last] = to;
+        continue;
+      }
+      copy.shape.push_back(d.size);
+      copy.srcStrides.push_back(d.stride);
+      copy.dstStrides.push_back(to);
+    }
+  }
+  if (copy.shape.empty()) {
+    copy.shape.push_back(1);
+    copy.srcStrides.push_back(1);
+    copy.dstStrides.push_back(1);
+  }
+  return copy;
+}
+
+bool mtc::copiesThroughStrides(OpOperand &use) {
+  return isa<TransposeOp, SliceOp, PadOp, ConcatOp, SliceGradOp>(
+      use.getOwner());
 }
 
 int64_t mtc::numberKernels(Block &body, DenseMap<Operation *, int64_t> &index,

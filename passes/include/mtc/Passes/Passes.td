@@ -172,8 +172,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     copy) between two parts of a run moves before it. A forward value
     whose backward readers are all fused kernels that can compute it again
     from what they read anyway is recomputed there and no longer stored. A
-    layer norm or transpose whose result only a 16-bit conversion reads
-    stores the 16-bit values itself.
+    layer norm, transpose or concat whose result only a 16-bit conversion
+    reads stores the 16-bit values itself.
     A run of consecutive optimizer updates of one kind with the same
     hyperparameters, status and phase gets `mtc.update_group` (its length)
     on its first op: code generation makes it one multi-tensor update.
@@ -182,6 +182,11 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     the `reduce_sum` of its bias gradient one `matmul_bias_grad`.
     A layer norm right after the fused op that computes its input gets
     `mtc.row_epilogue`: it runs in that kernel, row by row.
+    A sum of zero pads placing their inputs side by side along one axis
+    (the gradient of slices that split a value) becomes one `concat`. A
+    slice or transpose whose readers all copy through strides (transpose,
+    slice, pad, concat, slice_grad, directly or through reshapes) gets
+    `mtc.strided_view`: it copies nothing and its readers read its input.
     Runs after recomputation and before the memory plan.
 
     Example: `mtc-opt --mtc-fuse-elementwise`
@@ -199,11 +204,15 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     Statistic<"numRowEpilogues", "row-epilogues",
               "Layer norms run in the kernel computing their input">,
     Statistic<"numFoldedConversions", "folded-conversions",
-              "Layer norms and transposes storing 16 bits themselves">,
+              "Layer norms, transposes and concats storing 16 bits themselves">,
     Statistic<"numRecomputed", "recomputed-values",
               "Saved values recomputed by the backward kernels reading them">,
     Statistic<"numUpdateGroups", "update-groups",
               "Multi-tensor optimizer updates">,
+    Statistic<"numConcats", "pad-sum-concats",
+              "Sums of zero pads turned into one concat">,
+    Statistic<"numStridedViews", "strided-views",
+              "Slices and transposes read through strides, not copied">,
   ];
 }
 

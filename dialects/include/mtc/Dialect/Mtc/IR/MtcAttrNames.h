@@ -51,6 +51,11 @@ constexpr llvm::StringLiteral kUpdateGroup = "mtc.update_group";
 /// before it, which computes its input (the fusion pass's row epilogue):
 /// each row is normalized as soon as the fused op has computed it.
 constexpr llvm::StringLiteral kRowEpilogue = "mtc.row_epilogue";
+/// Op: a slice or transpose that computes nothing: its result is its
+/// input's bytes read through other strides, by readers that copy through
+/// strides anyway (transpose, slice, concat, pad, slice_grad; the fusion
+/// pass marks it, see mtc::stridedLayout).
+constexpr llvm::StringLiteral kStridedView = "mtc.strided_view";
 /// Op: created by the optimizer pass.
 constexpr llvm::StringLiteral kOptimizer = "mtc.optimizer";
 /// Memory plan: argument byte offset; op result byte offsets; op scratch

@@ -34,9 +34,58 @@ broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 
 /// The value whose bytes `op`'s result is, or null: a reshape is a view of
 /// its input (same bytes, no copy) when that input is a temporary of the
-/// step (an op's result, not a constant). The memory plan gives both one
-/// buffer, live until the last reader of either.
+/// step (an op's result, not a constant), and so is a slice or transpose
+/// marked attr::kStridedView. The memory plan gives both one buffer, live
+/// until the last reader of either.
 mlir::Value viewSource(mlir::Operation *op);
+
+/// `size` elements `stride` elements apart.
+struct StridedDim {
+  int64_t size, stride;
+};
+
+/// Where a value's elements are: in `base`'s buffer from element `offset`
+/// on, dim d of the value being the row-major nest of `dims[d]`: one
+/// strided dim, or several where a reshape merged dims that are not
+/// adjacent in memory (attention heads transposed next to the sequence and
+/// merged with the head dim).
+struct StridedLayout {
+  mlir::Value base;
+  int64_t offset = 0;
+  llvm::SmallVector<llvm::SmallVector<StridedDim, 1>> dims;
+};
+
+/// The most dims a strided copy takes (mtc::rt::kMaxRank).
+constexpr int kMaxCopyRank = 8;
+
+/// Row-major strides of `shape`.
+llvm::SmallVector<int64_t> contiguousStrides(llvm::ArrayRef<int64_t> shape);
+
+/// The layout of `v` through the views that define it: strided-view slices
+/// and transposes, and reshapes of those. A value computed by any other op
+/// is its own base, row-major. Failure when a view has no such layout (see
+/// layoutThrough).
+mlir::FailureOr<StridedLayout> stridedLayout(mlir::Value v);
+
+/// The layout of the result of `op` (a reshape, slice or transpose, view or
+/// not) read from its input's elements: what a copy of it reads. Failure
+/// when a reshape splits or a slice cuts a dim between elements that are
+/// not evenly strided.
+mlir::FailureOr<StridedLayout> layoutThrough(mlir::Operation *op);
+
+/// The dims of a copy reading `src` and writing dim d of the value at
+/// `dstStrides[d]`: the value's dims split as src's are, dims of one
+/// element dropped and dims contiguous on both sides merged.
+struct StridedCopyDims {
+  llvm::SmallVector<int64_t> shape, srcStrides, dstStrides;
+};
+StridedCopyDims copyDims(const StridedLayout &src,
+                         llvm::ArrayRef<int64_t> dstStrides);
+
+/// Whether `use`'s op copies the operand through strides, so that it can
+/// read a strided view: the input of a transpose, slice or pad, an input of
+/// a concat, the gradient of a slice_grad.
+bool copiesThroughStrides(mlir::OpOperand &use);
 
 /// Numbers the ops of `body` (with its terminator when `withTerminator`)
 /// by the kernel they run in, for lifetimes: an op that runs in the kernel

@@ -1037,7 +1037,10 @@ def Mtc_GatherGradOp : Mtc_ComputeOp<"gather_grad"> {
 def Mtc_ConcatOp : Mtc_DiffOp<"concat", [InferTypeOpAdaptor]> {
   let summary = "Concatenate tensors along an axis";
   let description = [{
-    All operands have the same rank and agree on every dim but `axis`.
+    All operands have the same rank and agree on every dim but `axis`. A
+    float32 concat's result may be stored in bf16 or f16 (the fusion pass
+    folds a conversion of the result into the op, which then rounds each
+    element as the conversion would).
 
     Example:
 
@@ -1047,8 +1050,14 @@ def Mtc_ConcatOp : Mtc_DiffOp<"concat", [InferTypeOpAdaptor]> {
     ```
   }];
   let arguments = (ins Variadic<Mtc_AnyTensor>:$inputs, I64Attr:$axis);
-  let results = (outs Mtc_AnyTensor:$output);
+  let results = (outs Mtc_AnyStorageTensor:$output);
   let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual) {
+      return ::mtc::sameOr16BitFirst(inferred, actual);
+    }
+  }];
 }
 
 //===----------------------------------------------------------------------===//
