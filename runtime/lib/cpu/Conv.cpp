@@ -4,12 +4,17 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Each (image, group) pair is lowered to one GEMM over an im2col matrix of
-// shape [cg * kh * kw, oh * ow] held in the workspace, which is exactly
-// conv2dWorkspaceBytes(p, kernel, storage16) bytes: the plan reserves no
-// more. 16-bit operands meet float32 GEMMs: the im2col widens the input as
-// it copies it, the weight is widened once per call and the output
-// gradient once per image into the rest of the workspace.
+// Each group of a batch of images (convImagesPerGemm: one image, or
+// several whose feature maps are small) is lowered to one GEMM over an
+// im2col matrix of shape [cg * kh * kw, images * oh * ow] held in the
+// workspace, which is exactly conv2dWorkspaceBytes(p, kernel, storage16)
+// bytes: the plan reserves no more. With several images the GEMM's output
+// (or the output gradient it reads) goes through a staging matrix [kg,
+// images * oh * ow] in the workspace, scattered to (gathered from) the
+// images' NCHW planes. 16-bit operands meet float32 GEMMs: the im2col and
+// the gather widen them as they copy, the weight is widened once per call
+// and, with one image per GEMM, the output gradient once per image into
+// the rest of the workspace.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +25,7 @@
 #include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace mtc::rt {
@@ -29,8 +35,9 @@ namespace {
 struct ConvShape {
   int64_t cg, kg;  // input / output channels per group
   int64_t patch;   // cg * kh * kw: rows of the im2col matrix
-  int64_t pixels;  // oh * ow: columns of the im2col matrix
+  int64_t pixels;  // oh * ow: columns of one image in the im2col matrix
   int64_t inPlane; // h * w
+  int64_t images;  // images per GEMM (convImagesPerGemm)
 };
 
 ConvShape shapeOf(const Conv2dParams &p) {
@@ -40,6 +47,7 @@ ConvShape shapeOf(const Conv2dParams &p) {
   s.patch = s.cg * p.kh * p.kw;
   s.pixels = p.oh * p.ow;
   s.inPlane = p.h * p.w;
+  s.images = convImagesPerGemm(p);
   return s;
 }
 
@@ -57,18 +65,19 @@ bool validParams(Context &ctx, const Conv2dParams &p, const char *what) {
 
 /// col[r, oy * ow + ox] = x[ci, iy, ix] with r = (ci * kh + i) * kw + j,
 /// iy = oy * strideH - padTop + i * dilationH (likewise ix), or 0 where the
-/// tap falls into padding. `x` points at the group's first channel; T is
-/// float or uint16_t (bfloat16 when Bf16, else float16).
+/// tap falls into padding; col's rows are `ld` apart. `x` points at the
+/// group's first channel; T is float or uint16_t (bfloat16 when Bf16, else
+/// float16).
 template <typename T, bool Bf16>
 void im2colOf(const Conv2dParams &p, const ConvShape &s, const T *x,
-              float *col) {
+              float *col, int64_t ld) {
   const bool parallel = s.patch * s.pixels >= cpu::kParallelGrain;
   cpu::parallelFor(0, s.patch, parallel, [&](int64_t r) {
     int64_t ci = r / (p.kh * p.kw);
     int64_t i = (r / p.kw) % p.kh;
     int64_t j = r % p.kw;
     const T *plane = x + ci * s.inPlane;
-    float *dst = col + r * s.pixels;
+    float *dst = col + r * ld;
     for (int64_t oy = 0; oy < p.oh; ++oy) {
       int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
       float *row = dst + oy * p.ow;
@@ -86,32 +95,85 @@ void im2colOf(const Conv2dParams &p, const ConvShape &s, const T *x,
   });
 }
 
-
 /// im2col of the channels of `x` from element `offset` on.
 void im2col(const Conv2dParams &p, const ConvShape &s, const Operand &x,
-            int64_t offset, float *col) {
+            int64_t offset, float *col, int64_t ld) {
   if (!x.low)
     im2colOf<float, false>(p, s, static_cast<const float *>(x.data) + offset,
-                           col);
+                           col, ld);
   else if (x.storage == Storage16::Bf16)
     im2colOf<uint16_t, true>(
-        p, s, static_cast<const uint16_t *>(x.data) + offset, col);
+        p, s, static_cast<const uint16_t *>(x.data) + offset, col, ld);
   else
     im2colOf<uint16_t, false>(
-        p, s, static_cast<const uint16_t *>(x.data) + offset, col);
+        p, s, static_cast<const uint16_t *>(x.data) + offset, col, ld);
+}
+
+/// The im2col matrix of images [first, first + count) of group g, side by
+/// side: image j's columns from j * pixels on, rows count * pixels apart.
+void im2colImages(const Conv2dParams &p, const ConvShape &s, const Operand &x,
+                  int64_t first, int64_t count, int64_t g, float *col) {
+  for (int64_t j = 0; j < count; ++j)
+    im2col(p, s, x, ((first + j) * p.c + g * s.cg) * s.inPlane,
+           col + j * s.pixels, count * s.pixels);
+}
+
+/// stage[k, j * pixels + q] = y[first + j, g * kg + k, q] (widened) for the
+/// `count` images from `first`: group g of their output gradients as one
+/// matrix, rows count * pixels apart.
+template <typename T, bool Bf16>
+void gatherOf(const Conv2dParams &p, const ConvShape &s, const T *y,
+              int64_t first, int64_t count, int64_t g, float *stage) {
+  const int64_t ld = count * s.pixels;
+  const bool parallel = s.kg * ld >= cpu::kParallelGrain;
+  cpu::parallelFor(0, s.kg, parallel, [&](int64_t k) {
+    for (int64_t j = 0; j < count; ++j) {
+      const T *src = y + ((first + j) * p.k + g * s.kg + k) * s.pixels;
+      float *dst = stage + k * ld + j * s.pixels;
+      for (int64_t q = 0; q < s.pixels; ++q)
+        dst[q] = storedToFloat(src[q], Bf16);
+    }
+  });
+}
+
+void gather(const Conv2dParams &p, const ConvShape &s, const Operand &y,
+            int64_t first, int64_t count, int64_t g, float *stage) {
+  if (!y.low)
+    gatherOf<float, false>(p, s, static_cast<const float *>(y.data), first,
+                           count, g, stage);
+  else if (y.storage == Storage16::Bf16)
+    gatherOf<uint16_t, true>(p, s, static_cast<const uint16_t *>(y.data),
+                             first, count, g, stage);
+  else
+    gatherOf<uint16_t, false>(p, s, static_cast<const uint16_t *>(y.data),
+                              first, count, g, stage);
+}
+
+/// The inverse of gather: y[first + j, g * kg + k, q] = stage[k, j *
+/// pixels + q].
+void scatter(const Conv2dParams &p, const ConvShape &s, const float *stage,
+             int64_t first, int64_t count, int64_t g, float *y) {
+  const int64_t ld = count * s.pixels;
+  const bool parallel = s.kg * ld >= cpu::kParallelGrain;
+  cpu::parallelFor(0, s.kg, parallel, [&](int64_t k) {
+    for (int64_t j = 0; j < count; ++j)
+      std::memcpy(y + ((first + j) * p.k + g * s.kg + k) * s.pixels,
+                  stage + k * ld + j * s.pixels, sizeof(float) * s.pixels);
+  });
 }
 
 /// The adjoint of im2col: dx[ci, iy, ix] += col[r, pixel] for every tap
-/// that read (ci, iy, ix). Threads own whole channels, so each dx element
-/// is accumulated by one thread in a fixed order.
+/// that read (ci, iy, ix), col's rows `ld` apart. Threads own whole
+/// channels, so each dx element is accumulated by one thread in a fixed
+/// order.
 void col2imAccumulate(const Conv2dParams &p, const ConvShape &s,
-                      const float *col, float *dx) {
+                      const float *col, int64_t ld, float *dx) {
   const bool parallel = s.patch * s.pixels >= cpu::kParallelGrain;
   cpu::parallelFor(0, s.cg, parallel, [&](int64_t ci) {
     float *plane = dx + ci * s.inPlane;
     for (int64_t i = 0; i < p.kh; ++i) {
       for (int64_t j = 0; j < p.kw; ++j) {
-        const float *src = col + ((ci * p.kh + i) * p.kw + j) * s.pixels;
+        const float *src = col + ((ci * p.kh + i) * p.kw + j) * ld;
         for (int64_t oy = 0; oy < p.oh; ++oy) {
           int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
           if (iy < 0 || iy >= p.h)
@@ -132,15 +194,19 @@ void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
   if (!validParams(ctx, p, "conv2dForward"))
     return;
   ConvShape s = shapeOf(p);
-  float *col = workspace;
-  const float *wf = asFloat(ctx, w, 0, p.k * s.patch, col + s.patch * s.pixels);
-  for (int64_t img = 0; img < p.n; ++img) {
+  float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
+  float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
+  const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
+  for (int64_t first = 0; first < p.n; first += s.images) {
+    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
     for (int64_t g = 0; g < p.groups; ++g) {
-      im2col(p, s, x, (img * p.c + g * s.cg) * s.inPlane, col);
-      // y[kg, pixels] = w_g[kg, patch] * col[patch, pixels]
-      gemm(ctx, false, false, s.kg, s.pixels, s.patch, 1.0f,
-           wf + g * s.kg * s.patch, s.patch, col, s.pixels, 0.0f,
-           y + (img * p.k + g * s.kg) * s.pixels, s.pixels);
+      im2colImages(p, s, x, first, count, g, col);
+      // out[kg, count * pixels] = w_g[kg, patch] * col[patch, count * pixels]
+      float *out = s.images > 1 ? stage : y + (first * p.k + g * s.kg) * s.pixels;
+      gemm(ctx, false, false, s.kg, ld, s.patch, 1.0f,
+           wf + g * s.kg * s.patch, s.patch, col, ld, 0.0f, out, ld);
+      if (s.images > 1)
+        scatter(p, s, stage, first, count, g, y);
     }
   }
   if (!bias)
@@ -154,26 +220,47 @@ void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
   });
 }
 
+/// Group g of the output gradients of `count` images from `first` as one
+/// [kg, count * pixels] matrix: read in place (one float32 image), widened
+/// into `scratch` (one 16-bit image) or gathered into `stage`.
+const float *outputGradient(Context &ctx, const Conv2dParams &p,
+                            const ConvShape &s, const Operand &dy,
+                            int64_t first, int64_t count, int64_t g,
+                            float *stage, float *scratch) {
+  if (s.images > 1) {
+    gather(p, s, dy, first, count, g, stage);
+    return stage;
+  }
+  // One image: widen all its groups at once, with group 0.
+  if (dy.low && g > 0)
+    return scratch + g * s.kg * s.pixels;
+  return asFloat(ctx, dy, first * p.k * s.pixels, p.k * s.pixels, scratch) +
+         (dy.low ? 0 : g * s.kg * s.pixels);
+}
+
 void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
                   const Operand &w, float *dx, float *workspace) {
   if (!validParams(ctx, p, "conv2dBackwardData"))
     return;
   ConvShape s = shapeOf(p);
-  float *col = workspace, *scratch = col + s.patch * s.pixels;
+  float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
+  float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
   const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
   if (w.low)
     scratch += p.k * s.patch;
   if (p.n * p.c * s.inPlane > 0)
     std::memset(dx, 0, sizeof(float) * p.n * p.c * s.inPlane);
-  for (int64_t img = 0; img < p.n; ++img) {
-    const float *dyf =
-        asFloat(ctx, dy, img * p.k * s.pixels, p.k * s.pixels, scratch);
+  for (int64_t first = 0; first < p.n; first += s.images) {
+    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
     for (int64_t g = 0; g < p.groups; ++g) {
-      // col[patch, pixels] = w_g^T[patch, kg] * dy_g[kg, pixels]
-      gemm(ctx, true, false, s.patch, s.pixels, s.kg, 1.0f,
-           wf + g * s.kg * s.patch, s.patch, dyf + g * s.kg * s.pixels,
-           s.pixels, 0.0f, col, s.pixels);
-      col2imAccumulate(p, s, col, dx + (img * p.c + g * s.cg) * s.inPlane);
+      const float *dyg =
+          outputGradient(ctx, p, s, dy, first, count, g, stage, scratch);
+      // col[patch, count * pixels] = w_g^T[patch, kg] * dy_g[kg, ...]
+      gemm(ctx, true, false, s.patch, ld, s.kg, 1.0f,
+           wf + g * s.kg * s.patch, s.patch, dyg, ld, 0.0f, col, ld);
+      for (int64_t j = 0; j < count; ++j)
+        col2imAccumulate(p, s, col + j * s.pixels, ld,
+                         dx + ((first + j) * p.c + g * s.cg) * s.inPlane);
     }
   }
 }
@@ -188,16 +275,16 @@ void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
       std::memset(dw, 0, sizeof(float) * p.k * s.patch);
     return;
   }
-  float *col = workspace, *scratch = col + s.patch * s.pixels;
-  for (int64_t img = 0; img < p.n; ++img) {
-    const float *dyf =
-        asFloat(ctx, dy, img * p.k * s.pixels, p.k * s.pixels, scratch);
+  float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
+  for (int64_t first = 0; first < p.n; first += s.images) {
+    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
     for (int64_t g = 0; g < p.groups; ++g) {
-      im2col(p, s, x, (img * p.c + g * s.cg) * s.inPlane, col);
-      // dw_g[kg, patch] (+)= dy_g[kg, pixels] * col^T[pixels, patch]
-      gemm(ctx, false, true, s.kg, s.patch, s.pixels, 1.0f,
-           dyf + g * s.kg * s.pixels, s.pixels, col, s.pixels,
-           img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
+      const float *dyg =
+          outputGradient(ctx, p, s, dy, first, count, g, stage, stage);
+      im2colImages(p, s, x, first, count, g, col);
+      // dw_g[kg, patch] (+)= dy_g[kg, count * pixels] * col^T
+      gemm(ctx, false, true, s.kg, s.patch, ld, 1.0f, dyg, ld, col, ld,
+           first == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
     }
   }
 }

@@ -4,13 +4,15 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// The structure mirrors cpu/Conv.cpp: each (image, group) pair is one GEMM
-// over an im2col matrix [cg * kh * kw, oh * ow] in the workspace, which is
-// exactly conv2dWorkspaceBytes(p, kernel, storage16) bytes, and 16-bit
-// operands are widened the same way. The one difference is col2im: on
-// the GPU every dx element gathers the taps that read it (one thread per
-// element, fixed order) instead of being scattered into, which needs no
-// atomics, no zeroing pass and is deterministic.
+// The structure mirrors cpu/Conv.cpp: each group of a batch of images
+// (convImagesPerGemm) is one GEMM over an im2col matrix [cg * kh * kw,
+// images * oh * ow] in the workspace, which is exactly
+// conv2dWorkspaceBytes(p, kernel, storage16) bytes, with the same staging
+// matrix for several images, and 16-bit operands are widened the same
+// way. The one difference is col2im: on the GPU every dx element gathers
+// the taps that read it (one thread per element, fixed order) instead of
+// being scattered into, which needs no atomics, no zeroing pass and is
+// deterministic.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +22,7 @@
 #include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
+#include <algorithm>
 #include <string>
 
 namespace mtc::rt {
@@ -29,8 +32,9 @@ namespace {
 struct ConvShape {
   int64_t cg, kg;  // input / output channels per group
   int64_t patch;   // cg * kh * kw: rows of the im2col matrix
-  int64_t pixels;  // oh * ow: columns of the im2col matrix
+  int64_t pixels;  // oh * ow: columns of one image in the im2col matrix
   int64_t inPlane; // h * w
+  int64_t images;  // images per GEMM (convImagesPerGemm)
 };
 
 ConvShape shapeOf(const Conv2dParams &p) {
@@ -40,6 +44,7 @@ ConvShape shapeOf(const Conv2dParams &p) {
   s.patch = s.cg * p.kh * p.kw;
   s.pixels = p.oh * p.ow;
   s.inPlane = p.h * p.w;
+  s.images = convImagesPerGemm(p);
   return s;
 }
 
@@ -55,16 +60,18 @@ bool validParams(Context &ctx, const Conv2dParams &p, const char *what) {
   return true;
 }
 
-/// col[r, oy * ow + ox] = x[ci, iy, ix] (0 in padding), r = (ci * kh + i) *
-/// kw + j; one thread per col element, so writes are coalesced. T is float
-/// or uint16_t (bfloat16 when Bf16, else float16).
+/// col[r, j * pixels + oy * ow + ox] = x_j[ci, iy, ix] (0 in padding) for
+/// the `count` images x_j = x + j * imageStride, r = (ci * kh + i) * kw +
+/// j; one thread per col element, so writes are coalesced. T is float or
+/// uint16_t (bfloat16 when Bf16, else float16).
 template <typename T, bool Bf16>
 __global__ void im2colKernel(Conv2dParams p, ConvShape s, const T *x,
-                             float *col) {
-  int64_t total = s.patch * s.pixels;
+                             int64_t count, int64_t imageStride, float *col) {
+  const int64_t ld = count * s.pixels, total = s.patch * ld;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
-    int64_t r = idx / s.pixels;
+    int64_t r = idx / ld;
+    int64_t image = (idx % ld) / s.pixels;
     int64_t pixel = idx % s.pixels;
     int64_t ci = r / (p.kh * p.kw);
     int64_t i = (r / p.kw) % p.kh;
@@ -72,19 +79,23 @@ __global__ void im2colKernel(Conv2dParams p, ConvShape s, const T *x,
     int64_t iy = (pixel / p.ow) * p.strideH - p.padTop + i * p.dilationH;
     int64_t ix = (pixel % p.ow) * p.strideW - p.padLeft + j * p.dilationW;
     col[idx] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
-                   ? storedToFloat(x[ci * s.inPlane + iy * p.w + ix], Bf16)
+                   ? storedToFloat(x[image * imageStride + ci * s.inPlane +
+                                     iy * p.w + ix],
+                                   Bf16)
                    : 0.0f;
   }
 }
 
-/// dx[ci, iy, ix] = sum of col[r, pixel] over the taps (i, j) and output
-/// pixels that read (ci, iy, ix). dx is overwritten.
+/// dx_j[ci, iy, ix] = sum of col[r, j * pixels + pixel] over the taps (i, j)
+/// and output pixels that read (ci, iy, ix), for the `count` images dx_j =
+/// dx + j * imageStride. dx is overwritten.
 __global__ void col2imKernel(Conv2dParams p, ConvShape s, const float *col,
-                             float *dx) {
-  int64_t total = s.cg * s.inPlane;
-  for (int64_t idx = cuda::threadIndex(); idx < total;
+                             int64_t count, int64_t imageStride, float *dx) {
+  const int64_t ld = count * s.pixels, perImage = s.cg * s.inPlane;
+  for (int64_t idx = cuda::threadIndex(); idx < count * perImage;
        idx += cuda::threadCount()) {
-    int64_t ci = idx / s.inPlane;
+    int64_t image = idx / perImage;
+    int64_t ci = (idx % perImage) / s.inPlane;
     int64_t iy = (idx / p.w) % p.h;
     int64_t ix = idx % p.w;
     float sum = 0.0f;
@@ -98,10 +109,37 @@ __global__ void col2imKernel(Conv2dParams p, ConvShape s, const float *col,
         if (nx < 0 || nx % p.strideW != 0 || nx / p.strideW >= p.ow)
           continue;
         int64_t ox = nx / p.strideW;
-        sum += col[((ci * p.kh + i) * p.kw + j) * s.pixels + oy * p.ow + ox];
+        sum += col[((ci * p.kh + i) * p.kw + j) * ld + image * s.pixels +
+                   oy * p.ow + ox];
       }
     }
-    dx[idx] = sum;
+    dx[image * imageStride + ci * s.inPlane + iy * p.w + ix] = sum;
+  }
+}
+
+/// stage[k, j * pixels + q] = y[first + j, g * kg + k, q] (widened): group
+/// g of `count` images' output gradients as one matrix. `y` points at
+/// image `first`, group g.
+template <typename T, bool Bf16>
+__global__ void gatherKernel(Conv2dParams p, ConvShape s, const T *y,
+                             int64_t count, float *stage) {
+  const int64_t ld = count * s.pixels;
+  for (int64_t idx = cuda::threadIndex(); idx < s.kg * ld;
+       idx += cuda::threadCount()) {
+    int64_t k = idx / ld, image = (idx % ld) / s.pixels, q = idx % s.pixels;
+    stage[idx] = storedToFloat(y[(image * p.k + k) * s.pixels + q], Bf16);
+  }
+}
+
+/// The inverse of gather: y[first + j, g * kg + k, q] = stage[k, j *
+/// pixels + q], `y` pointing at image `first`, group g.
+__global__ void scatterKernel(Conv2dParams p, ConvShape s, const float *stage,
+                              int64_t count, float *y) {
+  const int64_t ld = count * s.pixels;
+  for (int64_t idx = cuda::threadIndex(); idx < s.kg * ld;
+       idx += cuda::threadCount()) {
+    int64_t k = idx / ld, image = (idx % ld) / s.pixels, q = idx % s.pixels;
+    y[(image * p.k + k) * s.pixels + q] = stage[idx];
   }
 }
 
@@ -113,25 +151,60 @@ __global__ void addBiasKernel(int64_t planes, int64_t k, int64_t pixels,
     y[idx] += bias[(idx / pixels) % k];
 }
 
-
 template <typename T, bool Bf16>
 void launchIm2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-                  const void *x, int64_t offset, float *col) {
-  im2colKernel<T, Bf16>
-      <<<cuda::gridFor(s.patch * s.pixels), cuda::kBlock, 0, ctx.stream>>>(
-          p, s, static_cast<const T *>(x) + offset, col);
+                  const void *x, int64_t offset, int64_t count, float *col) {
+  im2colKernel<T, Bf16><<<cuda::gridFor(s.patch * s.pixels * count),
+                          cuda::kBlock, 0, ctx.stream>>>(
+      p, s, static_cast<const T *>(x) + offset, count, p.c * s.inPlane, col);
 }
 
-/// im2col of the channels of `x` from element `offset` on.
+/// The im2col matrix of `count` images of group g from image `first`.
 void im2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-            const Operand &x, int64_t offset, float *col) {
+            const Operand &x, int64_t first, int64_t count, int64_t g,
+            float *col) {
+  int64_t offset = (first * p.c + g * s.cg) * s.inPlane;
   if (!x.low)
-    launchIm2col<float, false>(ctx, p, s, x.data, offset, col);
+    launchIm2col<float, false>(ctx, p, s, x.data, offset, count, col);
   else if (x.storage == Storage16::Bf16)
-    launchIm2col<uint16_t, true>(ctx, p, s, x.data, offset, col);
+    launchIm2col<uint16_t, true>(ctx, p, s, x.data, offset, count, col);
   else
-    launchIm2col<uint16_t, false>(ctx, p, s, x.data, offset, col);
+    launchIm2col<uint16_t, false>(ctx, p, s, x.data, offset, count, col);
   checkLaunch(ctx, "im2colKernel");
+}
+
+template <typename T, bool Bf16>
+void launchGather(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+                  const void *y, int64_t offset, int64_t count, float *stage) {
+  gatherKernel<T, Bf16>
+      <<<cuda::gridFor(s.kg * s.pixels * count), cuda::kBlock, 0,
+         ctx.stream>>>(p, s, static_cast<const T *>(y) + offset, count, stage);
+}
+
+/// Group g of the output gradients of `count` images from `first` as one
+/// [kg, count * pixels] matrix: read in place (one float32 image), widened
+/// into `scratch` (one 16-bit image, all its groups with group 0) or
+/// gathered into `stage`.
+const float *outputGradient(Context &ctx, const Conv2dParams &p,
+                            const ConvShape &s, const Operand &dy,
+                            int64_t first, int64_t count, int64_t g,
+                            float *stage, float *scratch) {
+  if (s.images == 1) {
+    if (dy.low && g > 0)
+      return scratch + g * s.kg * s.pixels;
+    return asFloat(ctx, dy, first * p.k * s.pixels, p.k * s.pixels,
+                   scratch) +
+           (dy.low ? 0 : g * s.kg * s.pixels);
+  }
+  int64_t offset = (first * p.k + g * s.kg) * s.pixels;
+  if (!dy.low)
+    launchGather<float, false>(ctx, p, s, dy.data, offset, count, stage);
+  else if (dy.storage == Storage16::Bf16)
+    launchGather<uint16_t, true>(ctx, p, s, dy.data, offset, count, stage);
+  else
+    launchGather<uint16_t, false>(ctx, p, s, dy.data, offset, count, stage);
+  checkLaunch(ctx, "gatherKernel");
+  return stage;
 }
 
 void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
@@ -139,15 +212,23 @@ void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
   if (!validParams(ctx, p, "conv2dForward"))
     return;
   ConvShape s = shapeOf(p);
-  float *col = workspace;
-  const float *wf = asFloat(ctx, w, 0, p.k * s.patch, col + s.patch * s.pixels);
-  for (int64_t img = 0; img < p.n; ++img) {
+  float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
+  float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
+  const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
+  for (int64_t first = 0; first < p.n; first += s.images) {
+    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
     for (int64_t g = 0; g < p.groups; ++g) {
-      im2col(ctx, p, s, x, (img * p.c + g * s.cg) * s.inPlane, col);
-      // y[kg, pixels] = w_g[kg, patch] * col[patch, pixels]
-      gemm(ctx, false, false, s.kg, s.pixels, s.patch, 1.0f,
-           wf + g * s.kg * s.patch, s.patch, col, s.pixels, 0.0f,
-           y + (img * p.k + g * s.kg) * s.pixels, s.pixels);
+      im2col(ctx, p, s, x, first, count, g, col);
+      // out[kg, count * pixels] = w_g[kg, patch] * col[patch, count * pixels]
+      float *group = y + (first * p.k + g * s.kg) * s.pixels;
+      float *out = s.images > 1 ? stage : group;
+      gemm(ctx, false, false, s.kg, ld, s.patch, 1.0f,
+           wf + g * s.kg * s.patch, s.patch, col, ld, 0.0f, out, ld);
+      if (s.images > 1 && s.kg * ld > 0) {
+        scatterKernel<<<cuda::gridFor(s.kg * ld), cuda::kBlock, 0,
+                        ctx.stream>>>(p, s, stage, count, group);
+        checkLaunch(ctx, "scatterKernel");
+      }
     }
   }
   if (!bias || p.n * p.k * s.pixels == 0)
@@ -162,23 +243,24 @@ void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
   if (!validParams(ctx, p, "conv2dBackwardData"))
     return;
   ConvShape s = shapeOf(p);
-  float *col = workspace, *scratch = col + s.patch * s.pixels;
+  float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
+  float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
   const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
   if (w.low)
     scratch += p.k * s.patch;
-  for (int64_t img = 0; img < p.n; ++img) {
-    const float *dyf =
-        asFloat(ctx, dy, img * p.k * s.pixels, p.k * s.pixels, scratch);
+  for (int64_t first = 0; first < p.n; first += s.images) {
+    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
     for (int64_t g = 0; g < p.groups; ++g) {
-      // col[patch, pixels] = w_g^T[patch, kg] * dy_g[kg, pixels]
-      gemm(ctx, true, false, s.patch, s.pixels, s.kg, 1.0f,
-           wf + g * s.kg * s.patch, s.patch, dyf + g * s.kg * s.pixels,
-           s.pixels, 0.0f, col, s.pixels);
+      const float *dyg =
+          outputGradient(ctx, p, s, dy, first, count, g, stage, scratch);
+      // col[patch, count * pixels] = w_g^T[patch, kg] * dy_g[kg, ...]
+      gemm(ctx, true, false, s.patch, ld, s.kg, 1.0f,
+           wf + g * s.kg * s.patch, s.patch, dyg, ld, 0.0f, col, ld);
       if (s.cg * s.inPlane == 0)
         continue;
-      col2imKernel<<<cuda::gridFor(s.cg * s.inPlane), cuda::kBlock, 0,
-                     ctx.stream>>>(p, s, col,
-                                   dx + (img * p.c + g * s.cg) * s.inPlane);
+      col2imKernel<<<cuda::gridFor(count * s.cg * s.inPlane), cuda::kBlock, 0,
+                     ctx.stream>>>(p, s, col, count, p.c * s.inPlane,
+                                   dx + (first * p.c + g * s.cg) * s.inPlane);
       checkLaunch(ctx, "col2imKernel");
     }
   }
@@ -194,16 +276,16 @@ void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
       cudaMemsetAsync(dw, 0, sizeof(float) * p.k * s.patch, ctx.stream);
     return;
   }
-  float *col = workspace, *scratch = col + s.patch * s.pixels;
-  for (int64_t img = 0; img < p.n; ++img) {
-    const float *dyf =
-        asFloat(ctx, dy, img * p.k * s.pixels, p.k * s.pixels, scratch);
+  float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
+  for (int64_t first = 0; first < p.n; first += s.images) {
+    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
     for (int64_t g = 0; g < p.groups; ++g) {
-      im2col(ctx, p, s, x, (img * p.c + g * s.cg) * s.inPlane, col);
-      // dw_g[kg, patch] (+)= dy_g[kg, pixels] * col^T[pixels, patch]
-      gemm(ctx, false, true, s.kg, s.patch, s.pixels, 1.0f,
-           dyf + g * s.kg * s.pixels, s.pixels, col, s.pixels,
-           img == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
+      const float *dyg =
+          outputGradient(ctx, p, s, dy, first, count, g, stage, stage);
+      im2col(ctx, p, s, x, first, count, g, col);
+      // dw_g[kg, patch] (+)= dy_g[kg, count * pixels] * col^T
+      gemm(ctx, false, true, s.kg, s.patch, ld, 1.0f, dyg, ld, col, ld,
+           first == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
     }
   }
 }

@@ -32,6 +32,7 @@
 
 using namespace mtc::rt;
 using mtc::rt::unittest::expectNear;
+using mtc::rt::unittest::expectRelNear;
 using mtc::rt::unittest::Kernels;
 
 namespace {
@@ -334,6 +335,124 @@ TEST_F(Kernels, Conv2d16BitOperands) {
     conv2dBackwardFilter16(ctx, storage, p, xh, dyh, dw, ws);
     expectNear(download(dw, 18), dwExpected);
     checkGuard(ws, floats);
+  }
+}
+
+/// A deterministic value in [-1, 1) for element i of a tensor `salt`,
+/// exact in bfloat16 (8 significant bits) so 16-bit operands are exact.
+float convValue(int64_t i, int salt) {
+  int64_t v = (i * 37 + salt * 101) % 256;
+  return float(v - 128) / 128.0f;
+}
+
+/// The three convolutions by their definition, in double, for one NCHW
+/// problem: y[n, k, oy, ox] = sum over the group's channels and taps of
+/// w[k, ci, i, j] x[n, g * cg + ci, iy, ix].
+struct ConvReference {
+  std::vector<double> y, dx, dw;
+};
+ConvReference convReference(const Conv2dParams &p,
+                            const std::vector<float> &x,
+                            const std::vector<float> &w,
+                            const std::vector<float> &dy) {
+  int64_t cg = p.c / p.groups, kg = p.k / p.groups;
+  ConvReference r;
+  r.y.assign(p.n * p.k * p.oh * p.ow, 0.0);
+  r.dx.assign(p.n * p.c * p.h * p.w, 0.0);
+  r.dw.assign(p.k * cg * p.kh * p.kw, 0.0);
+  for (int64_t n = 0; n < p.n; ++n)
+    for (int64_t k = 0; k < p.k; ++k)
+      for (int64_t oy = 0; oy < p.oh; ++oy)
+        for (int64_t ox = 0; ox < p.ow; ++ox) {
+          int64_t out = ((n * p.k + k) * p.oh + oy) * p.ow + ox;
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t i = 0; i < p.kh; ++i)
+              for (int64_t j = 0; j < p.kw; ++j) {
+                int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
+                int64_t ix = ox * p.strideW - p.padLeft + j * p.dilationW;
+                if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w)
+                  continue;
+                int64_t in =
+                    ((n * p.c + k / kg * cg + ci) * p.h + iy) * p.w + ix;
+                int64_t tap = ((k * cg + ci) * p.kh + i) * p.kw + j;
+                r.y[out] += double(w[tap]) * x[in];
+                r.dx[in] += double(w[tap]) * dy[out];
+                r.dw[tap] += double(dy[out]) * x[in];
+              }
+        }
+  return r;
+}
+
+TEST_F(Kernels, Conv2dImagesPerGemm) {
+  // Grouped, strided, padded convolutions over 5 images: 16x16 outputs
+  // take 4 images per GEMM (a full batch, then one image); 1x1 outputs
+  // take all 5 (a GEMM of 5 columns, not 5 matrix-vector products); 40x40
+  // outputs one image each. Against the definition, float32 and 16-bit.
+  auto problem = [](int64_t h, int64_t kh, int64_t stride, int64_t pad) {
+    Conv2dParams p{};
+    p.n = 5, p.c = 4, p.h = h, p.w = h;
+    p.k = 6, p.kh = kh, p.kw = kh;
+    p.oh = p.ow = (h + 2 * pad - kh) / stride + 1;
+    p.strideH = p.strideW = stride;
+    p.padTop = p.padLeft = pad;
+    p.dilationH = p.dilationW = 1;
+    p.groups = 2;
+    return p;
+  };
+  for (Conv2dParams p : {problem(32, 3, 2, 1), problem(3, 3, 1, 0),
+                         problem(40, 3, 1, 1)}) {
+    SCOPED_TRACE("output " + std::to_string(p.oh) + "x" +
+                 std::to_string(p.ow) + ", " +
+                 std::to_string(convImagesPerGemm(p)) + " images per GEMM");
+    int64_t xs = p.n * p.c * p.h * p.w, ws = p.k * (p.c / p.groups) * 9,
+            ys = p.n * p.k * p.oh * p.ow;
+    std::vector<float> x(xs), w(ws), dy(ys);
+    for (int64_t i = 0; i < xs; ++i)
+      x[i] = convValue(i, 1);
+    for (int64_t i = 0; i < ws; ++i)
+      w[i] = convValue(i, 2);
+    for (int64_t i = 0; i < ys; ++i)
+      dy[i] = convValue(i, 3);
+    ConvReference want = convReference(p, x, w, dy);
+    // Float32 sums of up to 8000 products below 1 in magnitude.
+    auto check = [](const std::vector<float> &got,
+                    const std::vector<double> &expected) {
+      expectRelNear(got, expected, 1e-5, 1e-4);
+    };
+    auto workspace = [&](ConvKernel kernel, bool low) {
+      return upload(std::vector<float>(
+          conv2dWorkspaceBytes(p, kernel, low) / sizeof(float), 0.0f));
+    };
+    float *y = upload(std::vector<float>(ys, 7.0f));
+    float *dx = upload(std::vector<float>(xs, 7.0f));
+    float *dw = upload(std::vector<float>(ws, 7.0f));
+    const float *dxF = upload(x), *dwF = upload(w), *dyF = upload(dy);
+    conv2dForward(ctx, p, dxF, dwF, nullptr, y,
+                  workspace(ConvKernel::Forward, false));
+    check(download(y, ys), want.y);
+    conv2dBackwardData(ctx, p, dyF, dwF, dx,
+                       workspace(ConvKernel::BackwardData, false));
+    check(download(dx, xs), want.dx);
+    conv2dBackwardFilter(ctx, p, dxF, dyF, dw,
+                         workspace(ConvKernel::BackwardFilter, false));
+    check(download(dw, ws), want.dw);
+
+    auto narrow = [&](const std::vector<float> &v) {
+      std::vector<uint16_t> h;
+      for (float f : v)
+        h.push_back(floatToBf16(f));
+      return upload(h);
+    };
+    const uint16_t *x16 = narrow(x), *w16 = narrow(w), *dy16 = narrow(dy);
+    conv2dForward16(ctx, Storage16::Bf16, p, x16, w16, nullptr, y,
+                    workspace(ConvKernel::Forward, true));
+    check(download(y, ys), want.y);
+    conv2dBackwardData16(ctx, Storage16::Bf16, p, dy16, w16, dx,
+                         workspace(ConvKernel::BackwardData, true));
+    check(download(dx, xs), want.dx);
+    conv2dBackwardFilter16(ctx, Storage16::Bf16, p, x16, dy16, dw,
+                           workspace(ConvKernel::BackwardFilter, true));
+    check(download(dw, ws), want.dw);
   }
 }
 

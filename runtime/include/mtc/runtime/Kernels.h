@@ -84,20 +84,43 @@ struct Conv2dParams {
 /// Which of the three convolution kernels a workspace is for.
 enum class ConvKernel : int { Forward, BackwardData, BackwardFilter };
 
-/// Bytes of scratch a convolution kernel needs: the im2col matrix of one
-/// image (float32). With 16-bit operands (the *16 entry points) the im2col
-/// widens the input as it reads it, and float32 copies of the other
-/// operands follow the matrix: the whole weight (forward, backward data),
-/// then one image's output gradient (backward data, backward filter).
-/// The compiler plans exactly this many bytes as the op's temporary.
+/// The columns a convolution's GEMMs aim at: images whose feature maps are
+/// smaller are taken together, so that a GEMM reads the weight once for
+/// several images instead of once per image (on a 1x1 map, once per
+/// output column: a matrix-vector product per image).
+constexpr int64_t kConvGemmColumns = 1024;
+
+/// Images per GEMM: enough for kConvGemmColumns output pixels, at most n.
+inline int64_t convImagesPerGemm(const Conv2dParams &p) {
+  int64_t pixels = p.oh * p.ow;
+  if (pixels <= 0 || p.n <= 1)
+    return 1;
+  int64_t images = kConvGemmColumns / pixels;
+  return images < 1 ? 1 : images > p.n ? p.n : images;
+}
+
+/// Bytes of scratch a convolution kernel needs (float32 throughout). With
+/// one image per GEMM: the im2col matrix of one image, [cg * kh * kw,
+/// oh * ow]; with 16-bit operands (the *16 entry points) the im2col widens
+/// the input as it reads it, and float32 copies of the other operands
+/// follow the matrix: the whole weight (forward, backward data), then one
+/// image's output gradient (backward data, backward filter). With several
+/// images per GEMM (convImagesPerGemm): the im2col matrix of that many
+/// images side by side, then one group's output (forward) or output
+/// gradient (backward) of those images, [k / groups, images * oh * ow],
+/// then the widened weight as before. The compiler plans exactly this many
+/// bytes as the op's temporary.
 inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p,
                                      ConvKernel kernel = ConvKernel::Forward,
                                      bool storage16 = false) {
   int64_t patch = p.c / p.groups * p.kh * p.kw, pixels = p.oh * p.ow;
-  int64_t floats = patch * pixels;
+  int64_t images = convImagesPerGemm(p);
+  int64_t floats = patch * pixels * images;
+  if (images > 1)
+    floats += p.k / p.groups * pixels * images;
   if (storage16 && kernel != ConvKernel::BackwardFilter)
     floats += p.k * patch;
-  if (storage16 && kernel != ConvKernel::Forward)
+  if (storage16 && kernel != ConvKernel::Forward && images == 1)
     floats += p.k * pixels;
   return static_cast<uint64_t>(floats) * sizeof(float);
 }
