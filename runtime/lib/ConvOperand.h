@@ -13,9 +13,11 @@
 #ifndef MTC_RUNTIME_LIB_CONVOPERAND_H
 #define MTC_RUNTIME_LIB_CONVOPERAND_H
 
+#include "mtc/runtime/Half.h" // MTC_HOST_DEVICE
 #include "mtc/runtime/Kernels.h"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace mtc::rt {
 
@@ -40,6 +42,30 @@ inline const float *asFloat(Context &ctx, const Operand &x, int64_t offset,
   widen16(ctx, x.storage, static_cast<const uint16_t *>(x.data) + offset, n,
           scratch);
   return scratch;
+}
+
+/// Calls f(T(), std::bool_constant<Bf16>()) for the type operand `x` is
+/// stored in: float, or uint16_t holding bfloat16 (Bf16) or float16.
+template <typename F> void withStorage(const Operand &x, F &&f) {
+  if (!x.low)
+    f(float(), std::false_type());
+  else if (x.storage == Storage16::Bf16)
+    f(uint16_t(), std::true_type());
+  else
+    f(uint16_t(), std::false_type());
+}
+
+/// The outputs [*lo, *hi) of a convolution's `out` along one dim whose tap
+/// at offset `off` (tap index * dilation - padding) falls inside the input:
+/// 0 <= o * stride + off < in.
+MTC_HOST_DEVICE inline void tapRange(int64_t out, int64_t in, int64_t stride,
+                                     int64_t off, int64_t *lo, int64_t *hi) {
+  *lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  *hi = in - 1 - off >= 0 ? (in - 1 - off) / stride + 1 : 0;
+  if (*hi > out)
+    *hi = out;
+  if (*lo > *hi)
+    *lo = *hi;
 }
 
 } // namespace mtc::rt

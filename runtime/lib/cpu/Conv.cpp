@@ -189,11 +189,139 @@ void col2imAccumulate(const Conv2dParams &p, const ConvShape &s,
   });
 }
 
+//===----------------------------------------------------------------------===//
+// Depthwise convolutions (one input channel per group), run directly
+//===----------------------------------------------------------------------===//
+
+/// y[n, k] = sum over taps (i, j) of w[k, i, j] * x[n, k / kg] shifted:
+/// threads own output planes and add the taps in a fixed order.
+template <typename T, bool Bf16>
+void depthwiseForward(const Conv2dParams &p, const ConvShape &s, const T *x,
+                      const T *w, float *y) {
+  const bool parallel =
+      p.n * p.k * s.pixels * p.kh * p.kw >= cpu::kParallelGrain;
+  cpu::parallelFor(0, p.n * p.k, parallel, [&](int64_t plane) {
+    const int64_t n = plane / p.k, k = plane % p.k;
+    const T *in = x + (n * p.c + k / s.kg) * s.inPlane;
+    float *out = y + plane * s.pixels;
+    std::fill(out, out + s.pixels, 0.0f);
+    for (int64_t i = 0; i < p.kh; ++i) {
+      int64_t oy0, oy1;
+      const int64_t offY = i * p.dilationH - p.padTop;
+      tapRange(p.oh, p.h, p.strideH, offY, &oy0, &oy1);
+      for (int64_t j = 0; j < p.kw; ++j) {
+        const float tap = storedToFloat(w[(k * p.kh + i) * p.kw + j], Bf16);
+        int64_t ox0, ox1;
+        const int64_t offX = j * p.dilationW - p.padLeft;
+        tapRange(p.ow, p.w, p.strideW, offX, &ox0, &ox1);
+        for (int64_t oy = oy0; oy < oy1; ++oy) {
+          const T *row = in + (oy * p.strideH + offY) * p.w;
+          float *o = out + oy * p.ow;
+          for (int64_t ox = ox0; ox < ox1; ++ox)
+            o[ox] += tap * storedToFloat(row[ox * p.strideW + offX], Bf16);
+        }
+      }
+    }
+  });
+}
+
+/// dx[n, c] = sum over c's kg output channels k and taps of w[k, i, j] *
+/// dy[n, k] shifted back: threads own input planes.
+template <typename T, bool Bf16>
+void depthwiseBackwardData(const Conv2dParams &p, const ConvShape &s,
+                           const T *dy, const T *w, float *dx) {
+  const bool parallel =
+      p.n * p.k * s.pixels * p.kh * p.kw >= cpu::kParallelGrain;
+  cpu::parallelFor(0, p.n * p.c, parallel, [&](int64_t plane) {
+    const int64_t n = plane / p.c, c = plane % p.c;
+    float *in = dx + plane * s.inPlane;
+    std::fill(in, in + s.inPlane, 0.0f);
+    for (int64_t k = c * s.kg; k < (c + 1) * s.kg; ++k) {
+      const T *out = dy + (n * p.k + k) * s.pixels;
+      for (int64_t i = 0; i < p.kh; ++i) {
+        int64_t oy0, oy1;
+        const int64_t offY = i * p.dilationH - p.padTop;
+        tapRange(p.oh, p.h, p.strideH, offY, &oy0, &oy1);
+        for (int64_t j = 0; j < p.kw; ++j) {
+          const float tap = storedToFloat(w[(k * p.kh + i) * p.kw + j], Bf16);
+          int64_t ox0, ox1;
+          const int64_t offX = j * p.dilationW - p.padLeft;
+          tapRange(p.ow, p.w, p.strideW, offX, &ox0, &ox1);
+          for (int64_t oy = oy0; oy < oy1; ++oy) {
+            float *row = in + (oy * p.strideH + offY) * p.w;
+            const T *g = out + oy * p.ow;
+            for (int64_t ox = ox0; ox < ox1; ++ox)
+              row[ox * p.strideW + offX] += tap * storedToFloat(g[ox], Bf16);
+          }
+        }
+      }
+    }
+  });
+}
+
+/// dw[k, i, j] = sum over images and output pixels of dy[n, k] * x[n, k /
+/// kg] shifted, in double: threads own weights.
+template <typename T, bool Bf16>
+void depthwiseBackwardFilter(const Conv2dParams &p, const ConvShape &s,
+                             const T *x, const T *dy, float *dw) {
+  const int64_t taps = p.kh * p.kw;
+  const bool parallel = p.n * p.k * s.pixels * taps >= cpu::kParallelGrain;
+  cpu::parallelFor(0, p.k * taps, parallel, [&](int64_t weight) {
+    const int64_t k = weight / taps, i = weight % taps / p.kw,
+                  j = weight % p.kw;
+    int64_t oy0, oy1, ox0, ox1;
+    const int64_t offY = i * p.dilationH - p.padTop,
+                  offX = j * p.dilationW - p.padLeft;
+    tapRange(p.oh, p.h, p.strideH, offY, &oy0, &oy1);
+    tapRange(p.ow, p.w, p.strideW, offX, &ox0, &ox1);
+    double sum = 0.0;
+    for (int64_t n = 0; n < p.n; ++n) {
+      const T *in = x + (n * p.c + k / s.kg) * s.inPlane;
+      const T *out = dy + (n * p.k + k) * s.pixels;
+      for (int64_t oy = oy0; oy < oy1; ++oy) {
+        const T *row = in + (oy * p.strideH + offY) * p.w;
+        const T *g = out + oy * p.ow;
+        float partial = 0.0f;
+        for (int64_t ox = ox0; ox < ox1; ++ox)
+          partial += storedToFloat(g[ox], Bf16) *
+                     storedToFloat(row[ox * p.strideW + offX], Bf16);
+        sum += partial;
+      }
+    }
+    dw[weight] = static_cast<float>(sum);
+  });
+}
+
+void addBias(const Conv2dParams &p, const ConvShape &s, const float *bias,
+             float *y) {
+  const bool parallel = p.n * p.k * s.pixels >= cpu::kParallelGrain;
+  cpu::parallelFor(0, p.n * p.k, parallel, [&](int64_t plane) {
+    float b = bias[plane % p.k];
+    float *dst = y + plane * s.pixels;
+    for (int64_t i = 0; i < s.pixels; ++i)
+      dst[i] += b;
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
 void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
              const Operand &w, const float *bias, float *y, float *workspace) {
   if (!validParams(ctx, p, "conv2dForward"))
     return;
   ConvShape s = shapeOf(p);
+  if (convIsDepthwise(p)) {
+    withStorage(x, [&](auto t, auto bf16) {
+      using T = decltype(t);
+      depthwiseForward<T, bf16()>(p, s, static_cast<const T *>(x.data),
+                                  static_cast<const T *>(w.data), y);
+    });
+    if (bias)
+      addBias(p, s, bias, y);
+    return;
+  }
   float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
   float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
   const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
@@ -209,15 +337,8 @@ void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
         scatter(p, s, stage, first, count, g, y);
     }
   }
-  if (!bias)
-    return;
-  const bool parallel = p.n * p.k * s.pixels >= cpu::kParallelGrain;
-  cpu::parallelFor(0, p.n * p.k, parallel, [&](int64_t plane) {
-    float b = bias[plane % p.k];
-    float *dst = y + plane * s.pixels;
-    for (int64_t i = 0; i < s.pixels; ++i)
-      dst[i] += b;
-  });
+  if (bias)
+    addBias(p, s, bias, y);
 }
 
 /// Group g of the output gradients of `count` images from `first` as one
@@ -243,6 +364,14 @@ void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
   if (!validParams(ctx, p, "conv2dBackwardData"))
     return;
   ConvShape s = shapeOf(p);
+  if (convIsDepthwise(p)) {
+    withStorage(dy, [&](auto t, auto bf16) {
+      using T = decltype(t);
+      depthwiseBackwardData<T, bf16()>(p, s, static_cast<const T *>(dy.data),
+                                       static_cast<const T *>(w.data), dx);
+    });
+    return;
+  }
   float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
   float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
   const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
@@ -270,6 +399,14 @@ void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
   if (!validParams(ctx, p, "conv2dBackwardFilter"))
     return;
   ConvShape s = shapeOf(p);
+  if (convIsDepthwise(p)) {
+    withStorage(x, [&](auto t, auto bf16) {
+      using T = decltype(t);
+      depthwiseBackwardFilter<T, bf16()>(p, s, static_cast<const T *>(x.data),
+                                         static_cast<const T *>(dy.data), dw);
+    });
+    return;
+  }
   if (p.n == 0) {
     if (p.k * s.patch > 0)
       std::memset(dw, 0, sizeof(float) * p.k * s.patch);

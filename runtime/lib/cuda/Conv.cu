@@ -21,6 +21,7 @@
 
 #include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/LayerNormRow.h" // cuda::blockSum
 
 #include <algorithm>
 #include <string>
@@ -151,6 +152,95 @@ __global__ void addBiasKernel(int64_t planes, int64_t k, int64_t pixels,
     y[idx] += bias[(idx / pixels) % k];
 }
 
+/// Depthwise forward, one thread per output: y[n, k, oy, ox] = the taps
+/// of x[n, k / kg] under w[k], added in (i, j) order.
+template <typename T, bool Bf16>
+__global__ void depthwiseForwardKernel(Conv2dParams p, ConvShape s,
+                                       const T *x, const T *w, float *y) {
+  for (int64_t idx = cuda::threadIndex(); idx < p.n * p.k * s.pixels;
+       idx += cuda::threadCount()) {
+    const int64_t plane = idx / s.pixels, n = plane / p.k, k = plane % p.k;
+    const int64_t oy = idx % s.pixels / p.ow, ox = idx % p.ow;
+    const T *in = x + (n * p.c + k / s.kg) * s.inPlane;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < p.kh; ++i) {
+      const int64_t iy = oy * p.strideH + i * p.dilationH - p.padTop;
+      if (iy < 0 || iy >= p.h)
+        continue;
+      for (int64_t j = 0; j < p.kw; ++j) {
+        const int64_t ix = ox * p.strideW + j * p.dilationW - p.padLeft;
+        if (ix >= 0 && ix < p.w)
+          sum += storedToFloat(w[(k * p.kh + i) * p.kw + j], Bf16) *
+                 storedToFloat(in[iy * p.w + ix], Bf16);
+      }
+    }
+    y[idx] = sum;
+  }
+}
+
+/// Depthwise backward data, one thread per input element: the taps of
+/// its channel's kg output gradients that read it.
+template <typename T, bool Bf16>
+__global__ void depthwiseBackwardDataKernel(Conv2dParams p, ConvShape s,
+                                            const T *dy, const T *w,
+                                            float *dx) {
+  for (int64_t idx = cuda::threadIndex(); idx < p.n * p.c * s.inPlane;
+       idx += cuda::threadCount()) {
+    const int64_t plane = idx / s.inPlane, n = plane / p.c, c = plane % p.c;
+    const int64_t iy = idx % s.inPlane / p.w, ix = idx % p.w;
+    float sum = 0.0f;
+    for (int64_t k = c * s.kg; k < (c + 1) * s.kg; ++k) {
+      const T *out = dy + (n * p.k + k) * s.pixels;
+      for (int64_t i = 0; i < p.kh; ++i) {
+        const int64_t ny = iy + p.padTop - i * p.dilationH;
+        if (ny < 0 || ny % p.strideH != 0 || ny / p.strideH >= p.oh)
+          continue;
+        for (int64_t j = 0; j < p.kw; ++j) {
+          const int64_t nx = ix + p.padLeft - j * p.dilationW;
+          if (nx < 0 || nx % p.strideW != 0 || nx / p.strideW >= p.ow)
+            continue;
+          sum += storedToFloat(w[(k * p.kh + i) * p.kw + j], Bf16) *
+                 storedToFloat(out[ny / p.strideH * p.ow + nx / p.strideW],
+                               Bf16);
+        }
+      }
+    }
+    dx[idx] = sum;
+  }
+}
+
+/// Depthwise backward filter, one block per weight (k, i, j): its threads
+/// sum dy * x over images and output pixels in double, then the block by a
+/// fixed tree (cuda::blockSum).
+template <typename T, bool Bf16>
+__global__ void depthwiseBackwardFilterKernel(Conv2dParams p, ConvShape s,
+                                              const T *x, const T *dy,
+                                              float *dw) {
+  __shared__ double scratch[cuda::kBlock];
+  const int64_t taps = p.kh * p.kw;
+  for (int64_t weight = blockIdx.x; weight < p.k * taps;
+       weight += gridDim.x) {
+    const int64_t k = weight / taps, i = weight % taps / p.kw,
+                  j = weight % p.kw;
+    double sum = 0.0;
+    for (int64_t e = threadIdx.x; e < p.n * s.pixels; e += blockDim.x) {
+      const int64_t n = e / s.pixels, oy = e % s.pixels / p.ow,
+                    ox = e % p.ow;
+      const int64_t iy = oy * p.strideH + i * p.dilationH - p.padTop;
+      const int64_t ix = ox * p.strideW + j * p.dilationW - p.padLeft;
+      if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w)
+        continue;
+      sum += double(storedToFloat(dy[(n * p.k + k) * s.pixels + oy * p.ow + ox],
+                                  Bf16)) *
+             storedToFloat(x[(n * p.c + k / s.kg) * s.inPlane + iy * p.w + ix],
+                           Bf16);
+    }
+    sum = cuda::blockSum(sum, scratch);
+    if (threadIdx.x == 0)
+      dw[weight] = static_cast<float>(sum);
+  }
+}
+
 template <typename T, bool Bf16>
 void launchIm2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
                   const void *x, int64_t offset, int64_t count, float *col) {
@@ -207,11 +297,10 @@ const float *outputGradient(Context &ctx, const Conv2dParams &p,
   return stage;
 }
 
-void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
-             const Operand &w, const float *bias, float *y, float *workspace) {
-  if (!validParams(ctx, p, "conv2dForward"))
-    return;
-  ConvShape s = shapeOf(p);
+/// y = conv(x, w) through im2col and GEMMs.
+void gemmForward(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+                 const Operand &x, const Operand &w, float *y,
+                 float *workspace) {
   float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
   float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
   const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
@@ -231,7 +320,28 @@ void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
       }
     }
   }
-  if (!bias || p.n * p.k * s.pixels == 0)
+}
+
+void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
+             const Operand &w, const float *bias, float *y, float *workspace) {
+  if (!validParams(ctx, p, "conv2dForward"))
+    return;
+  ConvShape s = shapeOf(p);
+  if (p.n * p.k * s.pixels == 0)
+    return;
+  if (convIsDepthwise(p)) {
+    withStorage(x, [&](auto t, auto bf16) {
+      using T = decltype(t);
+      depthwiseForwardKernel<T, bf16()>
+          <<<cuda::gridFor(p.n * p.k * s.pixels), cuda::kBlock, 0,
+             ctx.stream>>>(p, s, static_cast<const T *>(x.data),
+                           static_cast<const T *>(w.data), y);
+    });
+    checkLaunch(ctx, "depthwiseForwardKernel");
+  } else {
+    gemmForward(ctx, p, s, x, w, y, workspace);
+  }
+  if (!bias)
     return;
   addBiasKernel<<<cuda::gridFor(p.n * p.k * s.pixels), cuda::kBlock, 0,
                   ctx.stream>>>(p.n * p.k, p.k, s.pixels, bias, y);
@@ -243,6 +353,19 @@ void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
   if (!validParams(ctx, p, "conv2dBackwardData"))
     return;
   ConvShape s = shapeOf(p);
+  if (convIsDepthwise(p)) {
+    if (p.n * p.c * s.inPlane == 0)
+      return;
+    withStorage(dy, [&](auto t, auto bf16) {
+      using T = decltype(t);
+      depthwiseBackwardDataKernel<T, bf16()>
+          <<<cuda::gridFor(p.n * p.c * s.inPlane), cuda::kBlock, 0,
+             ctx.stream>>>(p, s, static_cast<const T *>(dy.data),
+                           static_cast<const T *>(w.data), dx);
+    });
+    checkLaunch(ctx, "depthwiseBackwardDataKernel");
+    return;
+  }
   float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
   float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
   const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
@@ -271,6 +394,20 @@ void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
   if (!validParams(ctx, p, "conv2dBackwardFilter"))
     return;
   ConvShape s = shapeOf(p);
+  if (convIsDepthwise(p)) {
+    const int64_t weights = p.k * p.kh * p.kw;
+    if (weights == 0)
+      return;
+    withStorage(x, [&](auto t, auto bf16) {
+      using T = decltype(t);
+      depthwiseBackwardFilterKernel<T, bf16()>
+          <<<unsigned(std::min<int64_t>(weights, 1 << 20)), cuda::kBlock, 0,
+             ctx.stream>>>(p, s, static_cast<const T *>(x.data),
+                           static_cast<const T *>(dy.data), dw);
+    });
+    checkLaunch(ctx, "depthwiseBackwardFilterKernel");
+    return;
+  }
   if (p.n == 0) {
     if (p.k * s.patch > 0)
       cudaMemsetAsync(dw, 0, sizeof(float) * p.k * s.patch, ctx.stream);

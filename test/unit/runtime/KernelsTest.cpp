@@ -388,24 +388,35 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
   // take 4 images per GEMM (a full batch, then one image); 1x1 outputs
   // take all 5 (a GEMM of 5 columns, not 5 matrix-vector products); 40x40
   // outputs one image each. Against the definition, float32 and 16-bit.
-  auto problem = [](int64_t h, int64_t kh, int64_t stride, int64_t pad) {
+  // Depthwise ones (a channel per group, two output channels each; one
+  // channel), strided and dilated, run directly.
+  auto problem = [](int64_t h, int64_t kh, int64_t stride, int64_t pad,
+                    int64_t c = 4, int64_t k = 6, int64_t groups = 2,
+                    int64_t dilation = 1) {
     Conv2dParams p{};
-    p.n = 5, p.c = 4, p.h = h, p.w = h;
-    p.k = 6, p.kh = kh, p.kw = kh;
-    p.oh = p.ow = (h + 2 * pad - kh) / stride + 1;
+    p.n = 5, p.c = c, p.h = h, p.w = h;
+    p.k = k, p.kh = kh, p.kw = kh;
+    p.oh = p.ow = (h + 2 * pad - dilation * (kh - 1) - 1) / stride + 1;
     p.strideH = p.strideW = stride;
     p.padTop = p.padLeft = pad;
-    p.dilationH = p.dilationW = 1;
-    p.groups = 2;
+    p.dilationH = p.dilationW = dilation;
+    p.groups = groups;
     return p;
   };
-  for (Conv2dParams p : {problem(32, 3, 2, 1), problem(3, 3, 1, 0),
-                         problem(40, 3, 1, 1)}) {
+  for (Conv2dParams p :
+       {problem(32, 3, 2, 1), problem(3, 3, 1, 0), problem(40, 3, 1, 1),
+        problem(15, 3, 2, 1, 4, 8, 4), problem(12, 3, 1, 2, 4, 4, 4, 2),
+        problem(9, 3, 1, 1, 1, 3, 1)}) {
     SCOPED_TRACE("output " + std::to_string(p.oh) + "x" +
                  std::to_string(p.ow) + ", " +
-                 std::to_string(convImagesPerGemm(p)) + " images per GEMM");
+                 (convIsDepthwise(p)
+                      ? std::string("depthwise")
+                      : std::to_string(convImagesPerGemm(p)) +
+                            " images per GEMM"));
     int64_t xs = p.n * p.c * p.h * p.w, ws = p.k * (p.c / p.groups) * 9,
+            planned = conv2dWorkspaceBytes(p, ConvKernel::Forward, true),
             ys = p.n * p.k * p.oh * p.ow;
+    EXPECT_EQ(planned == 0, convIsDepthwise(p)); // depthwise: no scratch
     std::vector<float> x(xs), w(ws), dy(ys);
     for (int64_t i = 0; i < xs; ++i)
       x[i] = convValue(i, 1);

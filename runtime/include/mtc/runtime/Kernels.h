@@ -90,6 +90,14 @@ enum class ConvKernel : int { Forward, BackwardData, BackwardFilter };
 /// output column: a matrix-vector product per image).
 constexpr int64_t kConvGemmColumns = 1024;
 
+/// Whether a convolution reads one input channel per group (depthwise, as
+/// in MobileNets): it then runs directly, output by output, without im2col
+/// or GEMM (whose products would have one row per channel) and without
+/// workspace.
+inline bool convIsDepthwise(const Conv2dParams &p) {
+  return p.groups > 0 && p.c == p.groups;
+}
+
 /// Images per GEMM: enough for kConvGemmColumns output pixels, at most n.
 inline int64_t convImagesPerGemm(const Conv2dParams &p) {
   int64_t pixels = p.oh * p.ow;
@@ -109,10 +117,12 @@ inline int64_t convImagesPerGemm(const Conv2dParams &p) {
 /// images side by side, then one group's output (forward) or output
 /// gradient (backward) of those images, [k / groups, images * oh * ow],
 /// then the widened weight as before. The compiler plans exactly this many
-/// bytes as the op's temporary.
+/// bytes as the op's temporary; none for a depthwise convolution.
 inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p,
                                      ConvKernel kernel = ConvKernel::Forward,
                                      bool storage16 = false) {
+  if (convIsDepthwise(p))
+    return 0;
   int64_t patch = p.c / p.groups * p.kh * p.kw, pixels = p.oh * p.ow;
   int64_t images = convImagesPerGemm(p);
   int64_t floats = patch * pixels * images;
