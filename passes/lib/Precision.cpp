@@ -129,7 +129,7 @@ void PrecisionPass::convertOperands(func::FuncOp func, Type low) {
             op)) {
       narrow(op, op->getOpOperand(0));
       narrow(op, op->getOpOperand(1));
-      if (nativeGemm && isa<GemmOp, MatMulOp>(op))
+      if (nativeGemm)
         op->setAttr(attr::kNative16BitGemm, UnitAttr::get(op->getContext()));
     }
     // Attention's products: Q, K, V and, backward, the output gradient.

@@ -240,6 +240,10 @@ private:
   /// at dstStrides[d] from dstOffset.
   void emitStridedCopy(const StridedLayout &src, Value dst, int64_t dstOffset,
                        ArrayRef<int64_t> dstStrides);
+  /// The start of a call of convolution kernel `name` for `op`, whose
+  /// operands are stored as `v` is: float32, widened 16-bit ("16"), or
+  /// 16-bit multiplied as stored on CUDA ("Native16").
+  std::string convCall(StringRef name, Operation *op, Value v);
   std::string convParams(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
                          ArrayRef<int64_t> y, ArrayRef<int64_t> strides,
                          ArrayRef<int64_t> pads, ArrayRef<int64_t> dilations,
@@ -579,6 +583,15 @@ void Emitter::emitStridedCopy(const StridedLayout &from, Value dst,
     << ", dstStrides, "
     << (cast<RankedTensorType>(src.getType()).getElementTypeBitWidth() + 7) / 8
     << ");\n  }\n";
+}
+
+std::string Emitter::convCall(StringRef name, Operation *op, Value v) {
+  if (!isLowPrecision(v) || !op->hasAttr(attr::kNative16BitGemm))
+    return storageCall(name, v);
+  if (!cuda() && error.empty())
+    error = "16-bit convolution operands without widening need the cuda "
+            "target";
+  return (name + "Native16(ctx, " + storage16(v) + ", ").str();
 }
 
 std::string Emitter::convParams(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
@@ -1000,7 +1013,7 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](MatMulOp m) { emitMatMul(m); })
       .Case([&](MatMulBiasGradOp m) { emitMatMulBiasGrad(m); })
       .Case([&](ConvOp c) {
-        emitCall(storageCall("conv2dForward", c.getInput()) +
+        emitCall(convCall("conv2dForward", op, c.getInput()) +
                  convParams(shapeOf(c.getInput()), shapeOf(c.getWeight()),
                             shapeOf(c.getOutput()), c.getStrides(),
                             c.getPads(), c.getDilations(), c.getGroup()) +
@@ -1009,7 +1022,7 @@ void Emitter::emitOpBody(Operation *op) {
                  ptr(c.getOutput()) + ", " + workspace(op) + ")");
       })
       .Case([&](ConvBackwardDataOp c) {
-        emitCall(storageCall("conv2dBackwardData", c.getGrad()) +
+        emitCall(convCall("conv2dBackwardData", op, c.getGrad()) +
                  convParams(shapeOf(c.getOutput()), shapeOf(c.getWeight()),
                             shapeOf(c.getGrad()), c.getStrides(), c.getPads(),
                             c.getDilations(), c.getGroup()) +
@@ -1017,7 +1030,7 @@ void Emitter::emitOpBody(Operation *op) {
                  ptr(c.getOutput()) + ", " + workspace(op) + ")");
       })
       .Case([&](ConvBackwardFilterOp c) {
-        emitCall(storageCall("conv2dBackwardFilter", c.getGrad()) +
+        emitCall(convCall("conv2dBackwardFilter", op, c.getGrad()) +
                  convParams(shapeOf(c.getInput()), shapeOf(c.getOutput()),
                             shapeOf(c.getGrad()), c.getStrides(), c.getPads(),
                             c.getDilations(), c.getGroup()) +

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 namespace mtc::rt {
 
@@ -61,13 +62,24 @@ bool validParams(Context &ctx, const Conv2dParams &p, const char *what) {
   return true;
 }
 
+/// `v` as a kernel stores it into an Out matrix: widened to float32, or
+/// (Out = uint16_t) the 16 bits as stored.
+template <typename Out, typename T>
+__device__ inline Out loadAs(T v, bool bf16) {
+  if constexpr (std::is_same_v<Out, float>)
+    return storedToFloat(v, bf16);
+  else
+    return v;
+}
+
 /// col[r, j * pixels + oy * ow + ox] = x_j[ci, iy, ix] (0 in padding) for
 /// the `count` images x_j = x + j * imageStride, r = (ci * kh + i) * kw +
 /// j; one thread per col element, so writes are coalesced. T is float or
-/// uint16_t (bfloat16 when Bf16, else float16).
-template <typename T, bool Bf16>
+/// uint16_t (bfloat16 when Bf16, else float16); col is float32 (widened) or
+/// holds the 16 bits as stored (Out = uint16_t; 0 is +0 in both formats).
+template <typename T, typename Out, bool Bf16>
 __global__ void im2colKernel(Conv2dParams p, ConvShape s, const T *x,
-                             int64_t count, int64_t imageStride, float *col) {
+                             int64_t count, int64_t imageStride, Out *col) {
   const int64_t ld = count * s.pixels, total = s.patch * ld;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
@@ -80,10 +92,10 @@ __global__ void im2colKernel(Conv2dParams p, ConvShape s, const T *x,
     int64_t iy = (pixel / p.ow) * p.strideH - p.padTop + i * p.dilationH;
     int64_t ix = (pixel % p.ow) * p.strideW - p.padLeft + j * p.dilationW;
     col[idx] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
-                   ? storedToFloat(x[image * imageStride + ci * s.inPlane +
-                                     iy * p.w + ix],
-                                   Bf16)
-                   : 0.0f;
+                   ? loadAs<Out>(x[image * imageStride + ci * s.inPlane +
+                                   iy * p.w + ix],
+                                 Bf16)
+                   : Out(0);
   }
 }
 
@@ -118,17 +130,17 @@ __global__ void col2imKernel(Conv2dParams p, ConvShape s, const float *col,
   }
 }
 
-/// stage[k, j * pixels + q] = y[first + j, g * kg + k, q] (widened): group
-/// g of `count` images' output gradients as one matrix. `y` points at
-/// image `first`, group g.
-template <typename T, bool Bf16>
+/// stage[k, j * pixels + q] = y[first + j, g * kg + k, q] (widened, or
+/// the 16 bits as stored): group g of `count` images' output gradients as
+/// one matrix. `y` points at image `first`, group g.
+template <typename T, typename Out, bool Bf16>
 __global__ void gatherKernel(Conv2dParams p, ConvShape s, const T *y,
-                             int64_t count, float *stage) {
+                             int64_t count, Out *stage) {
   const int64_t ld = count * s.pixels;
   for (int64_t idx = cuda::threadIndex(); idx < s.kg * ld;
        idx += cuda::threadCount()) {
     int64_t k = idx / ld, image = (idx % ld) / s.pixels, q = idx % s.pixels;
-    stage[idx] = storedToFloat(y[(image * p.k + k) * s.pixels + q], Bf16);
+    stage[idx] = loadAs<Out>(y[(image * p.k + k) * s.pixels + q], Bf16);
   }
 }
 
@@ -241,34 +253,45 @@ __global__ void depthwiseBackwardFilterKernel(Conv2dParams p, ConvShape s,
   }
 }
 
-template <typename T, bool Bf16>
+template <typename T, typename Out, bool Bf16>
 void launchIm2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-                  const void *x, int64_t offset, int64_t count, float *col) {
-  im2colKernel<T, Bf16><<<cuda::gridFor(s.patch * s.pixels * count),
-                          cuda::kBlock, 0, ctx.stream>>>(
+                  const void *x, int64_t offset, int64_t count, Out *col) {
+  im2colKernel<T, Out, Bf16><<<cuda::gridFor(s.patch * s.pixels * count),
+                               cuda::kBlock, 0, ctx.stream>>>(
       p, s, static_cast<const T *>(x) + offset, count, p.c * s.inPlane, col);
 }
 
-/// The im2col matrix of `count` images of group g from image `first`.
+/// The im2col matrix of `count` images of group g from image `first`:
+/// float32, or (Out = uint16_t, x stored in 16 bits) 16-bit.
+template <typename Out>
 void im2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
             const Operand &x, int64_t first, int64_t count, int64_t g,
-            float *col) {
+            Out *col) {
   int64_t offset = (first * p.c + g * s.cg) * s.inPlane;
-  if (!x.low)
-    launchIm2col<float, false>(ctx, p, s, x.data, offset, count, col);
-  else if (x.storage == Storage16::Bf16)
-    launchIm2col<uint16_t, true>(ctx, p, s, x.data, offset, count, col);
-  else
-    launchIm2col<uint16_t, false>(ctx, p, s, x.data, offset, count, col);
+  withStorage(x, [&](auto t, auto bf16) {
+    using T = decltype(t);
+    if constexpr (std::is_same_v<Out, float> || !std::is_same_v<T, float>)
+      launchIm2col<T, Out, bf16()>(ctx, p, s, x.data, offset, count, col);
+  });
   checkLaunch(ctx, "im2colKernel");
 }
 
-template <typename T, bool Bf16>
-void launchGather(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-                  const void *y, int64_t offset, int64_t count, float *stage) {
-  gatherKernel<T, Bf16>
-      <<<cuda::gridFor(s.kg * s.pixels * count), cuda::kBlock, 0,
-         ctx.stream>>>(p, s, static_cast<const T *>(y) + offset, count, stage);
+/// Group g of `count` images' output gradients from `first` gathered into
+/// one [kg, count * pixels] matrix: float32, or (Out = uint16_t) 16-bit.
+template <typename Out>
+void gather(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+            const Operand &dy, int64_t first, int64_t count, int64_t g,
+            Out *stage) {
+  int64_t offset = (first * p.k + g * s.kg) * s.pixels;
+  withStorage(dy, [&](auto t, auto bf16) {
+    using T = decltype(t);
+    if constexpr (std::is_same_v<Out, float> || !std::is_same_v<T, float>)
+      gatherKernel<T, Out, bf16()>
+          <<<cuda::gridFor(s.kg * s.pixels * count), cuda::kBlock, 0,
+             ctx.stream>>>(p, s, static_cast<const T *>(dy.data) + offset,
+                           count, stage);
+  });
+  checkLaunch(ctx, "gatherKernel");
 }
 
 /// Group g of the output gradients of `count` images from `first` as one
@@ -286,18 +309,10 @@ const float *outputGradient(Context &ctx, const Conv2dParams &p,
                    scratch) +
            (dy.low ? 0 : g * s.kg * s.pixels);
   }
-  int64_t offset = (first * p.k + g * s.kg) * s.pixels;
-  if (!dy.low)
-    launchGather<float, false>(ctx, p, s, dy.data, offset, count, stage);
-  else if (dy.storage == Storage16::Bf16)
-    launchGather<uint16_t, true>(ctx, p, s, dy.data, offset, count, stage);
-  else
-    launchGather<uint16_t, false>(ctx, p, s, dy.data, offset, count, stage);
-  checkLaunch(ctx, "gatherKernel");
+  gather(ctx, p, s, dy, first, count, g, stage);
   return stage;
 }
 
-/// y = conv(x, w) through im2col and GEMMs.
 void gemmForward(Context &ctx, const Conv2dParams &p, const ConvShape &s,
                  const Operand &x, const Operand &w, float *y,
                  float *workspace) {
@@ -430,5 +445,130 @@ void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
 } // namespace
 
 #include "ConvEntryPoints.inc"
+
+//===----------------------------------------------------------------------===//
+// 16-bit operands multiplied as stored (gemm16)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// `bytes` rounded up to the 256 bytes each part of a native workspace
+/// starts at (conv2dWorkspaceBytes).
+int64_t alignedBytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/// Group g of `count` images' 16-bit output gradients from `first`: in
+/// place (one image per GEMM) or gathered into `stage`.
+const uint16_t *outputGradient16(Context &ctx, Storage16 storage,
+                                 const Conv2dParams &p, const ConvShape &s,
+                                 const uint16_t *dy, int64_t first,
+                                 int64_t count, int64_t g, uint16_t *stage) {
+  if (s.images == 1)
+    return dy + (first * p.k + g * s.kg) * s.pixels;
+  gather(ctx, p, s, operand(storage, dy), first, count, g, stage);
+  return stage;
+}
+
+} // namespace
+
+void conv2dForwardNative16(Context &ctx, Storage16 storage,
+                           const Conv2dParams &p, const uint16_t *x,
+                           const uint16_t *w, const float *bias, float *y,
+                           void *workspace) {
+  if (!validParams(ctx, p, "conv2dForwardNative16"))
+    return;
+  ConvShape s = shapeOf(p);
+  if (convIsDepthwise(p)) {
+    forward(ctx, p, operand(storage, x), operand(storage, w), bias, y,
+            nullptr);
+    return;
+  }
+  if (p.n * p.k * s.pixels == 0)
+    return;
+  auto *col = static_cast<uint16_t *>(workspace);
+  auto *stage = reinterpret_cast<float *>(
+      static_cast<char *>(workspace) +
+      alignedBytes(s.patch * s.pixels * s.images * 2));
+  for (int64_t first = 0; first < p.n; first += s.images) {
+    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
+    for (int64_t g = 0; g < p.groups; ++g) {
+      im2col(ctx, p, s, operand(storage, x), first, count, g, col);
+      float *group = y + (first * p.k + g * s.kg) * s.pixels;
+      float *out = s.images > 1 ? stage : group;
+      gemm16(ctx, storage, false, false, s.kg, ld, s.patch, 1.0f,
+             w + g * s.kg * s.patch, s.patch, col, ld, 0.0f, out, ld);
+      if (s.images > 1 && s.kg * ld > 0) {
+        scatterKernel<<<cuda::gridFor(s.kg * ld), cuda::kBlock, 0,
+                        ctx.stream>>>(p, s, stage, count, group);
+        checkLaunch(ctx, "scatterKernel");
+      }
+    }
+  }
+  if (!bias)
+    return;
+  addBiasKernel<<<cuda::gridFor(p.n * p.k * s.pixels), cuda::kBlock, 0,
+                  ctx.stream>>>(p.n * p.k, p.k, s.pixels, bias, y);
+  checkLaunch(ctx, "addBiasKernel");
+}
+
+void conv2dBackwardDataNative16(Context &ctx, Storage16 storage,
+                                const Conv2dParams &p, const uint16_t *dy,
+                                const uint16_t *w, float *dx,
+                                void *workspace) {
+  if (!validParams(ctx, p, "conv2dBackwardDataNative16"))
+    return;
+  ConvShape s = shapeOf(p);
+  if (convIsDepthwise(p)) {
+    backwardData(ctx, p, operand(storage, dy), operand(storage, w), dx,
+                 nullptr);
+    return;
+  }
+  auto *col = static_cast<float *>(workspace);
+  auto *stage = reinterpret_cast<uint16_t *>(
+      static_cast<char *>(workspace) +
+      alignedBytes(s.patch * s.pixels * s.images * 4));
+  for (int64_t first = 0; first < p.n; first += s.images) {
+    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
+    for (int64_t g = 0; g < p.groups; ++g) {
+      const uint16_t *dyg =
+          outputGradient16(ctx, storage, p, s, dy, first, count, g, stage);
+      gemm16(ctx, storage, true, false, s.patch, ld, s.kg, 1.0f,
+             w + g * s.kg * s.patch, s.patch, dyg, ld, 0.0f, col, ld);
+      if (s.cg * s.inPlane == 0)
+        continue;
+      col2imKernel<<<cuda::gridFor(count * s.cg * s.inPlane), cuda::kBlock, 0,
+                     ctx.stream>>>(p, s, col, count, p.c * s.inPlane,
+                                   dx + (first * p.c + g * s.cg) * s.inPlane);
+      checkLaunch(ctx, "col2imKernel");
+    }
+  }
+}
+
+void conv2dBackwardFilterNative16(Context &ctx, Storage16 storage,
+                                  const Conv2dParams &p, const uint16_t *x,
+                                  const uint16_t *dy, float *dw,
+                                  void *workspace) {
+  if (!validParams(ctx, p, "conv2dBackwardFilterNative16"))
+    return;
+  ConvShape s = shapeOf(p);
+  if (convIsDepthwise(p) || p.n == 0) {
+    backwardFilter(ctx, p, operand(storage, x), operand(storage, dy), dw,
+                   nullptr);
+    return;
+  }
+  auto *col = static_cast<uint16_t *>(workspace);
+  auto *stage = reinterpret_cast<uint16_t *>(
+      static_cast<char *>(workspace) +
+      alignedBytes(s.patch * s.pixels * s.images * 2));
+  for (int64_t first = 0; first < p.n; first += s.images) {
+    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
+    for (int64_t g = 0; g < p.groups; ++g) {
+      const uint16_t *dyg =
+          outputGradient16(ctx, storage, p, s, dy, first, count, g, stage);
+      im2col(ctx, p, s, operand(storage, x), first, count, g, col);
+      gemm16(ctx, storage, false, true, s.kg, s.patch, ld, 1.0f, dyg, ld, col,
+             ld, first == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
+    }
+  }
+}
 
 } // namespace mtc::rt

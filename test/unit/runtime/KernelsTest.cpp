@@ -464,6 +464,24 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
     conv2dBackwardFilter16(ctx, Storage16::Bf16, p, x16, dy16, dw,
                            workspace(ConvKernel::BackwardFilter, true));
     check(download(dw, ws), want.dw);
+#ifdef MTC_RUNTIME_CUDA
+    // The 16-bit operands multiplied as stored (the tensor cores), in the
+    // smaller workspace planned for them.
+    auto native = [&](ConvKernel kernel) {
+      return upload(std::vector<float>(
+          (conv2dWorkspaceBytes(p, kernel, true, true) + 3) / sizeof(float),
+          0.0f));
+    };
+    conv2dForwardNative16(ctx, Storage16::Bf16, p, x16, w16, nullptr, y,
+                          native(ConvKernel::Forward));
+    check(download(y, ys), want.y);
+    conv2dBackwardDataNative16(ctx, Storage16::Bf16, p, dy16, w16, dx,
+                               native(ConvKernel::BackwardData));
+    check(download(dx, xs), want.dx);
+    conv2dBackwardFilterNative16(ctx, Storage16::Bf16, p, x16, dy16, dw,
+                                 native(ConvKernel::BackwardFilter));
+    check(download(dw, ws), want.dw);
+#endif
   }
 }
 

@@ -157,7 +157,8 @@ int64_t ConvOp::getWorkspaceBytes() {
       convParams(shapeOf(getInput()), shapeOf(getWeight()),
                  shapeOf(getOutput()), getStrides(), getPads(), getDilations(),
                  getGroup()),
-      rt::ConvKernel::Forward, isStorage16(getInput()));
+      rt::ConvKernel::Forward, isStorage16(getInput()),
+      (*this)->hasAttr(attr::kNative16BitGemm));
 }
 
 int64_t ConvBackwardDataOp::getFlops() {
@@ -167,7 +168,8 @@ int64_t ConvBackwardDataOp::getWorkspaceBytes() {
   return rt::conv2dWorkspaceBytes(
       convParams(shapeOf(getOutput()), shapeOf(getWeight()), shapeOf(getGrad()),
                  getStrides(), getPads(), getDilations(), getGroup()),
-      rt::ConvKernel::BackwardData, isStorage16(getGrad()));
+      rt::ConvKernel::BackwardData, isStorage16(getGrad()),
+      (*this)->hasAttr(attr::kNative16BitGemm));
 }
 
 int64_t ConvBackwardFilterOp::getFlops() {
@@ -177,7 +179,8 @@ int64_t ConvBackwardFilterOp::getWorkspaceBytes() {
   return rt::conv2dWorkspaceBytes(
       convParams(shapeOf(getInput()), shapeOf(getOutput()), shapeOf(getGrad()),
                  getStrides(), getPads(), getDilations(), getGroup()),
-      rt::ConvKernel::BackwardFilter, isStorage16(getGrad()));
+      rt::ConvKernel::BackwardFilter, isStorage16(getGrad()),
+      (*this)->hasAttr(attr::kNative16BitGemm));
 }
 
 static int64_t window(ArrayRef<int64_t> kernel) { return kernel[0] * kernel[1]; }

@@ -132,7 +132,8 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
            "fp32, bf16 or fp16">,
     Option<"nativeGemm", "native-gemm", "bool", "false",
            "The target's GEMMs read 16-bit operands directly (cuBLAS): mark "
-           "them mtc.native_16bit_gemm, which needs no widening scratch">,
+           "the GEMMs and convolutions mtc.native_16bit_gemm, which needs "
+           "no widening scratch">,
   ];
 }
 

@@ -20,6 +20,7 @@ namespace mtc::rt {
 struct Context;
 struct StepCounters; // Random.h
 enum class Storage16 : int; // Kernels.h
+struct Conv2dParams;        // Kernels.h
 /// gemm() and gemmStridedBatched() (Kernels.h) on operands A and B both
 /// stored in 16 bits (`storage`): cuBLAS multiplies them on the tensor cores
 /// with float32 accumulation into the float32 C. Strides and leading
@@ -46,6 +47,22 @@ void gemm16BiasGrad(Context &ctx, Storage16 storage, bool transA,
                     const uint16_t *a, int64_t lda, const uint16_t *b,
                     int64_t ldb, float *c, int64_t ldc, bool sumA,
                     float *biasGrad);
+/// conv2d*16 (Kernels.h) with the 16-bit operands multiplied as they are
+/// stored (gemm16: the tensor cores) instead of widened: the im2col matrix
+/// and gathered output gradients stay 16-bit, the results float32. The
+/// workspace is conv2dWorkspaceBytes(p, kernel, true, true) bytes.
+void conv2dForwardNative16(Context &ctx, Storage16 storage,
+                           const Conv2dParams &p, const uint16_t *x,
+                           const uint16_t *w, const float *bias, float *y,
+                           void *workspace);
+void conv2dBackwardDataNative16(Context &ctx, Storage16 storage,
+                                const Conv2dParams &p, const uint16_t *dy,
+                                const uint16_t *w, float *dx,
+                                void *workspace);
+void conv2dBackwardFilterNative16(Context &ctx, Storage16 storage,
+                                  const Conv2dParams &p, const uint16_t *x,
+                                  const uint16_t *dy, float *dw,
+                                  void *workspace);
 /// Whether the last gemm*Bias* call ran as a cuBLASLt epilogue (false: the
 /// library offered no algorithm for it, and a plain GEMM and a kernel of
 /// ours did the same work). For tests and the GPU check's report.

@@ -116,13 +116,31 @@ inline int64_t convImagesPerGemm(const Conv2dParams &p) {
 /// images per GEMM (convImagesPerGemm): the im2col matrix of that many
 /// images side by side, then one group's output (forward) or output
 /// gradient (backward) of those images, [k / groups, images * oh * ow],
-/// then the widened weight as before. The compiler plans exactly this many
-/// bytes as the op's temporary; none for a depthwise convolution.
+/// then the widened weight as before. With `native16` (16-bit operands
+/// multiplied as they are stored: the CUDA conv2d*Native16 entry points,
+/// Cuda.h) nothing is widened: the forward and backward filter keep the
+/// im2col matrix in 16 bits, the backward data keeps its float32 product
+/// for col2im, and the staging matrix holds float32 outputs (forward) or
+/// 16-bit output gradients (backward); each part starts at a multiple of
+/// 256 bytes. The compiler plans exactly this many bytes as the op's
+/// temporary; none for a depthwise convolution.
 inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p,
                                      ConvKernel kernel = ConvKernel::Forward,
-                                     bool storage16 = false) {
+                                     bool storage16 = false,
+                                     bool native16 = false) {
   if (convIsDepthwise(p))
     return 0;
+  if (storage16 && native16) {
+    const int64_t patch = p.c / p.groups * p.kh * p.kw,
+                  columns = p.oh * p.ow * convImagesPerGemm(p);
+    const int64_t col = patch * columns *
+                        (kernel == ConvKernel::BackwardData ? 4 : 2);
+    const int64_t stage =
+        convImagesPerGemm(p) > 1
+            ? p.k / p.groups * columns * (kernel == ConvKernel::Forward ? 4 : 2)
+            : 0;
+    return static_cast<uint64_t>((col + 255) / 256 * 256 + stage);
+  }
   int64_t patch = p.c / p.groups * p.kh * p.kw, pixels = p.oh * p.ow;
   int64_t images = convImagesPerGemm(p);
   int64_t floats = patch * pixels * images;

@@ -40,8 +40,9 @@ constexpr llvm::StringLiteral kRecompute = "mtc.recompute";
 /// Function: the peak the recomputation reached, and the FLOPs it adds.
 constexpr llvm::StringLiteral kRematPeak = "mtc.remat_peak";
 constexpr llvm::StringLiteral kRecomputeFlops = "mtc.recompute_flops";
-/// Op: a GEMM with 16-bit operands that the target multiplies directly
-/// (cuBLAS on the tensor cores), so it needs no scratch to widen them.
+/// Op: a GEMM or convolution with 16-bit operands that the target
+/// multiplies directly (cuBLAS on the tensor cores), so it needs no scratch
+/// to widen them (a convolution's im2col stays 16-bit).
 constexpr llvm::StringLiteral kNative16BitGemm = "mtc.native_16bit_gemm";
 /// Op: the first of this many consecutive optimizer updates of one kind
 /// with the same hyperparameters that run as one multi-tensor update (the
