@@ -26,17 +26,17 @@ func.func @train_step(%p: tensor<16xf32> {mtc.name = "p", mtc.role = "param"}, %
 
 // -----
 
-// Convolution scratch (the im2col of one image: 1*3*3 x 4*4 floats = 576
+// Convolution scratch (the im2col of one image: 2*3*3 x 4*4 floats = 1152
 // bytes) is planned for the op alone: placed first (largest), its bytes are
 // reused by the loss once the convolution is done.
 
 // CHECK-LABEL: func.func @train_step
-// CHECK-SAME: mtc.arena_size = 768 : i64, mtc.lower_bound = 768 : i64
-// CHECK: mtc.conv {{.*}}mtc.offsets = array<i64: 704>, mtc.workspace = array<i64: 0, 576>
+// CHECK-SAME: mtc.arena_size = 1472 : i64, mtc.lower_bound = 1472 : i64
+// CHECK: mtc.conv {{.*}}mtc.offsets = array<i64: 1408>, mtc.workspace = array<i64: 0, 1152>
 // CHECK: mtc.reduce_sum {{.*}}mtc.offsets = array<i64: 0>
-func.func @train_step(%x: tensor<1x1x4x4xf32> {mtc.name = "x", mtc.role = "input"}, %w: tensor<1x1x3x3xf32> {mtc.name = "w", mtc.role = "param"})
+func.func @train_step(%x: tensor<1x2x4x4xf32> {mtc.name = "x", mtc.role = "input"}, %w: tensor<1x2x3x3xf32> {mtc.name = "w", mtc.role = "param"})
     -> (tensor<f32> {mtc.role = "loss"}) {
-  %0 = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32>) -> tensor<1x1x4x4xf32>
+  %0 = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x2x4x4xf32>, tensor<1x2x3x3xf32>) -> tensor<1x1x4x4xf32>
   %1 = mtc.reduce_sum %0 {axes = array<i64: 0, 1, 2, 3>, keepdims = false} : (tensor<1x1x4x4xf32>) -> tensor<f32>
   return %1 : tensor<f32>
 }
