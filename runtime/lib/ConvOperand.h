@@ -4,22 +4,61 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Shared by cpu/Conv.cpp and cuda/Conv.cu: the convolution kernels read
-// their input, weight and output-gradient operands either as float32 or as
-// 16-bit values widened on the fly (into the op's planned workspace).
+// Shared by cpu/Conv.cpp and cuda/Conv.cu: a convolution's shape, and its
+// operands as stored: the kernels read their input, weight and
+// output-gradient operands either as float32 or as 16-bit values, widened
+// on the fly (into the op's planned workspace) or, on CUDA, multiplied as
+// they are.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef MTC_RUNTIME_LIB_CONVOPERAND_H
 #define MTC_RUNTIME_LIB_CONVOPERAND_H
 
+#include "Context.h"
+
 #include "mtc/runtime/Half.h" // MTC_HOST_DEVICE
 #include "mtc/runtime/Kernels.h"
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 namespace mtc::rt {
+
+/// The GEMM view of a convolution.
+struct ConvShape {
+  int64_t cg, kg;  // input / output channels per group
+  int64_t patch;   // cg * kh * kw: rows of the im2col matrix
+  int64_t pixels;  // oh * ow: columns of one image in the im2col matrix
+  int64_t inPlane; // h * w
+  int64_t images;  // images per GEMM (convImagesPerGemm)
+};
+
+inline ConvShape convShapeOf(const Conv2dParams &p) {
+  ConvShape s;
+  s.cg = p.c / p.groups;
+  s.kg = p.k / p.groups;
+  s.patch = s.cg * p.kh * p.kw;
+  s.pixels = p.oh * p.ow;
+  s.inPlane = p.h * p.w;
+  s.images = convImagesPerGemm(p);
+  return s;
+}
+
+/// Reports (as `what`) parameters no convolution has.
+inline bool validConvParams(Context &ctx, const Conv2dParams &p,
+                            const char *what) {
+  if (p.groups <= 0 || p.c % p.groups != 0 || p.k % p.groups != 0 ||
+      p.strideH <= 0 || p.strideW <= 0 || p.dilationH <= 0 ||
+      p.dilationW <= 0) {
+    reportError(ctx, std::string(what) +
+                         ": invalid convolution parameters (groups, stride "
+                         "or dilation)");
+    return false;
+  }
+  return true;
+}
 
 /// A read-only operand as stored: float32, or 16 bits in `storage`.
 struct Operand {

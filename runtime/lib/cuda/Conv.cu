@@ -4,15 +4,18 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// The structure mirrors cpu/Conv.cpp: each group of a batch of images
-// (convImagesPerGemm) is one GEMM over an im2col matrix [cg * kh * kw,
-// images * oh * ow] in the workspace, which is exactly
-// conv2dWorkspaceBytes(p, kernel, storage16) bytes, with the same staging
-// matrix for several images, and 16-bit operands are widened the same
-// way. The one difference is col2im: on the GPU every dx element gathers
-// the taps that read it (one thread per element, fixed order) instead of
-// being scattered into, which needs no atomics, no zeroing pass and is
-// deterministic.
+// The structure mirrors cpu/Conv.cpp, with the same GEMM loops
+// (ConvGemms.inc): each group of a batch of images (convImagesPerGemm) is
+// one GEMM over an im2col matrix [cg * kh * kw, images * oh * ow] in the
+// workspace, which is exactly conv2dWorkspaceBytes(p, kernel, storage16,
+// native16) bytes, with a staging matrix for several images. 16-bit
+// operands are widened as on the CPU, or (conv2d*Native16) multiplied as
+// they are stored, on the tensor cores. col2im differs: on the GPU every
+// dx element gathers the taps that read it (one thread per element, fixed
+// order) instead of being scattered into, which needs no atomics and is
+// deterministic. Depthwise convolutions run directly, a thread per output
+// (forward) or input (backward data) element, a block per weight
+// (backward filter).
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,42 +28,12 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <type_traits>
 
 namespace mtc::rt {
 
 namespace {
-
-struct ConvShape {
-  int64_t cg, kg;  // input / output channels per group
-  int64_t patch;   // cg * kh * kw: rows of the im2col matrix
-  int64_t pixels;  // oh * ow: columns of one image in the im2col matrix
-  int64_t inPlane; // h * w
-  int64_t images;  // images per GEMM (convImagesPerGemm)
-};
-
-ConvShape shapeOf(const Conv2dParams &p) {
-  ConvShape s;
-  s.cg = p.c / p.groups;
-  s.kg = p.k / p.groups;
-  s.patch = s.cg * p.kh * p.kw;
-  s.pixels = p.oh * p.ow;
-  s.inPlane = p.h * p.w;
-  s.images = convImagesPerGemm(p);
-  return s;
-}
-
-bool validParams(Context &ctx, const Conv2dParams &p, const char *what) {
-  if (p.groups <= 0 || p.c % p.groups != 0 || p.k % p.groups != 0 ||
-      p.strideH <= 0 || p.strideW <= 0 || p.dilationH <= 0 ||
-      p.dilationW <= 0) {
-    reportError(ctx, std::string(what) +
-                         ": invalid convolution parameters (groups, stride "
-                         "or dilation)");
-    return false;
-  }
-  return true;
-}
 
 /// `v` as a kernel stores it into an Out matrix: widened to float32, or
 /// (Out = uint16_t) the 16 bits as stored.
@@ -253,14 +226,6 @@ __global__ void depthwiseBackwardFilterKernel(Conv2dParams p, ConvShape s,
   }
 }
 
-template <typename T, typename Out, bool Bf16>
-void launchIm2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-                  const void *x, int64_t offset, int64_t count, Out *col) {
-  im2colKernel<T, Out, Bf16><<<cuda::gridFor(s.patch * s.pixels * count),
-                               cuda::kBlock, 0, ctx.stream>>>(
-      p, s, static_cast<const T *>(x) + offset, count, p.c * s.inPlane, col);
-}
-
 /// The im2col matrix of `count` images of group g from image `first`:
 /// float32, or (Out = uint16_t, x stored in 16 bits) 16-bit.
 template <typename Out>
@@ -271,7 +236,10 @@ void im2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
   withStorage(x, [&](auto t, auto bf16) {
     using T = decltype(t);
     if constexpr (std::is_same_v<Out, float> || !std::is_same_v<T, float>)
-      launchIm2col<T, Out, bf16()>(ctx, p, s, x.data, offset, count, col);
+      im2colKernel<T, Out, bf16()>
+          <<<cuda::gridFor(s.patch * s.pixels * count), cuda::kBlock, 0,
+             ctx.stream>>>(p, s, static_cast<const T *>(x.data) + offset,
+                           count, p.c * s.inPlane, col);
   });
   checkLaunch(ctx, "im2colKernel");
 }
@@ -294,54 +262,84 @@ void gather(Context &ctx, const Conv2dParams &p, const ConvShape &s,
   checkLaunch(ctx, "gatherKernel");
 }
 
-/// Group g of the output gradients of `count` images from `first` as one
-/// [kg, count * pixels] matrix: read in place (one float32 image), widened
-/// into `scratch` (one 16-bit image, all its groups with group 0) or
-/// gathered into `stage`.
-const float *outputGradient(Context &ctx, const Conv2dParams &p,
-                            const ConvShape &s, const Operand &dy,
-                            int64_t first, int64_t count, int64_t g,
-                            float *stage, float *scratch) {
-  if (s.images == 1) {
-    if (dy.low && g > 0)
-      return scratch + g * s.kg * s.pixels;
-    return asFloat(ctx, dy, first * p.k * s.pixels, p.k * s.pixels,
-                   scratch) +
-           (dy.low ? 0 : g * s.kg * s.pixels);
-  }
-  gather(ctx, p, s, dy, first, count, g, stage);
-  return stage;
+void gemmOf(Context &ctx, Storage16, bool transA, bool transB, int64_t m,
+            int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+            int64_t ldb, float beta, float *c, int64_t ldc) {
+  gemm(ctx, transA, transB, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
-void gemmForward(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-                 const Operand &x, const Operand &w, float *y,
-                 float *workspace) {
-  float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
-  float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
-  const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
-  for (int64_t first = 0; first < p.n; first += s.images) {
-    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
-    for (int64_t g = 0; g < p.groups; ++g) {
-      im2col(ctx, p, s, x, first, count, g, col);
-      // out[kg, count * pixels] = w_g[kg, patch] * col[patch, count * pixels]
-      float *group = y + (first * p.k + g * s.kg) * s.pixels;
-      float *out = s.images > 1 ? stage : group;
-      gemm(ctx, false, false, s.kg, ld, s.patch, 1.0f,
-           wf + g * s.kg * s.patch, s.patch, col, ld, 0.0f, out, ld);
-      if (s.images > 1 && s.kg * ld > 0) {
-        scatterKernel<<<cuda::gridFor(s.kg * ld), cuda::kBlock, 0,
-                        ctx.stream>>>(p, s, stage, count, group);
-        checkLaunch(ctx, "scatterKernel");
-      }
-    }
-  }
+void gemmOf(Context &ctx, Storage16 storage, bool transA, bool transB,
+            int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+            const uint16_t *b, int64_t ldb, float beta, float *c,
+            int64_t ldc) {
+  gemm16(ctx, storage, transA, transB, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
+         ldc);
 }
 
-void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
-             const Operand &w, const float *bias, float *y, float *workspace) {
-  if (!validParams(ctx, p, "conv2dForward"))
+void scatterGroup(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+                  const float *stage, int64_t count, float *y) {
+  if (s.kg * count * s.pixels == 0)
     return;
-  ConvShape s = shapeOf(p);
+  scatterKernel<<<cuda::gridFor(s.kg * count * s.pixels), cuda::kBlock, 0,
+                  ctx.stream>>>(p, s, stage, count, y);
+  checkLaunch(ctx, "scatterKernel");
+}
+
+void col2imGroup(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+                 const float *col, int64_t count, float *dx) {
+  if (count * s.cg * s.inPlane == 0)
+    return;
+  col2imKernel<<<cuda::gridFor(count * s.cg * s.inPlane), cuda::kBlock, 0,
+                 ctx.stream>>>(p, s, col, count, p.c * s.inPlane, dx);
+  checkLaunch(ctx, "col2imKernel");
+}
+
+#include "ConvGemms.inc"
+
+/// Group g of the output gradients of `count` images from `first` as one
+/// [kg, count * pixels] matrix of Elem: in place (one float32 image, or one
+/// 16-bit image multiplied as stored), widened into `scratch` (one 16-bit
+/// image, all its groups when g = 0) or gathered into `stage`.
+template <typename Elem>
+const Elem *outputGradient(Context &ctx, const Conv2dParams &p,
+                           const ConvShape &s, const Operand &dy,
+                           int64_t first, int64_t count, int64_t g,
+                           Elem *stage, float *scratch) {
+  if (s.images > 1) {
+    gather(ctx, p, s, dy, first, count, g, stage);
+    return stage;
+  }
+  const int64_t offset = (first * p.k + g * s.kg) * s.pixels;
+  if constexpr (std::is_same_v<Elem, uint16_t>) {
+    return static_cast<const uint16_t *>(dy.data) + offset;
+  } else {
+    if (!dy.low)
+      return static_cast<const float *>(dy.data) + offset;
+    if (g == 0)
+      asFloat(ctx, dy, first * p.k * s.pixels, p.k * s.pixels, scratch);
+    return scratch + g * s.kg * s.pixels;
+  }
+}
+
+/// Where a kernel's matrices go in its workspace (conv2dWorkspaceBytes):
+/// `first` bytes of one, then the other from the next multiple of 256
+/// bytes (native) or right after (widened).
+template <typename First, typename Second>
+std::pair<First *, Second *> split(void *workspace, int64_t firstElems,
+                                   bool native) {
+  auto *first = static_cast<First *>(workspace);
+  int64_t bytes = firstElems * int64_t(sizeof(First));
+  if (native)
+    bytes = (bytes + 255) / 256 * 256;
+  return {first, reinterpret_cast<Second *>(static_cast<char *>(workspace) +
+                                            bytes)};
+}
+
+template <typename Elem>
+void convForward(Context &ctx, const Conv2dParams &p, const Operand &x,
+                 const Operand &w, const float *bias, float *y,
+                 void *workspace) {
+  ConvShape s = convShapeOf(p);
   if (p.n * p.k * s.pixels == 0)
     return;
   if (convIsDepthwise(p)) {
@@ -354,7 +352,16 @@ void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
     });
     checkLaunch(ctx, "depthwiseForwardKernel");
   } else {
-    gemmForward(ctx, p, s, x, w, y, workspace);
+    constexpr bool native = std::is_same_v<Elem, uint16_t>;
+    auto [col, stage] = split<Elem, float>(
+        workspace, s.patch * s.pixels * s.images, native);
+    const Elem *wm;
+    if constexpr (native)
+      wm = static_cast<const uint16_t *>(w.data);
+    else
+      wm = asFloat(ctx, w, 0, p.k * s.patch,
+                   s.images > 1 ? stage + s.kg * s.pixels * s.images : stage);
+    gemmForward(ctx, p, s, x.storage, x, wm, col, stage, y);
   }
   if (!bias)
     return;
@@ -363,11 +370,10 @@ void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
   checkLaunch(ctx, "addBiasKernel");
 }
 
-void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
-                  const Operand &w, float *dx, float *workspace) {
-  if (!validParams(ctx, p, "conv2dBackwardData"))
-    return;
-  ConvShape s = shapeOf(p);
+template <typename Elem>
+void convBackwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
+                      const Operand &w, float *dx, void *workspace) {
+  ConvShape s = convShapeOf(p);
   if (convIsDepthwise(p)) {
     if (p.n * p.c * s.inPlane == 0)
       return;
@@ -381,34 +387,38 @@ void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
     checkLaunch(ctx, "depthwiseBackwardDataKernel");
     return;
   }
-  float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
-  float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
-  const float *wf = asFloat(ctx, w, 0, p.k * s.patch, scratch);
-  if (w.low)
-    scratch += p.k * s.patch;
-  for (int64_t first = 0; first < p.n; first += s.images) {
-    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
-    for (int64_t g = 0; g < p.groups; ++g) {
-      const float *dyg =
-          outputGradient(ctx, p, s, dy, first, count, g, stage, scratch);
-      // col[patch, count * pixels] = w_g^T[patch, kg] * dy_g[kg, ...]
-      gemm(ctx, true, false, s.patch, ld, s.kg, 1.0f,
-           wf + g * s.kg * s.patch, s.patch, dyg, ld, 0.0f, col, ld);
-      if (s.cg * s.inPlane == 0)
-        continue;
-      col2imKernel<<<cuda::gridFor(count * s.cg * s.inPlane), cuda::kBlock, 0,
-                     ctx.stream>>>(p, s, col, count, p.c * s.inPlane,
-                                   dx + (first * p.c + g * s.cg) * s.inPlane);
-      checkLaunch(ctx, "col2imKernel");
-    }
+  constexpr bool native = std::is_same_v<Elem, uint16_t>;
+  std::pair<float *, Elem *> parts =
+      split<float, Elem>(workspace, s.patch * s.pixels * s.images, native);
+  float *col = parts.first;
+  Elem *stage = parts.second;
+  const Elem *wm;
+  float *scratch = nullptr;
+  if constexpr (native) {
+    wm = static_cast<const uint16_t *>(w.data);
+  } else {
+    scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
+    wm = asFloat(ctx, w, 0, p.k * s.patch, scratch);
+    if (w.low)
+      scratch += p.k * s.patch;
   }
+  gemmBackwardData(
+      ctx, p, s, dy.storage, wm,
+      [&](int64_t first, int64_t count, int64_t g) {
+        return outputGradient(ctx, p, s, dy, first, count, g, stage, scratch);
+      },
+      col, dx);
 }
 
-void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
-                    const Operand &dy, float *dw, float *workspace) {
-  if (!validParams(ctx, p, "conv2dBackwardFilter"))
+template <typename Elem>
+void convBackwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
+                        const Operand &dy, float *dw, void *workspace) {
+  ConvShape s = convShapeOf(p);
+  if (p.n == 0) {
+    if (p.k * s.patch > 0)
+      cudaMemsetAsync(dw, 0, sizeof(float) * p.k * s.patch, ctx.stream);
     return;
-  ConvShape s = shapeOf(p);
+  }
   if (convIsDepthwise(p)) {
     const int64_t weights = p.k * p.kh * p.kw;
     if (weights == 0)
@@ -423,152 +433,67 @@ void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
     checkLaunch(ctx, "depthwiseBackwardFilterKernel");
     return;
   }
-  if (p.n == 0) {
-    if (p.k * s.patch > 0)
-      cudaMemsetAsync(dw, 0, sizeof(float) * p.k * s.patch, ctx.stream);
-    return;
-  }
-  float *col = workspace, *stage = col + s.patch * s.pixels * s.images;
-  for (int64_t first = 0; first < p.n; first += s.images) {
-    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
-    for (int64_t g = 0; g < p.groups; ++g) {
-      const float *dyg =
-          outputGradient(ctx, p, s, dy, first, count, g, stage, stage);
-      im2col(ctx, p, s, x, first, count, g, col);
-      // dw_g[kg, patch] (+)= dy_g[kg, count * pixels] * col^T
-      gemm(ctx, false, true, s.kg, s.patch, ld, 1.0f, dyg, ld, col, ld,
-           first == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
-    }
-  }
+  constexpr bool native = std::is_same_v<Elem, uint16_t>;
+  std::pair<Elem *, Elem *> parts =
+      split<Elem, Elem>(workspace, s.patch * s.pixels * s.images, native);
+  Elem *col = parts.first, *stage = parts.second;
+  // Widened: one 16-bit image's output gradient goes where a stage would.
+  float *scratch = native ? nullptr : reinterpret_cast<float *>(stage);
+  gemmBackwardFilter(
+      ctx, p, s, dy.storage, x,
+      [&](int64_t first, int64_t count, int64_t g) {
+        return outputGradient(ctx, p, s, dy, first, count, g, stage, scratch);
+      },
+      col, dw);
+}
+
+void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
+             const Operand &w, const float *bias, float *y, float *workspace) {
+  if (validConvParams(ctx, p, "conv2dForward"))
+    convForward<float>(ctx, p, x, w, bias, y, workspace);
+}
+
+void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
+                  const Operand &w, float *dx, float *workspace) {
+  if (validConvParams(ctx, p, "conv2dBackwardData"))
+    convBackwardData<float>(ctx, p, dy, w, dx, workspace);
+}
+
+void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
+                    const Operand &dy, float *dw, float *workspace) {
+  if (validConvParams(ctx, p, "conv2dBackwardFilter"))
+    convBackwardFilter<float>(ctx, p, x, dy, dw, workspace);
 }
 
 } // namespace
 
 #include "ConvEntryPoints.inc"
 
-//===----------------------------------------------------------------------===//
-// 16-bit operands multiplied as stored (gemm16)
-//===----------------------------------------------------------------------===//
-
-namespace {
-
-/// `bytes` rounded up to the 256 bytes each part of a native workspace
-/// starts at (conv2dWorkspaceBytes).
-int64_t alignedBytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
-
-/// Group g of `count` images' 16-bit output gradients from `first`: in
-/// place (one image per GEMM) or gathered into `stage`.
-const uint16_t *outputGradient16(Context &ctx, Storage16 storage,
-                                 const Conv2dParams &p, const ConvShape &s,
-                                 const uint16_t *dy, int64_t first,
-                                 int64_t count, int64_t g, uint16_t *stage) {
-  if (s.images == 1)
-    return dy + (first * p.k + g * s.kg) * s.pixels;
-  gather(ctx, p, s, operand(storage, dy), first, count, g, stage);
-  return stage;
-}
-
-} // namespace
-
 void conv2dForwardNative16(Context &ctx, Storage16 storage,
                            const Conv2dParams &p, const uint16_t *x,
                            const uint16_t *w, const float *bias, float *y,
                            void *workspace) {
-  if (!validParams(ctx, p, "conv2dForwardNative16"))
-    return;
-  ConvShape s = shapeOf(p);
-  if (convIsDepthwise(p)) {
-    forward(ctx, p, operand(storage, x), operand(storage, w), bias, y,
-            nullptr);
-    return;
-  }
-  if (p.n * p.k * s.pixels == 0)
-    return;
-  auto *col = static_cast<uint16_t *>(workspace);
-  auto *stage = reinterpret_cast<float *>(
-      static_cast<char *>(workspace) +
-      alignedBytes(s.patch * s.pixels * s.images * 2));
-  for (int64_t first = 0; first < p.n; first += s.images) {
-    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
-    for (int64_t g = 0; g < p.groups; ++g) {
-      im2col(ctx, p, s, operand(storage, x), first, count, g, col);
-      float *group = y + (first * p.k + g * s.kg) * s.pixels;
-      float *out = s.images > 1 ? stage : group;
-      gemm16(ctx, storage, false, false, s.kg, ld, s.patch, 1.0f,
-             w + g * s.kg * s.patch, s.patch, col, ld, 0.0f, out, ld);
-      if (s.images > 1 && s.kg * ld > 0) {
-        scatterKernel<<<cuda::gridFor(s.kg * ld), cuda::kBlock, 0,
-                        ctx.stream>>>(p, s, stage, count, group);
-        checkLaunch(ctx, "scatterKernel");
-      }
-    }
-  }
-  if (!bias)
-    return;
-  addBiasKernel<<<cuda::gridFor(p.n * p.k * s.pixels), cuda::kBlock, 0,
-                  ctx.stream>>>(p.n * p.k, p.k, s.pixels, bias, y);
-  checkLaunch(ctx, "addBiasKernel");
+  if (validConvParams(ctx, p, "conv2dForwardNative16"))
+    convForward<uint16_t>(ctx, p, operand(storage, x), operand(storage, w),
+                          bias, y, workspace);
 }
 
 void conv2dBackwardDataNative16(Context &ctx, Storage16 storage,
                                 const Conv2dParams &p, const uint16_t *dy,
                                 const uint16_t *w, float *dx,
                                 void *workspace) {
-  if (!validParams(ctx, p, "conv2dBackwardDataNative16"))
-    return;
-  ConvShape s = shapeOf(p);
-  if (convIsDepthwise(p)) {
-    backwardData(ctx, p, operand(storage, dy), operand(storage, w), dx,
-                 nullptr);
-    return;
-  }
-  auto *col = static_cast<float *>(workspace);
-  auto *stage = reinterpret_cast<uint16_t *>(
-      static_cast<char *>(workspace) +
-      alignedBytes(s.patch * s.pixels * s.images * 4));
-  for (int64_t first = 0; first < p.n; first += s.images) {
-    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
-    for (int64_t g = 0; g < p.groups; ++g) {
-      const uint16_t *dyg =
-          outputGradient16(ctx, storage, p, s, dy, first, count, g, stage);
-      gemm16(ctx, storage, true, false, s.patch, ld, s.kg, 1.0f,
-             w + g * s.kg * s.patch, s.patch, dyg, ld, 0.0f, col, ld);
-      if (s.cg * s.inPlane == 0)
-        continue;
-      col2imKernel<<<cuda::gridFor(count * s.cg * s.inPlane), cuda::kBlock, 0,
-                     ctx.stream>>>(p, s, col, count, p.c * s.inPlane,
-                                   dx + (first * p.c + g * s.cg) * s.inPlane);
-      checkLaunch(ctx, "col2imKernel");
-    }
-  }
+  if (validConvParams(ctx, p, "conv2dBackwardDataNative16"))
+    convBackwardData<uint16_t>(ctx, p, operand(storage, dy),
+                               operand(storage, w), dx, workspace);
 }
 
 void conv2dBackwardFilterNative16(Context &ctx, Storage16 storage,
                                   const Conv2dParams &p, const uint16_t *x,
                                   const uint16_t *dy, float *dw,
                                   void *workspace) {
-  if (!validParams(ctx, p, "conv2dBackwardFilterNative16"))
-    return;
-  ConvShape s = shapeOf(p);
-  if (convIsDepthwise(p) || p.n == 0) {
-    backwardFilter(ctx, p, operand(storage, x), operand(storage, dy), dw,
-                   nullptr);
-    return;
-  }
-  auto *col = static_cast<uint16_t *>(workspace);
-  auto *stage = reinterpret_cast<uint16_t *>(
-      static_cast<char *>(workspace) +
-      alignedBytes(s.patch * s.pixels * s.images * 2));
-  for (int64_t first = 0; first < p.n; first += s.images) {
-    int64_t count = std::min(s.images, p.n - first), ld = count * s.pixels;
-    for (int64_t g = 0; g < p.groups; ++g) {
-      const uint16_t *dyg =
-          outputGradient16(ctx, storage, p, s, dy, first, count, g, stage);
-      im2col(ctx, p, s, operand(storage, x), first, count, g, col);
-      gemm16(ctx, storage, false, true, s.kg, s.patch, ld, 1.0f, dyg, ld, col,
-             ld, first == 0 ? 0.0f : 1.0f, dw + g * s.kg * s.patch, s.patch);
-    }
-  }
+  if (validConvParams(ctx, p, "conv2dBackwardFilterNative16"))
+    convBackwardFilter<uint16_t>(ctx, p, operand(storage, x),
+                                 operand(storage, dy), dw, workspace);
 }
 
 } // namespace mtc::rt
