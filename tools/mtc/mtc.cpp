@@ -592,6 +592,10 @@ int runCompile(MLIRContext &context) {
       return failure();
     }
     OwningOpRef<ModuleOp> module = std::move(*imported);
+    (*module)->setAttr(attr::kTarget,
+                       StringAttr::get(&context, target == Target::Cuda
+                                                     ? "cuda"
+                                                     : "cpu"));
     if (micro && micro != *fullBatch) {
       auto step = module->lookupSymbol<func::FuncOp>("forward");
       for (unsigned i = 0; step && i < step.getNumArguments(); ++i) {

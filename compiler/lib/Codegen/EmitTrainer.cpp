@@ -14,6 +14,7 @@
 #include "mtc/Codegen/EmitTrainer.h"
 #include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
 #include "mtc/Dialect/Mtc/IR/MtcOps.h"
+#include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Random.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -599,10 +600,12 @@ std::string Emitter::convParams(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
                                 ArrayRef<int64_t> pads,
                                 ArrayRef<int64_t> dilations, int64_t group) {
   return llvm::formatv("Conv2dParams{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, "
-                       "{8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}}",
+                       "{8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}}",
                        x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3],
                        strides[0], strides[1], pads[0], pads[1], dilations[0],
-                       dilations[1], group)
+                       dilations[1], group,
+                       cuda() ? mtc::rt::kConvGemmColumnsCuda
+                              : mtc::rt::kConvGemmColumnsCpu)
       .str();
 }
 

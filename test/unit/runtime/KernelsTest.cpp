@@ -401,6 +401,7 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
     p.padTop = p.padLeft = pad;
     p.dilationH = p.dilationW = dilation;
     p.groups = groups;
+    p.gemmColumns = kConvGemmColumnsCpu;
     return p;
   };
   for (Conv2dParams p :

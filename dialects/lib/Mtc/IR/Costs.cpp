@@ -15,6 +15,8 @@
 #include "mtc/Dialect/Mtc/IR/MtcOps.h"
 #include "mtc/runtime/Kernels.h"
 
+#include "mlir/IR/BuiltinOps.h"
+
 using namespace mlir;
 using namespace mtc;
 
@@ -111,13 +113,21 @@ static int64_t convMacs(ArrayRef<int64_t> w, ArrayRef<int64_t> y) {
   return y[0] * y[1] * y[2] * y[3] * w[1] * w[2] * w[3];
 }
 
-static rt::Conv2dParams convParams(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
-                                   ArrayRef<int64_t> y,
+/// The runtime's parameters of convolution `op` on the device its module
+/// is compiled for (attr::kTarget).
+static rt::Conv2dParams convParams(Operation *op, ArrayRef<int64_t> x,
+                                   ArrayRef<int64_t> w, ArrayRef<int64_t> y,
                                    ArrayRef<int64_t> strides,
                                    ArrayRef<int64_t> pads,
                                    ArrayRef<int64_t> dilations,
                                    int64_t group) {
   rt::Conv2dParams p;
+  auto module = op->getParentOfType<ModuleOp>();
+  auto target =
+      module ? module->getAttrOfType<StringAttr>(attr::kTarget) : nullptr;
+  p.gemmColumns = target && target.getValue() == "cuda"
+                      ? rt::kConvGemmColumnsCuda
+                      : rt::kConvGemmColumnsCpu;
   p.n = x[0], p.c = x[1], p.h = x[2], p.w = x[3];
   p.k = w[0], p.kh = w[2], p.kw = w[3];
   p.oh = y[2], p.ow = y[3];
@@ -154,7 +164,7 @@ int64_t MatMulBiasGradOp::getWorkspaceBytes() {
 
 int64_t ConvOp::getWorkspaceBytes() {
   return rt::conv2dWorkspaceBytes(
-      convParams(shapeOf(getInput()), shapeOf(getWeight()),
+      convParams(*this, shapeOf(getInput()), shapeOf(getWeight()),
                  shapeOf(getOutput()), getStrides(), getPads(), getDilations(),
                  getGroup()),
       rt::ConvKernel::Forward, isStorage16(getInput()),
@@ -166,7 +176,8 @@ int64_t ConvBackwardDataOp::getFlops() {
 }
 int64_t ConvBackwardDataOp::getWorkspaceBytes() {
   return rt::conv2dWorkspaceBytes(
-      convParams(shapeOf(getOutput()), shapeOf(getWeight()), shapeOf(getGrad()),
+      convParams(*this, shapeOf(getOutput()), shapeOf(getWeight()),
+                 shapeOf(getGrad()),
                  getStrides(), getPads(), getDilations(), getGroup()),
       rt::ConvKernel::BackwardData, isStorage16(getGrad()),
       (*this)->hasAttr(attr::kNative16BitGemm));
@@ -177,7 +188,8 @@ int64_t ConvBackwardFilterOp::getFlops() {
 }
 int64_t ConvBackwardFilterOp::getWorkspaceBytes() {
   return rt::conv2dWorkspaceBytes(
-      convParams(shapeOf(getInput()), shapeOf(getOutput()), shapeOf(getGrad()),
+      convParams(*this, shapeOf(getInput()), shapeOf(getOutput()),
+                 shapeOf(getGrad()),
                  getStrides(), getPads(), getDilations(), getGroup()),
       rt::ConvKernel::BackwardFilter, isStorage16(getGrad()),
       (*this)->hasAttr(attr::kNative16BitGemm));

@@ -79,16 +79,24 @@ struct Conv2dParams {
   int64_t padTop, padLeft;   // bottom/right padding is implied by oh/ow
   int64_t dilationH, dilationW;
   int64_t groups;
+  /// The output columns one GEMM takes at most: images whose output maps
+  /// are smaller go several to a GEMM (convImagesPerGemm). The compiler
+  /// sets it per device (kConvGemmColumnsCpu / kConvGemmColumnsCuda); 0
+  /// takes one image per GEMM.
+  int64_t gemmColumns;
 };
 
 /// Which of the three convolution kernels a workspace is for.
 enum class ConvKernel : int { Forward, BackwardData, BackwardFilter };
 
-/// The columns a convolution's GEMMs aim at: images whose feature maps are
-/// smaller are taken together, so that a GEMM reads the weight once for
-/// several images instead of once per image (on a 1x1 map, once per
-/// output column: a matrix-vector product per image).
-constexpr int64_t kConvGemmColumns = 1024;
+/// The columns a convolution's GEMMs aim at, per device: images whose
+/// feature maps are smaller are taken together, so that a GEMM reads the
+/// weight once for several images instead of once per image (on a 1x1
+/// map, once per output column: a matrix-vector product per image). The
+/// CPU's BLAS is efficient from about a thousand columns on; a GPU wants
+/// far more per launch.
+constexpr int64_t kConvGemmColumnsCpu = 1024;
+constexpr int64_t kConvGemmColumnsCuda = 32768;
 
 /// Whether a convolution reads one input channel per group (depthwise, as
 /// in MobileNets): it then runs directly, output by output, without im2col
@@ -98,12 +106,13 @@ inline bool convIsDepthwise(const Conv2dParams &p) {
   return p.groups > 0 && p.c == p.groups;
 }
 
-/// Images per GEMM: enough for kConvGemmColumns output pixels, at most n.
+/// Images per GEMM: as many as fit p.gemmColumns output pixels, at least
+/// one, at most n.
 inline int64_t convImagesPerGemm(const Conv2dParams &p) {
   int64_t pixels = p.oh * p.ow;
   if (pixels <= 0 || p.n <= 1)
     return 1;
-  int64_t images = kConvGemmColumns / pixels;
+  int64_t images = p.gemmColumns / pixels;
   return images < 1 ? 1 : images > p.n ? p.n : images;
 }
 

@@ -57,6 +57,10 @@ constexpr llvm::StringLiteral kRowEpilogue = "mtc.row_epilogue";
 /// strides anyway (transpose, slice, concat, pad, slice_grad; the fusion
 /// pass marks it, see mtc::stridedLayout).
 constexpr llvm::StringLiteral kStridedView = "mtc.strided_view";
+/// Module: the device the step is compiled for, "cpu" or "cuda" (absent:
+/// cpu); the costs that differ per device read it (a convolution's
+/// scratch, see rt::Conv2dParams::gemmColumns).
+constexpr llvm::StringLiteral kTarget = "mtc.target";
 /// Op: created by the optimizer pass.
 constexpr llvm::StringLiteral kOptimizer = "mtc.optimizer";
 /// Memory plan: argument byte offset; op result byte offsets; op scratch
