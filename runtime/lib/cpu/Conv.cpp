@@ -49,19 +49,24 @@ void im2colOf(const Conv2dParams &p, const ConvShape &s, const T *x,
     int64_t j = r % p.kw;
     const T *plane = x + ci * s.inPlane;
     float *dst = col + r * ld;
+    // The outputs whose tap lands inside the input: [ox0, ox1) of the rows
+    // [oy0, oy1); the others read padding.
+    int64_t oy0, oy1, ox0, ox1;
+    const int64_t offY = i * p.dilationH - p.padTop,
+                  offX = j * p.dilationW - p.padLeft;
+    tapRange(p.oh, p.h, p.strideH, offY, &oy0, &oy1);
+    tapRange(p.ow, p.w, p.strideW, offX, &ox0, &ox1);
     for (int64_t oy = 0; oy < p.oh; ++oy) {
-      int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
       float *row = dst + oy * p.ow;
-      if (iy < 0 || iy >= p.h) {
-        for (int64_t ox = 0; ox < p.ow; ++ox)
-          row[ox] = 0.0f;
+      if (oy < oy0 || oy >= oy1) {
+        std::fill(row, row + p.ow, 0.0f);
         continue;
       }
-      const T *src = plane + iy * p.w;
-      for (int64_t ox = 0; ox < p.ow; ++ox) {
-        int64_t ix = ox * p.strideW - p.padLeft + j * p.dilationW;
-        row[ox] = (ix >= 0 && ix < p.w) ? storedToFloat(src[ix], Bf16) : 0.0f;
-      }
+      const T *src = plane + (oy * p.strideH + offY) * p.w;
+      std::fill(row, row + ox0, 0.0f);
+      for (int64_t ox = ox0; ox < ox1; ++ox)
+        row[ox] = storedToFloat(src[ox * p.strideW + offX], Bf16);
+      std::fill(row + ox1, row + p.ow, 0.0f);
     }
   });
 }
@@ -119,42 +124,6 @@ void scatterGroup(Context &, const Conv2dParams &p, const ConvShape &s,
   });
 }
 
-/// The adjoint of im2col for `count` images: dx[j, ci, iy, ix] is the sum
-/// of col[r, j * pixels + pixel] over the taps that read (ci, iy, ix).
-/// Threads own whole channels and add in a fixed order.
-void col2imGroup(Context &, const Conv2dParams &p, const ConvShape &s,
-                 const float *col, int64_t count, float *dx) {
-  const int64_t ld = count * s.pixels;
-  const bool parallel = s.patch * ld >= cpu::kParallelGrain;
-  cpu::parallelFor(0, count * s.cg, parallel, [&](int64_t item) {
-    const int64_t image = item / s.cg, ci = item % s.cg;
-    float *plane = dx + image * p.c * s.inPlane + ci * s.inPlane;
-    std::fill(plane, plane + s.inPlane, 0.0f);
-    for (int64_t i = 0; i < p.kh; ++i) {
-      for (int64_t j = 0; j < p.kw; ++j) {
-        const float *src =
-            col + ((ci * p.kh + i) * p.kw + j) * ld + image * s.pixels;
-        for (int64_t oy = 0; oy < p.oh; ++oy) {
-          int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
-          if (iy < 0 || iy >= p.h)
-            continue;
-          for (int64_t ox = 0; ox < p.ow; ++ox) {
-            int64_t ix = ox * p.strideW - p.padLeft + j * p.dilationW;
-            if (ix >= 0 && ix < p.w)
-              plane[iy * p.w + ix] += src[oy * p.ow + ox];
-          }
-        }
-      }
-    }
-  });
-}
-
-#include "ConvGemms.inc"
-
-//===----------------------------------------------------------------------===//
-// Depthwise convolutions (one input channel per group), run directly
-//===----------------------------------------------------------------------===//
-
 /// Calls f(tap, oy, at, ox0, ox1) for every tap (i * kw + j) and output row
 /// oy it reaches: the outputs [ox0, ox1) of the row read input element
 /// at + ox * strideW of their channel's plane.
@@ -173,6 +142,33 @@ void forEachTapRow(const Conv2dParams &p, F &&f) {
     }
   }
 }
+
+/// The adjoint of im2col for `count` images: dx[j, ci, iy, ix] is the sum
+/// of col[r, j * pixels + pixel] over the taps that read (ci, iy, ix).
+/// Threads own whole channels and add in a fixed order.
+void col2imGroup(Context &, const Conv2dParams &p, const ConvShape &s,
+                 const float *col, int64_t count, float *dx) {
+  const int64_t ld = count * s.pixels;
+  const bool parallel = s.patch * ld >= cpu::kParallelGrain;
+  cpu::parallelFor(0, count * s.cg, parallel, [&](int64_t item) {
+    const int64_t image = item / s.cg, ci = item % s.cg;
+    float *plane = dx + image * p.c * s.inPlane + ci * s.inPlane;
+    std::fill(plane, plane + s.inPlane, 0.0f);
+    forEachTapRow(p, [&](int64_t tap, int64_t oy, int64_t at, int64_t ox0,
+                         int64_t ox1) {
+      const float *src =
+          col + (ci * p.kh * p.kw + tap) * ld + image * s.pixels + oy * p.ow;
+      for (int64_t ox = ox0; ox < ox1; ++ox)
+        plane[at + ox * p.strideW] += src[ox];
+    });
+  });
+}
+
+#include "ConvGemms.inc"
+
+//===----------------------------------------------------------------------===//
+// Depthwise convolutions (one input channel per group), run directly
+//===----------------------------------------------------------------------===//
 
 /// y[n, k] = sum over taps of w[k, tap] * x[n, k / kg] shifted: threads own
 /// output planes and add the taps in a fixed order.
