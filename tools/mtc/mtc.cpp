@@ -681,6 +681,22 @@ int runCompile(MLIRContext &context) {
     return plain;
   };
 
+  // Convolutions on small feature maps take several images per GEMM, a
+  // larger scratch for speed. Where memory is short they take one image
+  // per GEMM (attr::kConvGemmColumns = 0), the least scratch. Returns
+  // whether `module` has convolutions.
+  auto leanConvolutions = [&](ModuleOp module) {
+    bool convolutions = false;
+    module.walk([&](Operation *op) {
+      convolutions |=
+          isa<ConvOp, ConvBackwardDataOp, ConvBackwardFilterOp>(op);
+    });
+    if (convolutions)
+      module->setAttr(attr::kConvGemmColumns,
+                      IntegerAttr::get(IntegerType::get(&context, 64), 0));
+    return convolutions;
+  };
+
   // Plans at one micro-batch and, when that exceeds the budget, recomputes
   // (see the aim below).
   struct Fitted {
@@ -703,6 +719,13 @@ int runCompile(MLIRContext &context) {
     if (failed(planned))
       return failure();
     f.module = std::move(*planned);
+    if (budget && arenaOf(*f.module) > *budget &&
+        leanConvolutions(*f.differentiated)) {
+      auto lean = place(*f.differentiated, 0, micro);
+      if (failed(lean))
+        return failure();
+      f.module = std::move(*lean);
+    }
     if (forwardOnly)
       return f;
     // Recomputation works on the unfused step.
@@ -922,6 +945,18 @@ int runCompile(MLIRContext &context) {
   // aimed at the solver's floor (the least peak of live tensors it
   // reaches), which adds the arena's placement and fusion's effects to it.
   auto leastPlan = [&]() -> FailureOr<OwningOpRef<ModuleOp>> {
+    // Convolutions at their least scratch; the recomputation model of
+    // that step then has a floor of its own.
+    if (!(*chosen.differentiated)->hasAttr(attr::kConvGemmColumns) &&
+        leanConvolutions(*chosen.differentiated) && !forwardOnly) {
+      auto plain = placeWith(*chosen.differentiated, 0, chosen.micro, false);
+      if (failed(plain))
+        return failure();
+      chosen.problem = buildRematProblem(
+          (*plain)->lookupSymbol<func::FuncOp>("train_step"),
+          pipeline.memoryPlan.alignment);
+      chosen.floor = 0;
+    }
     if (!chosen.floor)
       chosen.floor = solveRemat(chosen.problem, 0).peak;
     return place(*chosen.differentiated, std::max<int64_t>(chosen.floor, 1),

@@ -603,9 +603,7 @@ std::string Emitter::convParams(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
                        "{8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}}",
                        x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3],
                        strides[0], strides[1], pads[0], pads[1], dilations[0],
-                       dilations[1], group,
-                       cuda() ? mtc::rt::kConvGemmColumnsCuda
-                              : mtc::rt::kConvGemmColumnsCpu)
+                       dilations[1], group, convGemmColumns(func))
       .str();
 }
 

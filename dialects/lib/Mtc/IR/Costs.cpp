@@ -113,8 +113,8 @@ static int64_t convMacs(ArrayRef<int64_t> w, ArrayRef<int64_t> y) {
   return y[0] * y[1] * y[2] * y[3] * w[1] * w[2] * w[3];
 }
 
-/// The runtime's parameters of convolution `op` on the device its module
-/// is compiled for (attr::kTarget).
+/// The runtime's parameters of convolution `op` as its module plans it
+/// (mtc::convGemmColumns).
 static rt::Conv2dParams convParams(Operation *op, ArrayRef<int64_t> x,
                                    ArrayRef<int64_t> w, ArrayRef<int64_t> y,
                                    ArrayRef<int64_t> strides,
@@ -122,12 +122,7 @@ static rt::Conv2dParams convParams(Operation *op, ArrayRef<int64_t> x,
                                    ArrayRef<int64_t> dilations,
                                    int64_t group) {
   rt::Conv2dParams p;
-  auto module = op->getParentOfType<ModuleOp>();
-  auto target =
-      module ? module->getAttrOfType<StringAttr>(attr::kTarget) : nullptr;
-  p.gemmColumns = target && target.getValue() == "cuda"
-                      ? rt::kConvGemmColumnsCuda
-                      : rt::kConvGemmColumnsCpu;
+  p.gemmColumns = convGemmColumns(op);
   p.n = x[0], p.c = x[1], p.h = x[2], p.w = x[3];
   p.k = w[0], p.kh = w[2], p.kw = w[3];
   p.oh = y[2], p.ow = y[3];
@@ -193,6 +188,18 @@ int64_t ConvBackwardFilterOp::getWorkspaceBytes() {
                  getStrides(), getPads(), getDilations(), getGroup()),
       rt::ConvKernel::BackwardFilter, isStorage16(getGrad()),
       (*this)->hasAttr(attr::kNative16BitGemm));
+}
+
+int64_t mtc::convGemmColumns(Operation *op) {
+  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op)
+                                  : op->getParentOfType<ModuleOp>();
+  if (!module)
+    return rt::kConvGemmColumnsCpu;
+  if (auto columns = module->getAttrOfType<IntegerAttr>(attr::kConvGemmColumns))
+    return columns.getInt();
+  auto target = module->getAttrOfType<StringAttr>(attr::kTarget);
+  return target && target.getValue() == "cuda" ? rt::kConvGemmColumnsCuda
+                                               : rt::kConvGemmColumnsCpu;
 }
 
 static int64_t window(ArrayRef<int64_t> kernel) { return kernel[0] * kernel[1]; }

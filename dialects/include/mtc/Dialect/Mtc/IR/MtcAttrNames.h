@@ -61,6 +61,11 @@ constexpr llvm::StringLiteral kStridedView = "mtc.strided_view";
 /// cpu); the costs that differ per device read it (a convolution's
 /// scratch, see rt::Conv2dParams::gemmColumns).
 constexpr llvm::StringLiteral kTarget = "mtc.target";
+/// Module: the output columns a convolution's GEMMs take at most
+/// (rt::Conv2dParams::gemmColumns), overriding the target's default; 0
+/// takes one image per GEMM, the least scratch (the driver sets it when a
+/// budget is tight).
+constexpr llvm::StringLiteral kConvGemmColumns = "mtc.conv_gemm_columns";
 /// Op: created by the optimizer pass.
 constexpr llvm::StringLiteral kOptimizer = "mtc.optimizer";
 /// Memory plan: argument byte offset; op result byte offsets; op scratch

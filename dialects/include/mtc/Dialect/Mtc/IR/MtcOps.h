@@ -58,6 +58,11 @@ struct StridedLayout {
 /// The most dims a strided copy takes (mtc::rt::kMaxRank).
 constexpr int kMaxCopyRank = 8;
 
+/// The output columns the convolution GEMMs of `op`'s module take at most:
+/// its attr::kConvGemmColumns, else the default of the device its
+/// attr::kTarget names (the CPU's when absent).
+int64_t convGemmColumns(mlir::Operation *op);
+
 /// Row-major strides of `shape`.
 llvm::SmallVector<int64_t> contiguousStrides(llvm::ArrayRef<int64_t> shape);
 
