@@ -44,6 +44,29 @@ struct Buffer {
   int64_t offset = -1;
 };
 
+/// Whether a float32 -> 16-bit conversion's result `r` should take over its
+/// input's bytes when the input dies there: only a backward-pass copy that
+/// GEMMs multiplying 16-bit operands as stored read (the logits gradient's
+/// copy for the output layer's GEMMs). Those need no scratch, so the peak
+/// around them is at the conversion, where both copies would be live;
+/// later the copy dies with its GEMMs. A forward value kept in 16 bits for
+/// the backward pass, or a copy that a GEMM widens into a float32 scratch
+/// (the CPU), would hold twice its bytes where the peak is.
+bool narrowsInPlace(Value r) {
+  if (!r.getDefiningOp()->hasAttr(attr::kBackward))
+    return false;
+  for (Operation *user : r.getUsers()) {
+    if (isa<ReshapeOp>(user) && viewSource(user) == r) {
+      if (!narrowsInPlace(user->getResult(0)))
+        return false;
+      continue;
+    }
+    if (!user->hasAttr(attr::kNative16BitGemm))
+      return false;
+  }
+  return true;
+}
+
 int64_t alignTo(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
@@ -234,8 +257,12 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
           !isa<ConstantOp>(source.getDefiningOp()) && !tiedTo.count(source)) {
         unsigned shared = bufferOf[source];
         Buffer &buf = buffers[shared];
+        // A narrowing conversion's result fits in its input's bytes, but
+        // keeps all of them as long as it lives (see narrowsInPlace).
+        int64_t bytes = alignTo(getTensorBytes(r.getType()), alignment);
+        bool narrowing = isa<ConvertOp>(op) && narrowsInPlace(r);
         if (buf.end == index[&op] &&
-            buf.bytes == alignTo(getTensorBytes(r.getType()), alignment)) {
+            (buf.bytes == bytes || (narrowing && buf.bytes > bytes))) {
           bufferOf[r] = shared;
           buf.end = lastUse(r, buf.end);
           continue;

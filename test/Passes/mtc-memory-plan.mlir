@@ -164,3 +164,33 @@ func.func @train_step(%dy: tensor<4x16xf32> {mtc.name = "dy", mtc.role = "input"
   %dx2, %dg2, %db2 = mtc.layer_norm_grad %dy, %x, %g, %m, %m accumulate %keep {axis = 1 : i64} : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
   return %dx, %dx2, %keep : tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>
 }
+
+// -----
+
+// A backward-pass conversion to 16 bits whose float32 input dies at it, read
+// only by GEMMs that multiply 16-bit operands as stored, writes over the
+// input (the code generator converts in phases). Its own bytes otherwise:
+// when a GEMM widens it (into a scratch as large) or when it is a forward
+// value.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[A:.+]] = mtc.exp %{{.+}} {mtc.backward, mtc.offsets = array<i64: [[AT:[0-9]+]]>}
+// CHECK-NEXT: mtc.convert %[[A]] {mtc.backward, mtc.offsets = array<i64: [[AT]]>} : tensor<8x8xf32> to tensor<8x8xbf16>
+// CHECK: %[[B:.+]] = mtc.exp %{{.+}} {mtc.backward, mtc.offsets = array<i64: [[BT:[0-9]+]]>}
+// CHECK-NEXT: mtc.convert %[[B]] {mtc.backward, mtc.offsets = array<i64: [[B16:[0-9]+]]>}
+// CHECK-NOT: array<i64: [[BT]]>} : tensor<8x8xf32> to
+// CHECK: %[[C:.+]] = mtc.exp %{{.+}} {mtc.offsets = array<i64: [[CT:[0-9]+]]>}
+// CHECK-NEXT: mtc.convert %[[C]] {mtc.offsets = array<i64: [[C16:[0-9]+]]>}
+// CHECK-NOT: array<i64: [[CT]]>} : tensor<8x8xf32> to
+func.func @train_step(%x: tensor<8x8xf32> {mtc.name = "x", mtc.role = "input"}, %w: tensor<8x8xbf16> {mtc.name = "w", mtc.role = "input"})
+    -> (tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>) {
+  %a = mtc.exp %x {mtc.backward} : tensor<8x8xf32>
+  %a16 = mtc.convert %a {mtc.backward} : tensor<8x8xf32> to tensor<8x8xbf16>
+  %ga = mtc.matmul %a16, %w {mtc.backward, mtc.native_16bit_gemm} : (tensor<8x8xbf16>, tensor<8x8xbf16>) -> tensor<8x8xf32>
+  %b = mtc.exp %x {mtc.backward} : tensor<8x8xf32>
+  %b16 = mtc.convert %b {mtc.backward} : tensor<8x8xf32> to tensor<8x8xbf16>
+  %gb = mtc.matmul %b16, %w {mtc.backward} : (tensor<8x8xbf16>, tensor<8x8xbf16>) -> tensor<8x8xf32>
+  %c = mtc.exp %x : tensor<8x8xf32>
+  %c16 = mtc.convert %c : tensor<8x8xf32> to tensor<8x8xbf16>
+  %gc = mtc.matmul %c16, %w {mtc.native_16bit_gemm} : (tensor<8x8xbf16>, tensor<8x8xbf16>) -> tensor<8x8xf32>
+  return %ga, %gb, %gc : tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>
+}

@@ -1001,6 +1001,16 @@ void Emitter::emitOpBody(Operation *op) {
     s << " [backward]";
   s << "\n";
 
+  // A float32 -> 16-bit conversion written over its input (the memory
+  // plan's mtc::inPlaceSource) runs in phases (narrowInPlace).
+  if (auto convert = dyn_cast<ConvertOp>(op);
+      convert && offsetOf(convert.getInput()) == offsetOf(convert.getOutput())) {
+    emitCall("narrowInPlace(ctx, " + storage16(convert.getOutput()).str() +
+             ", " + ptr(convert.getInput()) + ", " +
+             std::to_string(numel(convert.getOutput())) + ")");
+    return;
+  }
+
   if (std::optional<ElementwiseExpr> e = elementwiseExpr(op)) {
     emitElementwise(op, e->name, op->getOperands(), op->getResult(0),
                     e->expr);

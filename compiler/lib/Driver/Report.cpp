@@ -12,6 +12,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/Format.h"
 
+#include <algorithm>
 #include <functional>
 
 using namespace mlir;
@@ -100,14 +101,18 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
       if (tied.contains(v))
         continue; // shares its argument's bytes
       int64_t start = isa<ConstantOp>(op) ? 0 : i;
-      // Written over an operand that dies here: counted from the next op.
+      uint64_t bytes = getTensorBytes(v.getType());
+      // Written over an operand that dies here: counted from the next op,
+      // in the operand's bytes (a 16-bit conversion keeps all of its
+      // float32 input's).
       if (Value source = inPlaceSource(cast<OpResult>(v));
-          source && offsetOf(func, source) == offsetOf(func, v))
+          source && offsetOf(func, source) == offsetOf(func, v)) {
         start = i + 1;
+        bytes = std::max<uint64_t>(bytes, getTensorBytes(source.getType()));
+      }
       int64_t end = lastUse(v, i);
       if (llvm::is_contained(ret.getOperands(), v) || isa<ConstantOp>(op))
         end = n - 1;
-      uint64_t bytes = getTensorBytes(v.getType());
       uint64_t P::*field = grads.contains(v)       ? &P::gradients
                            : isa<ConstantOp>(op)    ? &P::other
                            : op.hasAttr(attr::kBackward) ||

@@ -486,6 +486,27 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
   }
 }
 
+TEST_F(Kernels, NarrowInPlaceRoundsEachValue) {
+  // Lengths around the phase boundaries (1, 2, 4, ...), both formats:
+  // every value ends as its own rounding, none read after it was
+  // overwritten.
+  for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 1000, 4097}) {
+    for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+      std::vector<float> values(n);
+      for (int64_t i = 0; i < n; ++i)
+        values[i] = float(i % 97) * 0.37f - 11.0f + 1.0f / float(i + 3);
+      float *x = upload(values);
+      narrowInPlace(ctx, storage, x, n);
+      std::vector<uint16_t> got =
+          download(reinterpret_cast<const uint16_t *>(x), size_t(n));
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[i], storage == Storage16::Bf16 ? floatToBf16(values[i])
+                                                     : floatToHalf(values[i]))
+            << "n " << n << ", element " << i;
+    }
+  }
+}
+
 TEST_F(Kernels, MaxPoolTiesAndPadding) {
   Pool2dParams p{};
   p.n = 1, p.c = 1, p.h = 2, p.w = 2;

@@ -812,6 +812,13 @@ bool mtc::sameOr16BitFirst(TypeRange inferred, TypeRange actual) {
 }
 
 Value mtc::inPlaceSource(OpResult r) {
+  if (auto convert = dyn_cast<ConvertOp>(r.getOwner())) {
+    auto from = cast<ShapedType>(convert.getInput().getType());
+    auto to = cast<ShapedType>(convert.getOutput().getType());
+    bool narrowing = from.getElementType().isF32() &&
+                     isa<BFloat16Type, Float16Type>(to.getElementType());
+    return narrowing ? convert.getInput() : nullptr;
+  }
   if (auto loss = dyn_cast<SoftmaxCrossEntropyOp>(r.getOwner()))
     return r == loss.getLogProb() ? loss.getLogits() : nullptr;
   if (auto grad = dyn_cast<SoftmaxCrossEntropyGradOp>(r.getOwner()))

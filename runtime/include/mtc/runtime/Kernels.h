@@ -474,6 +474,24 @@ void stridedCopyTo16(Context &ctx, Storage16 storage, int rank,
                      uint16_t *dst, int64_t dstOffset,
                      const int64_t *dstStrides);
 
+/// Converts the n float32 values at x to 16 bits in place: value i ends as
+/// element i of a uint16_t array at x, rounded as a conversion rounds it.
+/// Element i's bits overwrite half of value i / 2, so the values go in
+/// phases [0, 1), [1, 2), [2, 4), [4, 8)...: each phase writes only bytes
+/// earlier phases have read, and reads none it writes (about log2(n)
+/// copies). A conversion whose input dies at it runs so (the memory plan
+/// gives both one buffer).
+inline void narrowInPlace(Context &ctx, Storage16 storage, float *x,
+                          int64_t n) {
+  for (int64_t start = 0; start < n;) {
+    const int64_t one = 1;
+    const int64_t len = n - start < start ? n - start : start > 1 ? start : 1;
+    stridedCopyTo16(ctx, storage, 1, &len, x, start, &one,
+                    reinterpret_cast<uint16_t *>(x), start, &one);
+    start += len;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Optimizers (in place on parameter and state buffers)
 //===----------------------------------------------------------------------===//
