@@ -122,9 +122,10 @@ static cl::opt<std::string>
     memBudget("mem-budget",
               cl::desc("Device memory the step may use, e.g. 24GB, 24GiB, "
                        "1.5G, 800MB or bytes (GB = 10^9, GiB = 2^30); a plan "
-                       "over it recomputes activations to fit, and is an "
-                       "error stating the smallest reachable budget when "
-                       "that is not enough"),
+                       "over it plans convolutions one image per GEMM (the "
+                       "least scratch), then recomputes activations to fit, "
+                       "and is an error stating the smallest reachable "
+                       "budget when that is not enough"),
               cl::value_desc("SIZE"), cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<std::string>
     timelinePath("timeline",
