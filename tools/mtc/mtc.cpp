@@ -214,9 +214,10 @@ static cl::opt<bool> forwardOnly(
 static cl::opt<bool> noFusion(
     "no-fusion",
     cl::desc("Run every op as its own kernel: no fused elementwise chains, "
-             "GEMM bias epilogues or layer norms in the kernel before them "
-             "(for comparisons; on the CPU in fp32 fusion changes no bit of "
-             "the results)"),
+             "GEMM bias epilogues, layer norms in the kernel before them, "
+             "strided views instead of copies or concats instead of padded "
+             "sums (for comparisons; on the CPU in fp32 fusion changes no "
+             "bit of the results)"),
     cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> noFlashAttention(
     "no-flash-attention",
