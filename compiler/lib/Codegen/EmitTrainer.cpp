@@ -919,7 +919,7 @@ Emitter::elementwiseExpr(Operation *op, int dropoutSlot) const {
         std::string lo = floatLiteral(c.getMin().convertToFloat());
         std::string hi = floatLiteral(c.getMax().convertToFloat());
         return same("clip_grad",
-                    "(in1 >= " + lo + " && in1 <= " + hi + ") ? in0 : 0.0f");
+                    "(in1 > " + lo + " && in1 < " + hi + ") ? in0 : 0.0f");
       })
       .Case([&](SelectOp) { return same("select", "in0 ? in1 : in2"); })
       .Case([&](CompareOp c) {

@@ -56,9 +56,13 @@ Value reduceToShape(OpBuilder &b, Location loc, Value grad, Value target) {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
+// The gradients of relu and clip read the output, not the input: y > 0 iff
+// x > 0, and min < y < max iff min < x < max. The output is usually saved
+// anyway (the next conv's filter gradient reads it), so the input can die in
+// the forward pass.
 LogicalResult ReluOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
                                     SmallVectorImpl<Value> &dx) {
-  dx.push_back(b.create<ReluGradOp>(getLoc(), getType(), dy[0], getInput()));
+  dx.push_back(b.create<ReluGradOp>(getLoc(), getType(), dy[0], getOutput()));
   return success();
 }
 
@@ -415,7 +419,7 @@ LogicalResult ErfOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
 
 LogicalResult ClipOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
                                     SmallVectorImpl<Value> &dx) {
-  dx.push_back(b.create<ClipGradOp>(getLoc(), getType(), dy[0], getInput(),
+  dx.push_back(b.create<ClipGradOp>(getLoc(), getType(), dy[0], getOutput(),
                                     getMinAttr(), getMaxAttr()));
   return success();
 }

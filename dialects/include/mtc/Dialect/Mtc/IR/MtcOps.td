@@ -119,19 +119,23 @@ def Mtc_ClipOp : Mtc_DiffOp<"clip", [SameOperandsAndResultType]> {
 def Mtc_ClipGradOp : Mtc_ComputeOp<"clip_grad", [SameOperandsAndResultType]> {
   let summary = "Gradient of clip";
   let description = [{
-    `dx = min <= x <= max ? dy : 0`, PyTorch's convention for clamp.
+    `dx = min < y < max ? dy : 0`, where `y` is the clip's output: the
+    gradient is zero where the clip saturated. This is PyTorch's convention
+    for ReLU6 and hardtanh (exported as ONNX Clip), and reading the output
+    lets the clip's input die in the forward pass. It differs from
+    `torch.clamp`'s gradient only at inputs exactly equal to a bound.
 
     Example:
 
     ```mlir
-    %dx = mtc.clip_grad %dy, %x {min = 0.0 : f32, max = 6.0 : f32}
+    %dx = mtc.clip_grad %dy, %y {min = 0.0 : f32, max = 6.0 : f32}
             : tensor<4xf32>
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$input,
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$output_value,
                    F32Attr:$min, F32Attr:$max);
   let results = (outs Mtc_FloatTensor:$output);
-  let assemblyFormat = "$grad `,` $input attr-dict `:` type($output)";
+  let assemblyFormat = "$grad `,` $output_value attr-dict `:` type($output)";
 }
 
 def Mtc_CompareOp : Mtc_ComputeOp<"compare", [InferTypeOpAdaptor]> {
@@ -216,13 +220,15 @@ def Mtc_DivOp : Mtc_BinaryOp<"div", "y = a / b">;
 def Mtc_ReluGradOp : Mtc_ComputeOp<"relu_grad", [SameOperandsAndResultType]> {
   let summary = "Gradient of relu";
   let description = [{
-    `dx = x > 0 ? dy : 0`, the VJP of `mtc.relu` (PyTorch's convention: the
-    gradient at 0 is 0).
+    `dx = y > 0 ? dy : 0`, the VJP of `mtc.relu` (PyTorch's convention: the
+    gradient at 0 is 0). `y` may be the relu's input or its output: both
+    are positive at the same elements. The autodiff passes the output, which
+    the backward pass usually keeps anyway.
 
     Example:
 
     ```mlir
-    %dx = mtc.relu_grad %dy, %x : tensor<4xf32>
+    %dx = mtc.relu_grad %dy, %y : tensor<4xf32>
     ```
   }];
   let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$input);
