@@ -30,6 +30,8 @@ ContextError takeError(Context &ctx) {
 
 int64_t stepCounter(const Context &ctx) { return ctx.step; }
 
+int64_t batchCounter(const Context &ctx) { return ctx.batch; }
+
 int64_t microBatch(const Context &ctx) { return ctx.microBatch; }
 
 uint64_t trainingSeed(const Context &ctx) { return ctx.seed; }

@@ -37,6 +37,10 @@ struct Context {
   int64_t optimizerStep = 0;
   /// Micro-batch within the optimizer step (gradient accumulation).
   int64_t microBatch = 0;
+  /// Batches run, this one included: 1 on the first; `step` without
+  /// gradient accumulation, (step - 1) * K + m + 1 for micro-batch m of K.
+  /// Dropout masks are keyed by it, so each micro-batch draws its own.
+  int64_t batch = 0;
   uint64_t seed = 0;
   /// CUDA: run the training step as a captured CUDA graph (the trainer's
   /// --no-cuda-graphs clears it). Ignored on the CPU.
@@ -82,7 +86,7 @@ struct Context {
   /// so that a replayed CUDA graph sees each step's values, and the values
   /// last uploaded there.
   void *deviceCounters = nullptr;
-  int64_t uploadedStep = -1, uploadedOptimizerStep = -1;
+  int64_t uploadedBatch = -1, uploadedOptimizerStep = -1;
   /// The device error record's address, found once at start-up.
   void *errorRecord = nullptr;
   /// The training step captured as a CUDA graph, one per micro-batch

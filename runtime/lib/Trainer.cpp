@@ -1095,6 +1095,7 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
       // Batches follow the global step so that a resumed run sees the same
       // samples as one that was never interrupted.
       int64_t stepIndex = (ctx.step - 1) * micro + m;
+      ctx.batch = stepIndex + 1;
       if (Status s = loadBatch(ctx, desc, arena, feeds, stepIndex, numSamples);
           !s.ok()) {
         printError(s.message());
@@ -1321,7 +1322,7 @@ int inferenceMain(int argc, char **argv, const ModelDesc &desc) {
       }
     }
   }
-  ctx.step = 1;
+  ctx.step = ctx.batch = 1;
   Status ran = device::runStep(ctx, desc.step, arena, 1);
   if (Status s = ran.ok() ? device::synchronize(ctx) : ran; !s.ok()) {
     printError(s.message());

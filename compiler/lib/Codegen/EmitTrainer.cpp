@@ -451,7 +451,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
       std::string id = std::to_string(d);
       if (cuda()) // a replayed CUDA graph keeps the step of its capture
         k << "    drop" << id
-          << ".step = static_cast<uint64_t>(counters->step);\n";
+          << ".step = static_cast<uint64_t>(counters->batch);\n";
       k << "    bool keep" << id << "[" << kGroup << "];\n"
         << "    dropoutGroupKeep(drop" << id
         << ", static_cast<uint64_t>(g), keep" << id << ");\n";
@@ -523,7 +523,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     auto ratio = d->getAttrOfType<FloatAttr>("ratio");
     auto stream = d->getAttrOfType<IntegerAttr>("stream");
     args += llvm::formatv(", dropoutParams(trainingSeed(ctx), {0}, {1}u, {2})",
-                          cuda() ? "0" : "stepCounter(ctx)", stream.getInt(),
+                          cuda() ? "0" : "batchCounter(ctx)", stream.getInt(),
                           floatLiteral(ratio.getValueAsDouble()))
                 .str();
   }

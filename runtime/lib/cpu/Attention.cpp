@@ -401,7 +401,7 @@ Problem<T> makeProblem(Context &ctx, const AttentionDims &a, const T *q,
                     k,
                     v,
                     mask,
-                    dropoutParams(ctx.seed, ctx.step, a.stream, a.dropout),
+                    dropoutParams(ctx.seed, ctx.batch, a.stream, a.dropout),
                     a.dropout > 0.0f,
                     bf16};
 }

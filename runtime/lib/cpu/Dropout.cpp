@@ -41,7 +41,7 @@ void applyDropout(Context &ctx, int64_t n, const float *in, float *out,
     fill(ctx, out, n, 0.0f);
     return;
   }
-  const DropoutParams p = dropoutParams(ctx.seed, ctx.step, stream, ratio);
+  const DropoutParams p = dropoutParams(ctx.seed, ctx.batch, stream, ratio);
   const int64_t groups = (n + kDropoutGroup - 1) / kDropoutGroup;
   // Generating the mask costs far more than the copy; split earlier.
   const bool parallel = n >= cpu::kParallelGrain / 8;

@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int R = kForwardRows;
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
-  drop.step = static_cast<uint64_t>(counters->step); // this step's mask
+  drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
   const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
   float *qs = smem;
   float *chunk = smem + kTile * d;
@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int R = rowsPerWarp(kT);
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
-  drop.step = static_cast<uint64_t>(counters->step); // this step's mask
+  drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
   const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
   float *qs = smem;
   float *gs = qs + kTile * d;
@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int R = rowsPerWarp(kT);
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
-  drop.step = static_cast<uint64_t>(counters->step); // this step's mask
+  drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
   const int d = static_cast<int>(a.d), dvDim = static_cast<int>(a.dv);
   float *ks = smem;
   float *vs = ks + kTile * d;
@@ -1223,7 +1223,7 @@ __global__ void __launch_bounds__(kThreads)
                              Tiling16 t, float *out, float *lse) {
   if constexpr (wmmaSupports<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
-    drop.step = static_cast<uint64_t>(counters->step); // this step's mask
+    drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     forward16<T>(a, q, k, v, mask, drop, dropout, t, smem16, out, lse);
   }
 }
@@ -1238,7 +1238,7 @@ __global__ void __launch_bounds__(kThreads)
                         float *dq) {
   if constexpr (wmmaSupports<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
-    drop.step = static_cast<uint64_t>(counters->step); // this step's mask
+    drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     dq16<T>(a, q, k, v, mask, out, lse, dout, drop, dropout, t, smem16, dq);
   }
 }
@@ -1253,7 +1253,7 @@ __global__ void __launch_bounds__(kThreads)
                          float *dk, float *dv) {
   if constexpr (wmmaSupports<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
-    drop.step = static_cast<uint64_t>(counters->step); // this step's mask
+    drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     dkv16<T>(a, q, k, v, mask, out, lse, dout, drop, dropout, t, smem16, dk,
              dv);
   }

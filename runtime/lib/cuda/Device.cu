@@ -58,12 +58,12 @@ namespace cuda {
 
 const StepCounters *stepCounters(Context &ctx) {
   auto *counters = static_cast<StepCounters *>(ctx.deviceCounters);
-  if (ctx.step == ctx.uploadedStep &&
+  if (ctx.batch == ctx.uploadedBatch &&
       ctx.optimizerStep == ctx.uploadedOptimizerStep)
     return counters;
   // From pageable memory: the copy has taken the values when the call
   // returns, so the host may change them right away.
-  const StepCounters values = {ctx.step, ctx.optimizerStep};
+  const StepCounters values = {ctx.batch, ctx.optimizerStep};
   cudaError_t error = cudaMemcpyAsync(counters, &values, sizeof(values),
                                       cudaMemcpyHostToDevice, ctx.stream);
   if (error != cudaSuccess) {
@@ -71,7 +71,7 @@ const StepCounters *stepCounters(Context &ctx) {
                          cudaGetErrorString(error));
     return counters;
   }
-  ctx.uploadedStep = ctx.step;
+  ctx.uploadedBatch = ctx.batch;
   ctx.uploadedOptimizerStep = ctx.optimizerStep;
   return counters;
 }
@@ -146,7 +146,7 @@ void shutdown(Context &ctx) {
   if (ctx.deviceCounters)
     cudaFree(ctx.deviceCounters);
   ctx.deviceCounters = nullptr;
-  ctx.uploadedStep = ctx.uploadedOptimizerStep = -1;
+  ctx.uploadedBatch = ctx.uploadedOptimizerStep = -1;
   ctx.errorRecord = nullptr;
   if (ctx.blas)
     cublasDestroy(ctx.blas);

@@ -22,7 +22,7 @@ namespace {
 __global__ void dropoutKernel(int64_t n, const float *in, float *out,
                               DropoutParams p,
                               const StepCounters *counters) {
-  p.step = static_cast<uint64_t>(counters->step);
+  p.step = static_cast<uint64_t>(counters->batch);
   const int64_t groups = (n + kDropoutGroup - 1) / kDropoutGroup;
   for (int64_t g = cuda::threadIndex(); g < groups; g += cuda::threadCount()) {
     bool keep[kDropoutGroup];

@@ -120,8 +120,7 @@ __global__ void gradCheckKernel(int64_t n, const float *g, float *status) {
 
 __global__ void accumulateKernel(int64_t n, float *acc, const float *g,
                                  bool first, float scale) {
-  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n)
+  for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
     acc[i] = (first ? g[i] : acc[i] + g[i]) * scale;
 }
 

@@ -426,7 +426,7 @@ TEST_F(Attention, UnmaskedMatchesReference) {
     SCOPED_TRACE(describe(a));
     Inputs in = randomInputs(a, seed);
     seed += 10;
-    expectMatches(run(a, in), attentionReference(a, in, ctx.seed, ctx.step));
+    expectMatches(run(a, in), attentionReference(a, in, ctx.seed, ctx.batch));
   }
 }
 
@@ -449,7 +449,7 @@ TEST_F(Attention, CausalMaskBroadcastOverHeads) {
   in.fullMask =
       expandMask(a, [](int64_t, int64_t i, int64_t j) { return j > i; });
   Result r = run(a, in);
-  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.batch));
   // Query 0 sees only key 0, so its output is v's row 0.
   for (int64_t c = 0; c < a.dv; ++c)
     EXPECT_NEAR(r.out[c], in.v[c], 1e-6f) << "channel " << c;
@@ -476,7 +476,7 @@ TEST_F(Attention, PaddingMask) {
   in.fullMask = expandMask(
       a, [&](int64_t h, int64_t, int64_t j) { return j >= length[h / 3]; });
   Result r = run(a, in);
-  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.batch));
   // Padded keys get no gradient at all.
   for (int64_t h = 0; h < a.batch; ++h)
     expectNoKeyGradient(r, a, h, length[h / 3]);
@@ -497,7 +497,7 @@ TEST_F(Attention, LeftPaddingMask) {
       in.mask[b * sk + j] = j < pad[b] ? 1 : 0;
   in.fullMask =
       expandMask(a, [&](int64_t h, int64_t, int64_t j) { return j < pad[h]; });
-  expectMatches(run(a, in), attentionReference(a, in, ctx.seed, ctx.step));
+  expectMatches(run(a, in), attentionReference(a, in, ctx.seed, ctx.batch));
 }
 
 TEST_F(Attention, PerHeadMaskWithFullyMaskedRow) {
@@ -524,7 +524,7 @@ TEST_F(Attention, PerHeadMaskWithFullyMaskedRow) {
     return in.mask[((h % 3) * sq + i) * sk + j] != 0;
   });
   Result r = run(a, in);
-  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.batch));
   for (int64_t h : {1, 4}) {
     EXPECT_EQ(r.lse[h * sq + 2], -std::numeric_limits<float>::infinity());
     for (int64_t c = 0; c < a.dv; ++c)
@@ -547,7 +547,7 @@ TEST_F(Attention, FullyMaskedRow) {
              0, 0, 0, 1};
   in.fullMask = in.mask;
   Result r = run(a, in);
-  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.batch));
   EXPECT_EQ(r.lse[1], -std::numeric_limits<float>::infinity());
   for (int64_t c = 0; c < a.dv; ++c)
     EXPECT_EQ(r.out[a.dv + c], 0.0f);
@@ -565,10 +565,10 @@ TEST_F(Attention, DropoutMatchesReference) {
   a.dropout = 0.25f;
   a.stream = 7;
   ctx.seed = 20240611;
-  ctx.step = 3;
+  ctx.batch = 3;
   Inputs in = randomInputs(a, 500);
   Result r = run(a, in);
-  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step));
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.batch));
 
   // With a causal mask as well.
   AttentionDims masked = attentionDims(2, 23, 23, 16, 8, 0.25f);
@@ -584,7 +584,7 @@ TEST_F(Attention, DropoutMatchesReference) {
   maskedIn.fullMask =
       expandMask(masked, [](int64_t, int64_t i, int64_t j) { return j > i; });
   expectMatches(run(masked, maskedIn),
-                attentionReference(masked, maskedIn, ctx.seed, ctx.step));
+                attentionReference(masked, maskedIn, ctx.seed, ctx.batch));
 
   // Another step, or another stream, draws another mask: nearly every output
   // row mixes 23 keep decisions, so nearly every element changes.
@@ -595,9 +595,9 @@ TEST_F(Attention, DropoutMatchesReference) {
     return count;
   };
   const int64_t outSize = static_cast<int64_t>(r.out.size());
-  ctx.step = 4;
+  ctx.batch = 4;
   EXPECT_GT(differing(run(a, in).out), outSize * 9 / 10);
-  ctx.step = 3;
+  ctx.batch = 3;
   a.stream = 8;
   EXPECT_GT(differing(run(a, in).out), outSize * 9 / 10);
   a.stream = 7;
@@ -614,7 +614,7 @@ TEST_F(Attention, Deterministic) {
   a.maskRowStride = s;
   a.maskColStride = 1;
   ctx.seed = 99;
-  ctx.step = 5;
+  ctx.batch = 5;
   Inputs in = randomInputs(a, 600);
   in.mask.resize(s * s);
   for (int64_t i = 0; i < s; ++i)
@@ -637,7 +637,7 @@ TEST_F(Attention, LargestHeadDims) {
     SCOPED_TRACE(describe(a));
     Inputs in = randomInputs(a, seed);
     seed += 10;
-    expectMatches(run(a, in), attentionReference(a, in, ctx.seed, ctx.step));
+    expectMatches(run(a, in), attentionReference(a, in, ctx.seed, ctx.batch));
   }
 }
 
@@ -651,7 +651,7 @@ TEST_F(Attention, LargeScoresDoNotOverflow) {
   AttentionDims a = attentionDims(2, 21, 21, 16, 16, 20.0f);
   Inputs in = randomInputs(a, 800);
   Result r = run(a, in);
-  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.step), kRel,
+  expectMatches(r, attentionReference(a, in, ctx.seed, ctx.batch), kRel,
                 /*abs=*/1e-4, /*gradAbs=*/2e-4);
   for (float x : r.lse)
     EXPECT_GT(x, 50.0f);
@@ -673,7 +673,7 @@ TEST_F(Attention, SixteenBitMatchesReference) {
       seed += 10;
       Inputs16 bits = roundInputs(in, storage);
       expectMatches16(run16(a, storage, in, bits),
-                      attentionReference(a, in, ctx.seed, ctx.step), storage);
+                      attentionReference(a, in, ctx.seed, ctx.batch), storage);
     }
 }
 
@@ -686,7 +686,7 @@ TEST_F(Attention, SixteenBitCausalMaskAndDropout) {
   a.maskRowStride = sk;
   a.maskColStride = 1;
   ctx.seed = 4321;
-  ctx.step = 6;
+  ctx.batch = 6;
   unsigned seed = 950;
   for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
     SCOPED_TRACE(storageName(storage));
@@ -700,7 +700,7 @@ TEST_F(Attention, SixteenBitCausalMaskAndDropout) {
         expandMask(a, [](int64_t, int64_t i, int64_t j) { return j > i; });
     Inputs16 bits = roundInputs(in, storage);
     Result r = run16(a, storage, in, bits);
-    expectMatches16(r, attentionReference(a, in, ctx.seed, ctx.step), storage);
+    expectMatches16(r, attentionReference(a, in, ctx.seed, ctx.batch), storage);
     // Keys no query sees get no gradient at all.
     for (int64_t h = 0; h < a.batch; ++h)
       expectNoKeyGradient(r, a, h, sq);
@@ -728,7 +728,7 @@ TEST_F(Attention, SixteenBitFullyMaskedHead) {
         a, [](int64_t h, int64_t, int64_t j) { return h == 1 || j >= 50; });
     Inputs16 bits = roundInputs(in, storage);
     Result r = run16(a, storage, in, bits);
-    expectMatches16(r, attentionReference(a, in, ctx.seed, ctx.step), storage);
+    expectMatches16(r, attentionReference(a, in, ctx.seed, ctx.batch), storage);
     for (int64_t i = 0; i < sq; ++i) {
       EXPECT_EQ(r.lse[sq + i], -std::numeric_limits<float>::infinity());
       for (int64_t c = 0; c < a.dv; ++c)

@@ -78,7 +78,7 @@ TEST_F(Kernels, DropoutMaskAndScale) {
   const float ratio = 0.3f;
   const float scale = 1.0f / (1.0f - ratio);
   ctx.seed = 42;
-  ctx.step = 7;
+  ctx.batch = 7;
   std::vector<float> xv = randomNonzero(n, 1);
   float *x = upload(xv);
   float *y = upload(std::vector<float>(n, 9.0f), 3);
@@ -114,7 +114,7 @@ TEST_F(Kernels, DropoutIsAFunctionOfSeedStepStream) {
   float *x = upload(std::vector<float>(n, 1.0f));
   auto run = [&](uint64_t seed, int64_t step, uint64_t stream) {
     ctx.seed = seed;
-    ctx.step = step;
+    ctx.batch = step;
     float *y = upload(std::vector<float>(n, 9.0f));
     dropoutForward(ctx, n, x, y, ratio, stream);
     return download(y, n);

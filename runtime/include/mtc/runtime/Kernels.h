@@ -400,7 +400,7 @@ void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
 
 /// Inverted dropout: y = keep ? x * s : 0 with s = 1.0f / (1.0f - ratio)
 /// formed in float (the value PyTorch's mask holds). Whether element i is
-/// kept is a pure function of (trainingSeed(ctx), stepCounter(ctx), stream,
+/// kept is a pure function of (trainingSeed(ctx), batchCounter(ctx), stream,
 /// i) through a counter-based generator, identical on CPU and CUDA, so the
 /// backward (and any recomputation) regenerates the same mask without
 /// storing it. `stream` tells apart the dropout ops of one model.

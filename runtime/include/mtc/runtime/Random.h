@@ -121,7 +121,7 @@ MTC_HOST_DEVICE inline float dropoutElement(float x, bool keep,
 /// whatever changes from step to step is read from device memory. The CUDA
 /// runtime uploads them before every step.
 struct StepCounters {
-  long long step;          ///< stepCounter(ctx)
+  long long batch;         ///< batchCounter(ctx): keys the dropout masks
   long long optimizerStep; ///< optimizer steps including this one
 };
 

@@ -137,6 +137,11 @@ int trainerMain(int argc, char **argv, const ModelDesc &desc);
 /// The current optimizer step, 1 on the first step.
 int64_t stepCounter(const Context &ctx);
 
+/// Batches run including the current one, 1 on the first: stepCounter(ctx)
+/// without gradient accumulation, (step - 1) * K + microBatch(ctx) + 1 with
+/// K micro-batches per optimizer step. It keys the dropout masks.
+int64_t batchCounter(const Context &ctx);
+
 /// The micro-batch of the current optimizer step, from 0 to
 /// ModelDesc::accumulateSteps - 1 (always 0 without accumulation).
 int64_t microBatch(const Context &ctx);
