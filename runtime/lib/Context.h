@@ -75,9 +75,10 @@ struct Context {
   /// Whether the last epilogue GEMM ran as one (lastGemmUsedEpilogue).
   bool lastGemmEpilogue = false;
   /// cuBLASLt's answer per GEMM (data type, transposes, sizes, leading
-  /// dimensions, epilogue): whether it has an algorithm, and which.
+  /// dimensions, epilogue, the pointers' alignments): whether it has an
+  /// algorithm, and which.
   struct LtAlgo {
-    int64_t key[10];
+    int64_t key[14];
     bool found;
     cublasLtMatmulAlgo_t algo;
   };

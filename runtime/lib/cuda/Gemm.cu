@@ -149,8 +149,21 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
       !cublasLtMatrixLayoutCreate(&lb, type, transA ? m : k, transA ? k : m,
                                   lda) &&
       !cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, ldc);
-  const int64_t key[] = {int64_t(type), transA, transB, m,   n,
-                         k,             lda,    ldb,    ldc, int64_t(epilogue)};
+  // The heuristic may pick an algorithm that assumes 256-byte aligned
+  // operands unless told otherwise: it is told each pointer's alignment,
+  // which is part of the key.
+  auto alignment = [](const void *p) {
+    uint32_t bytes = 256;
+    while (bytes > 1 && reinterpret_cast<uintptr_t>(p) % bytes != 0)
+      bytes /= 2;
+    return bytes;
+  };
+  const uint32_t alignA = alignment(b), alignB = alignment(a),
+                 alignC = alignment(c);
+  const int64_t key[] = {int64_t(type), transA, transB, m, n, k, lda, ldb, ldc,
+                         int64_t(epilogue), alignA, alignB, alignC,
+                         vector ? alignment(vector) : 0};
+  static_assert(sizeof(key) == sizeof(Context::LtAlgo::key));
   auto cached = std::find_if(
       ctx.ltAlgos.begin(), ctx.ltAlgos.end(), [&](const Context::LtAlgo &e) {
         return std::equal(std::begin(key), std::end(key), e.key);
@@ -165,6 +178,18 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
         !cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
             sizeof(workspace)) &&
+        !cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignA,
+            sizeof(alignA)) &&
+        !cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignB,
+            sizeof(alignB)) &&
+        !cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC,
+            sizeof(alignC)) &&
+        !cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignC,
+            sizeof(alignC)) &&
         !cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc, la, lb, lc, lc, pref, 1,
                                         &heuristic, &found) &&
         found > 0;
@@ -174,12 +199,18 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
   }
   ok = ok && cached->found;
   if (ok) {
-    // A failed launch is reported; the fallback does not run on top of it.
-    cuda::checkBlas(ctx,
-                    cublasLtMatmul(ctx.lt, desc, &one, b, la, a, lb, &zero, c,
-                                   lc, c, lc, &cached->algo, ctx.ltWorkspace,
-                                   workspace, ctx.stream),
-                    "cublasLtMatmul");
+    cublasStatus_t status =
+        cublasLtMatmul(ctx.lt, desc, &one, b, la, a, lb, &zero, c, lc, c, lc,
+                       &cached->algo, ctx.ltWorkspace, workspace, ctx.stream);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED ||
+        status == CUBLAS_STATUS_INVALID_VALUE) {
+      // Refused before anything ran: the caller's plain GEMM runs instead,
+      // now and for every later call of this shape.
+      cached->found = false;
+      ok = false;
+    } else {
+      cuda::checkBlas(ctx, status, "cublasLtMatmul");
+    }
   }
   if (pref)
     cublasLtMatmulPreferenceDestroy(pref);
