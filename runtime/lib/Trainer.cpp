@@ -845,6 +845,29 @@ void printProfile(const Context &ctx, const ModelDesc &desc, int64_t steps) {
               "%.1f GB/s\n",
               elementwise, elementwiseMs, elementwiseBytes / 1e9,
               perSecond(elementwiseBytes, elementwiseMs));
+  // Per kind of op (all convolutions, all optimizer updates...), then the
+  // single ops that take the most time.
+  // A generated kernel's name follows its op's ("mtc.fused k3_fused_...").
+  std::vector<std::pair<std::string, std::pair<double, int>>> kinds;
+  for (int i = 0; i < n; ++i) {
+    const double ms = ctx.profileMs[i] / static_cast<double>(profiled);
+    std::string kind = desc.profileOps[i].name;
+    kind = kind.substr(0, kind.find(' '));
+    auto it = std::find_if(kinds.begin(), kinds.end(),
+                           [&](const auto &k) { return k.first == kind; });
+    if (it == kinds.end())
+      kinds.push_back({kind, {ms, 1}});
+    else
+      it->second.first += ms, ++it->second.second;
+  }
+  std::sort(kinds.begin(), kinds.end(), [](const auto &a, const auto &b) {
+    return a.second.first > b.second.first;
+  });
+  std::printf("   ms/step      %%    ops  kind\n");
+  for (const auto &[name, timeAndCount] : kinds)
+    std::printf("  %8.3f %5.1f%% %6d  %s\n", timeAndCount.first,
+                totalMs > 0.0 ? 100.0 * timeAndCount.first / totalMs : 0.0,
+                timeAndCount.second, name.c_str());
   std::printf("   ms/step      %%     GB/s  GFLOP/s  op\n");
   for (int rank = 0; rank < n && rank < 25; ++rank) {
     const ProfileOp &op = desc.profileOps[order[rank]];
