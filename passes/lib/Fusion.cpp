@@ -146,6 +146,9 @@ private:
   /// Marks slices and transposes whose readers can read them through
   /// strides (kStridedView; see formStridedViews).
   void formStridedViews(func::FuncOp func);
+  /// Computes a softmax cross-entropy and its gradient in one op (see
+  /// formLossWithGrad).
+  void formLossWithGrad(func::FuncOp func);
 };
 
 bool FusionPass::continuesRun(ArrayRef<Operation *> run, Operation *op) {
@@ -200,6 +203,7 @@ FusedOp FusionPass::build(ArrayRef<Operation *> group) {
 }
 
 void FusionPass::fuse(func::FuncOp func) {
+  formLossWithGrad(func);
   formConcats(func);
   formEpilogues(func);
   foldConversions(func);
@@ -243,6 +247,60 @@ void FusionPass::fuse(func::FuncOp func) {
   groupUpdates(func);
   markRowEpilogues(func);
   formStridedViews(func);
+}
+
+/// softmax_cross_entropy over [N, C] logits (mean or sum) whose
+/// log-probabilities only its softmax_cross_entropy_grad reads, with the
+/// gradient's 16-bit conversion when that is the gradient's one reader,
+/// becomes one softmax_cross_entropy_with_grad where the loss was: the
+/// log-probabilities (and the float32 gradient) are never stored, and the
+/// logits are read twice instead of five times. Its incoming gradient must
+/// be an argument or a constant (then moved before the loss).
+void FusionPass::formLossWithGrad(func::FuncOp func) {
+  SmallVector<SoftmaxCrossEntropyOp> losses;
+  func.walk([&](SoftmaxCrossEntropyOp op) { losses.push_back(op); });
+  for (SoftmaxCrossEntropyOp loss : losses) {
+    Value logProb = loss.getLogProb();
+    if (shapeOf(loss.getLogits()).size() != 2 || loss.getReduction() == "none" ||
+        !logProb.hasOneUse())
+      continue;
+    auto grad = dyn_cast<SoftmaxCrossEntropyGradOp>(*logProb.user_begin());
+    if (!grad || grad.getLabels() != loss.getLabels() ||
+        grad.getReduction() != loss.getReduction() ||
+        grad.getIgnoreIndexAttr() != loss.getIgnoreIndexAttr())
+      continue;
+    Value dloss = grad.getGrad();
+    Operation *seed = dloss.getDefiningOp();
+    if (seed && !isa<ConstantOp>(seed))
+      continue;
+    Value dlogits = grad.getOutput();
+    auto convert = dlogits.hasOneUse()
+                       ? dyn_cast<ConvertOp>(*dlogits.user_begin())
+                       : ConvertOp();
+    if (convert && !isa<BFloat16Type, Float16Type>(
+                       getElementTypeOrSelf(convert.getOutput().getType())))
+      convert = ConvertOp();
+    if (seed && !seed->isBeforeInBlock(loss))
+      seed->moveBefore(loss);
+    OpBuilder b(loss);
+    Type dlogitsType = convert ? convert.getType() : dlogits.getType();
+    auto fused = b.create<SoftmaxCrossEntropyWithGradOp>(
+        loss.getLoc(), TypeRange{loss.getLoss().getType(), dlogitsType},
+        loss.getLogits(), loss.getLabels(), dloss, loss.getReductionAttr(),
+        loss.getIgnoreIndexAttr());
+    // It starts the backward pass: its gradient is the big result.
+    fused->setAttr(attr::kBackward, b.getUnitAttr());
+    loss.getLoss().replaceAllUsesWith(fused.getLoss());
+    if (convert) {
+      convert.getOutput().replaceAllUsesWith(fused.getDlogits());
+      convert.erase();
+    } else {
+      dlogits.replaceAllUsesWith(fused.getDlogits());
+    }
+    grad.erase();
+    loss.erase();
+    ++numLossWithGrad;
+  }
 }
 
 /// The axis a zero pad pads along and its begin pad, or failure when it

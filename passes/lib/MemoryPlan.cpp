@@ -260,7 +260,8 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
         // A narrowing conversion's result fits in its input's bytes, but
         // keeps all of them as long as it lives (see narrowsInPlace).
         int64_t bytes = alignTo(getTensorBytes(r.getType()), alignment);
-        bool narrowing = isa<ConvertOp>(op) && narrowsInPlace(r);
+        bool narrowing = isa<ConvertOp, SoftmaxCrossEntropyWithGradOp>(op) &&
+                         narrowsInPlace(r);
         if (buf.end == index[&op] &&
             (buf.bytes == bytes || (narrowing && buf.bytes > bytes))) {
           bufferOf[r] = shared;

@@ -215,9 +215,9 @@ static cl::opt<bool> noFusion(
     "no-fusion",
     cl::desc("Run every op as its own kernel: no fused elementwise chains, "
              "GEMM bias epilogues, layer norms in the kernel before them, "
-             "strided views instead of copies or concats instead of padded "
-             "sums (for comparisons; on the CPU in fp32 fusion changes no "
-             "bit of the results)"),
+             "strided views instead of copies, concats instead of padded "
+             "sums or the loss computed with its gradient (for comparisons; "
+             "on the CPU in fp32 fusion changes no bit of the results)"),
     cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> noFlashAttention(
     "no-flash-attention",

@@ -1179,6 +1179,26 @@ void Emitter::emitOpBody(Operation *op) {
                    ptr(o.getLabels()) + ", " + red + ", " + ignore + ", " +
                    ptr(o.getOutput()) + ")");
       })
+      .Case([&](SoftmaxCrossEntropyWithGradOp o) {
+        ArrayRef<int64_t> x = shapeOf(o.getLogits());
+        std::string ignore =
+            o.getIgnoreIndexAttr()
+                ? std::to_string(o.getIgnoreIndexAttr().getInt()) + "LL"
+                : "INT64_MIN";
+        bool narrow = isLowPrecision(o.getDlogits());
+        emitCall(llvm::formatv(
+                     "softmaxCrossEntropyWithGrad(ctx, {0}, {1}, {2}, {3}, {4}, "
+                     "{5}, {6}, {7}, {8}, {9}, {10}, {11})",
+                     x[0], x[1], ptr(o.getLogits()), ptr(o.getLabels()),
+                     ptr(o.getDloss()),
+                     o.getReduction() == "mean" ? "Reduction::Mean"
+                                                : "Reduction::Sum",
+                     ignore, ptr(o.getLoss()), ptr(o.getDlogits()),
+                     narrow ? "true" : "false",
+                     narrow ? storage16(o.getDlogits()) : "Storage16::Bf16",
+                     workspace(op))
+                     .str());
+      })
       .Case([&](CountCorrectOp cc) {
         ArrayRef<int64_t> x = shapeOf(cc.getLogits());
         int64_t d = numel(cc.getLogits()) / (x[0] * x[1]);

@@ -11,10 +11,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
+#include "SoftmaxRow.h"
 #include "mtc/runtime/Parallel.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -27,16 +30,14 @@ bool isValidLabel(int64_t label, int64_t c, int64_t ignoreIndex) {
   return label != ignoreIndex && label >= 0 && label < c;
 }
 
-} // namespace
-
-void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c, int64_t d,
-                                const float *logits, const int64_t *labels,
-                                Reduction reduction, int64_t ignoreIndex,
-                                float *loss, float *logProb) {
-  softmaxForward(ctx, n, c, d, logits, logProb, /*log=*/true);
-
-  // Serial on purpose: it is cheap (one label per position), and the first
-  // bad label reported is then always the same one.
+/// The loss from each position's log-probability of its label
+/// (`logProbOf(pos, label)`), reporting the first bad label. Serial on
+/// purpose: it is cheap (one label per position), and the first bad label
+/// reported is then always the same one.
+template <typename LogProbOf>
+void reduceLoss(Context &ctx, int64_t n, int64_t c, int64_t d,
+                const int64_t *labels, Reduction reduction,
+                int64_t ignoreIndex, float *loss, LogProbOf logProbOf) {
   double sum = 0.0;
   int64_t count = 0;
   for (int64_t pos = 0; pos < n * d; ++pos) {
@@ -51,8 +52,7 @@ void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c, int64_t d,
               " is outside the " + std::to_string(c) + " classes [0, " +
               std::to_string(c) + ")",
           pos / d);
-    float value =
-        valid ? -logProb[((pos / d) * c + label) * d + pos % d] : 0.0f;
+    float value = valid ? -logProbOf(pos, label) : 0.0f;
     if (reduction == Reduction::None) {
       loss[pos] = value;
       continue;
@@ -67,19 +67,39 @@ void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c, int64_t d,
                         : std::numeric_limits<float>::quiet_NaN();
 }
 
+/// The factor softmaxCrossEntropyBackward scales (softmax - onehot) by.
+float gradientScale(int64_t positions, int64_t c, const float *dloss,
+                    const int64_t *labels, Reduction reduction,
+                    int64_t ignoreIndex) {
+  if (reduction == Reduction::Sum)
+    return dloss[0];
+  int64_t count = 0;
+  for (int64_t pos = 0; pos < positions; ++pos)
+    count += isValidLabel(labels[pos], c, ignoreIndex) ? 1 : 0;
+  return count > 0 ? dloss[0] / static_cast<float>(count) : 0.0f;
+}
+
+} // namespace
+
+void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c, int64_t d,
+                                const float *logits, const int64_t *labels,
+                                Reduction reduction, int64_t ignoreIndex,
+                                float *loss, float *logProb) {
+  softmaxForward(ctx, n, c, d, logits, logProb, /*log=*/true);
+  reduceLoss(ctx, n, c, d, labels, reduction, ignoreIndex, loss,
+             [&](int64_t pos, int64_t label) {
+               return logProb[((pos / d) * c + label) * d + pos % d];
+             });
+}
+
 void softmaxCrossEntropyBackward(Context &, int64_t n, int64_t c, int64_t d,
                                  const float *dloss, const float *logProb,
                                  const int64_t *labels, Reduction reduction,
                                  int64_t ignoreIndex, float *dlogits) {
-  float scale = 0.0f;
-  if (reduction == Reduction::Sum) {
-    scale = dloss[0];
-  } else if (reduction == Reduction::Mean) {
-    int64_t count = 0;
-    for (int64_t pos = 0; pos < n * d; ++pos)
-      count += isValidLabel(labels[pos], c, ignoreIndex) ? 1 : 0;
-    scale = count > 0 ? dloss[0] / static_cast<float>(count) : 0.0f;
-  }
+  float scale = reduction == Reduction::None
+                    ? 0.0f
+                    : gradientScale(n * d, c, dloss, labels, reduction,
+                                    ignoreIndex);
   const bool parallel = n * c * d >= cpu::kParallelGrain;
   cpu::parallelFor(0, n, parallel, [&](int64_t img) {
     for (int64_t ci = 0; ci < c; ++ci) {
@@ -97,6 +117,62 @@ void softmaxCrossEntropyBackward(Context &, int64_t n, int64_t c, int64_t d,
       }
     }
   });
+}
+
+
+void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
+                                 const float *logits, const int64_t *labels,
+                                 const float *dloss, Reduction reduction,
+                                 int64_t ignoreIndex, float *loss,
+                                 void *dlogits, bool narrow, Storage16 storage,
+                                 void *workspace) {
+  // Each row's maximum and log of its sum of exponentials, as
+  // softmaxForward computes them; log_softmax is then (x - max) - logSum.
+  float *shift = static_cast<float *>(workspace);
+  const bool parallel = n * c >= cpu::kParallelGrain;
+  cpu::parallelFor(0, n, parallel, [&](int64_t row) {
+    cpu::softmaxRowShift(c, logits + row * c, shift[2 * row], shift[2 * row + 1]);
+  });
+  auto logProb = [&](int64_t row, int64_t i) {
+    return logits[row * c + i] - shift[2 * row] - shift[2 * row + 1];
+  };
+  reduceLoss(ctx, n, c, 1, labels, reduction, ignoreIndex, loss, logProb);
+  const float scale =
+      gradientScale(n, c, dloss, labels, reduction, ignoreIndex);
+  auto gradient = [&](int64_t row, int64_t i) {
+    int64_t label = labels[row];
+    if (!isValidLabel(label, c, ignoreIndex))
+      return 0.0f;
+    return scale * (std::exp(logProb(row, i)) - (i == label ? 1.0f : 0.0f));
+  };
+  auto rows = [&](int64_t first, int64_t last, bool to16) {
+    cpu::parallelFor(first, last, parallel && last - first > 1,
+                     [&](int64_t row) {
+                       if (!to16) {
+                         float *dst = static_cast<float *>(dlogits) + row * c;
+                         for (int64_t i = 0; i < c; ++i)
+                           dst[i] = gradient(row, i);
+                         return;
+                       }
+                       uint16_t *dst = static_cast<uint16_t *>(dlogits) + row * c;
+                       for (int64_t i = 0; i < c; ++i)
+                         dst[i] = storage == Storage16::Bf16
+                                      ? floatToBf16(gradient(row, i))
+                                      : floatToHalf(gradient(row, i));
+                     });
+  };
+  if (!narrow || dlogits != static_cast<const void *>(logits) || n == 0) {
+    rows(0, n, narrow);
+    return;
+  }
+  // In place in 16 bits: row r's 16-bit values overwrite the float32 rows
+  // r / 2 to (r + 1) / 2. Row 0 goes through float32 and narrowInPlace;
+  // then rows [1, 2), [2, 4), [4, 8)... each write only rows earlier
+  // phases have read.
+  rows(0, 1, false);
+  narrowInPlace(ctx, storage, static_cast<float *>(dlogits), c);
+  for (int64_t first = 1; first < n; first *= 2)
+    rows(first, std::min(n, 2 * first), true);
 }
 
 } // namespace mtc::rt

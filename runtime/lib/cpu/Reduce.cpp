@@ -13,6 +13,7 @@
 
 #include "Context.h"
 #include "KernelCommon.h"
+#include "SoftmaxRow.h"
 #include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
@@ -98,14 +99,8 @@ void softmaxForward(Context &, int64_t outer, int64_t dim, int64_t inner,
     const float *src = x + base;
     float *dst = y + base;
     // Subtracting the max keeps exp() finite for any input.
-    float maxValue = -INFINITY;
-    for (int64_t i = 0; i < dim; ++i)
-      maxValue = std::max(maxValue, src[i * inner]);
-    if (std::isinf(maxValue))
-      maxValue = maxValue > 0 ? maxValue : 0.0f;
-    double sum = 0.0;
-    for (int64_t i = 0; i < dim; ++i)
-      sum += std::exp(src[i * inner] - maxValue);
+    float maxValue;
+    double sum = cpu::softmaxRowSum(dim, src, inner, maxValue);
     if (log) {
       float logSum = static_cast<float>(std::log(sum));
       for (int64_t i = 0; i < dim; ++i)

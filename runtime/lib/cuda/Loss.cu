@@ -18,6 +18,9 @@
 
 #include "Launch.h"
 
+#include <algorithm>
+
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/LayerNormRow.h" // cuda::blockSum
 
@@ -135,6 +138,90 @@ __global__ void ceBackwardKernel(int64_t n, int64_t c, int64_t d,
   }
 }
 
+constexpr int kRowThreads = 512;
+
+__device__ inline float blockMax(float value, float *scratch) {
+  scratch[threadIdx.x] = value;
+  __syncthreads();
+  for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width)
+      scratch[threadIdx.x] =
+          fmaxf(scratch[threadIdx.x], scratch[threadIdx.x + width]);
+    __syncthreads();
+  }
+  float result = scratch[0];
+  __syncthreads();
+  return result;
+}
+
+/// softmaxCrossEntropyWithGrad's rows [first, last), a block per row: the
+/// row's maximum and sum of exponentials (as softmaxForwardKernel), its
+/// loss term into rowLoss, then the gradient as ceBackwardKernel writes
+/// it, as float (Out = float) or rounded to 16 bits (Out = uint16_t).
+template <typename Out>
+__global__ void
+ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c,
+                     const float *logits, const int64_t *labels,
+                     const float *dloss, bool mean, int64_t ignoreIndex,
+                     float *rowLoss, Out *dlogits, bool bf16,
+                     cuda::DeviceErrorRecord *errors) {
+  __shared__ float scratch[kRowThreads];
+  float scale = dloss[0];
+  if (mean) {
+    long long count = gValidLabels;
+    scale = count > 0 ? scale / static_cast<float>(count) : 0.0f;
+  }
+  for (int64_t row = first + blockIdx.x; row < last; row += gridDim.x) {
+    const float *src = logits + row * c;
+    float maxValue = -INFINITY;
+    for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
+      maxValue = fmaxf(maxValue, src[i]);
+    maxValue = blockMax(maxValue, scratch);
+    if (isinf(maxValue) && maxValue < 0)
+      maxValue = 0.0f;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
+      sum += expf(src[i] - maxValue);
+    const float logSum = logf(cuda::blockSum(sum, scratch));
+    const long long label = labels[row];
+    const bool valid = isValidLabel(label, c, ignoreIndex);
+    if (threadIdx.x == 0) {
+      if (!valid && label != ignoreIndex)
+        recordBadLabel(errors, label, row, c, 1);
+      rowLoss[row] = valid ? -(src[label] - maxValue - logSum) : 0.0f;
+    }
+    // Every thread has read the whole row (the reductions synchronize)
+    // before any writes over it.
+    Out *dst = dlogits + row * c;
+    for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
+      float g = valid ? scale * (expf(src[i] - maxValue - logSum) -
+                                 (i == label ? 1.0f : 0.0f))
+                      : 0.0f;
+      if constexpr (sizeof(Out) == sizeof(float))
+        dst[i] = g;
+      else
+        dst[i] = bf16 ? floatToBf16(g) : floatToHalf(g);
+    }
+    __syncthreads();
+  }
+}
+
+/// The loss from the rows' terms: one block, double, a fixed tree.
+__global__ void ceRowLossReduceKernel(int64_t n, const float *rowLoss,
+                                      bool mean, float *loss) {
+  __shared__ double sums[kReduceThreads];
+  double sum = 0.0;
+  for (int64_t row = threadIdx.x; row < n; row += blockDim.x)
+    sum += rowLoss[row];
+  sum = cuda::blockSum(sum, sums);
+  if (threadIdx.x != 0)
+    return;
+  if (!mean)
+    loss[0] = static_cast<float>(sum);
+  else
+    loss[0] = gValidLabels > 0 ? static_cast<float>(sum / gValidLabels) : NAN;
+}
+
 } // namespace
 
 void softmaxCrossEntropyForward(Context &ctx, int64_t n, int64_t c, int64_t d,
@@ -172,6 +259,48 @@ void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c, int64_t d,
   ceBackwardKernel<<<cuda::gridFor(n * c * d), cuda::kBlock, 0, ctx.stream>>>(
       n, c, d, dloss, logProb, labels, reduction, ignoreIndex, dlogits);
   checkLaunch(ctx, "ceBackwardKernel");
+}
+
+void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
+                                 const float *logits, const int64_t *labels,
+                                 const float *dloss, Reduction reduction,
+                                 int64_t ignoreIndex, float *loss,
+                                 void *dlogits, bool narrow, Storage16 storage,
+                                 void *workspace) {
+  cuda::DeviceErrorRecord *errors = cuda::deviceErrorRecord(ctx);
+  const bool mean = reduction == Reduction::Mean;
+  const bool bf16 = storage == Storage16::Bf16;
+  float *rowLoss = static_cast<float *>(workspace);
+  ceCountKernel<<<1, kReduceThreads, 0, ctx.stream>>>(n, c, labels,
+                                                      ignoreIndex);
+  checkLaunch(ctx, "ceCountKernel");
+  auto rows = [&](int64_t first, int64_t last, bool to16) {
+    if (last <= first)
+      return;
+    unsigned grid = static_cast<unsigned>(std::min<int64_t>(last - first, 65536));
+    if (to16)
+      ceWithGradRowsKernel<uint16_t><<<grid, kRowThreads, 0, ctx.stream>>>(
+          first, last, c, logits, labels, dloss, mean, ignoreIndex, rowLoss,
+          static_cast<uint16_t *>(dlogits), bf16, errors);
+    else
+      ceWithGradRowsKernel<float><<<grid, kRowThreads, 0, ctx.stream>>>(
+          first, last, c, logits, labels, dloss, mean, ignoreIndex, rowLoss,
+          static_cast<float *>(dlogits), bf16, errors);
+    checkLaunch(ctx, "ceWithGradRowsKernel");
+  };
+  if (!narrow || dlogits != static_cast<const void *>(logits) || n == 0) {
+    rows(0, n, narrow);
+  } else {
+    // In place in 16 bits: as on the CPU, row 0 through float32 and
+    // narrowInPlace, then rows [1, 2), [2, 4)... in phases.
+    rows(0, 1, false);
+    narrowInPlace(ctx, storage, static_cast<float *>(dlogits), c);
+    for (int64_t first = 1; first < n; first *= 2)
+      rows(first, std::min(n, 2 * first), true);
+  }
+  ceRowLossReduceKernel<<<1, kReduceThreads, 0, ctx.stream>>>(n, rowLoss, mean,
+                                                              loss);
+  checkLaunch(ctx, "ceRowLossReduceKernel");
 }
 
 } // namespace mtc::rt

@@ -625,6 +625,112 @@ TEST_F(Kernels, SoftmaxCrossEntropy) {
   expectNear(download(loss, 1), {std::log(4.0f)});
 }
 
+// The fused loss and gradient against the two kernels it replaces (the
+// same bits on the CPU, which share the row statistics; rounding on CUDA,
+// whose sums run in another order) and against the definition in double:
+// odd sizes, ignored labels, both reductions, float32 and 16-bit results,
+// in place and not.
+TEST_F(Kernels, SoftmaxCrossEntropyWithGradMatchesTheTwoKernels) {
+  const int64_t n = 37, c = 1031;
+  std::vector<float> x(n * c);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 4.0f * std::sin(0.37f * float(i)) + 0.01f * float(i % 97);
+  std::vector<int64_t> y(n);
+  for (int64_t r = 0; r < n; ++r)
+    y[r] = r % 5 == 3 ? -100 : (r * 389) % c;
+  const int64_t *labels = upload(y);
+  const float *dloss = upload<float>({0.75f});
+  // The definition in double.
+  std::vector<double> expected(n * c, 0.0);
+  double lossSum = 0.0;
+  int64_t valid = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    if (y[r] < 0)
+      continue;
+    double m = -INFINITY, sum = 0.0;
+    for (int64_t i = 0; i < c; ++i)
+      m = std::max(m, double(x[r * c + i]));
+    for (int64_t i = 0; i < c; ++i)
+      sum += std::exp(double(x[r * c + i]) - m);
+    lossSum += std::log(sum) + m - x[r * c + y[r]];
+    ++valid;
+    for (int64_t i = 0; i < c; ++i)
+      expected[r * c + i] =
+          std::exp(double(x[r * c + i]) - m) / sum - (i == y[r] ? 1.0 : 0.0);
+  }
+  for (Reduction reduction : {Reduction::Mean, Reduction::Sum}) {
+    const double scale = reduction == Reduction::Mean ? 0.75 / valid : 0.75;
+    std::vector<double> grad(expected);
+    for (double &g : grad)
+      g *= scale;
+    const double lossExpected =
+        reduction == Reduction::Mean ? lossSum / valid : lossSum;
+    // The two kernels.
+    float *logits = upload(x);
+    float *loss = upload<float>({0});
+    float *logProb = upload(std::vector<float>(n * c, 0.0f));
+    float *dlogits = upload(std::vector<float>(n * c, 0.0f));
+    softmaxCrossEntropyForward(ctx, n, c, 1, logits, labels, reduction, -100,
+                               loss, logProb);
+    softmaxCrossEntropyBackward(ctx, n, c, 1, dloss, logProb, labels,
+                                reduction, -100, dlogits);
+    const float twoLoss = download(loss, 1)[0];
+    const std::vector<float> twoGrad = download(dlogits, n * c);
+    expectRelNear({twoLoss}, {lossExpected}, 1e-5, 0.0);
+    expectRelNear(twoGrad, grad, 1e-4, 1e-9);
+    for (int to : {32, int(Storage16::Bf16), int(Storage16::F16)}) {
+      const bool narrow = to != 32;
+      const Storage16 storage = narrow ? Storage16(to) : Storage16::Bf16;
+      for (bool inPlace : {false, true}) {
+        SCOPED_TRACE(std::string(reduction == Reduction::Mean ? "mean" : "sum") +
+                     ", " + (narrow ? "16-bit" : "float32") +
+                     (inPlace ? ", in place" : ""));
+        float *in = upload(x);
+        float *out = inPlace ? in : upload(std::vector<float>(n * c, 9.0f));
+        float *fusedLoss = upload<float>({0});
+        void *ws = upload(std::vector<float>(
+            softmaxCrossEntropyWithGradWorkspaceBytes(n) / sizeof(float)));
+        softmaxCrossEntropyWithGrad(ctx, n, c, in, labels, dloss, reduction,
+                                    -100, fusedLoss, out, narrow, storage, ws);
+        EXPECT_FALSE(hasError(ctx));
+        const float l = download(fusedLoss, 1)[0];
+        std::vector<float> g(n * c);
+        if (narrow) {
+          std::vector<uint16_t> h =
+              download(reinterpret_cast<uint16_t *>(out), n * c);
+          for (int64_t i = 0; i < n * c; ++i)
+            g[i] = storage == Storage16::Bf16 ? bf16ToFloat(h[i])
+                                              : halfToFloat(h[i]);
+        } else {
+          g = download(out, n * c);
+        }
+#ifdef MTC_RUNTIME_CUDA
+        expectRelNear({l}, {double(twoLoss)}, 1e-6, 0.0);
+        for (int64_t i = 0; i < n * c; ++i) {
+          const float want = twoGrad[i];
+          if (!narrow)
+            ASSERT_NEAR(g[i], want, 1e-6f * std::fabs(want) + 1e-12f)
+                << "at " << i;
+          else // one 16-bit step either way (float16: 2^-24 near 0)
+            ASSERT_NEAR(g[i], want, 1e-2f * std::fabs(want) + 6e-8f)
+                << "at " << i;
+        }
+#else
+        EXPECT_EQ(l, twoLoss);
+        for (int64_t i = 0; i < n * c; ++i) {
+          const float want =
+              !narrow ? twoGrad[i]
+              : storage == Storage16::Bf16
+                  ? bf16ToFloat(floatToBf16(twoGrad[i]))
+                  : halfToFloat(floatToHalf(twoGrad[i]));
+          ASSERT_EQ(g[i], want) << "at " << i;
+        }
+#endif
+      }
+    }
+  }
+}
+
 TEST_F(Kernels, ReduceSum) {
   float *x = upload<float>({1, 2, 3, 4, 5, 6});
   float *y = upload<float>({0, 0, 0});

@@ -220,6 +220,19 @@ int64_t GlobalAvgPoolOp::getFlops() { return numel(getInput()); }
 int64_t ReduceSumOp::getFlops() { return numel(getInput()); }
 int64_t ReduceMeanOp::getFlops() { return numel(getInput()); }
 int64_t SoftmaxCrossEntropyOp::getFlops() { return 5 * numel(getLogits()); }
+int64_t SoftmaxCrossEntropyWithGradOp::getFlops() {
+  return 8 * numel(getLogits());
+}
+// The logits are read twice (maximum and sum, then the gradient).
+int64_t SoftmaxCrossEntropyWithGradOp::getBytesMoved() {
+  return 2 * getTensorBytes(getLogits().getType()) +
+         getTensorBytes(getLabels().getType()) +
+         getTensorBytes(getDlogits().getType());
+}
+int64_t SoftmaxCrossEntropyWithGradOp::getWorkspaceBytes() {
+  return static_cast<int64_t>(
+      rt::softmaxCrossEntropyWithGradWorkspaceBytes(shapeOf(getLogits())[0]));
+}
 int64_t AccumulateGradOp::getFlops() { return numel(getGrad()); }
 int64_t CountCorrectOp::getFlops() { return numel(getLogits()); }
 

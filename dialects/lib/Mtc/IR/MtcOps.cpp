@@ -811,6 +811,20 @@ bool mtc::sameOr16BitFirst(TypeRange inferred, TypeRange actual) {
            isa<BFloat16Type, Float16Type>(got.getElementType())));
 }
 
+LogicalResult SoftmaxCrossEntropyWithGradOp::verify() {
+  StringRef r = getReduction();
+  if (r != "mean" && r != "sum")
+    return emitOpError("reduction must be mean or sum, got '") << r << "'";
+  ArrayRef<int64_t> x = shapeOf(getLogits());
+  if (x.size() != 2 || shapeOf(getLabels()) != ArrayRef<int64_t>{x[0]})
+    return emitOpError("needs logits [N, C] and labels [N]");
+  if (shapeOf(getDlogits()) != x)
+    return emitOpError("dlogits must have the shape of logits");
+  if (!shapeOf(getDloss()).empty() || !shapeOf(getLoss()).empty())
+    return emitOpError("loss and dloss must be scalars");
+  return success();
+}
+
 Value mtc::inPlaceSource(OpResult r) {
   if (auto convert = dyn_cast<ConvertOp>(r.getOwner())) {
     auto from = cast<ShapedType>(convert.getInput().getType());
@@ -823,6 +837,10 @@ Value mtc::inPlaceSource(OpResult r) {
     return r == loss.getLogProb() ? loss.getLogits() : nullptr;
   if (auto grad = dyn_cast<SoftmaxCrossEntropyGradOp>(r.getOwner()))
     return grad.getLogProb();
+  // A float32 gradient row by row over the logits; a 16-bit one in phases
+  // of rows, as narrowInPlace does.
+  if (auto fused = dyn_cast<SoftmaxCrossEntropyWithGradOp>(r.getOwner()))
+    return r == fused.getDlogits() ? fused.getLogits() : nullptr;
   if (auto grad = dyn_cast<LayerNormGradOp>(r.getOwner()))
     return r == grad.getInputGrad() ? grad.getAccumulate() : nullptr;
   return nullptr;

@@ -188,6 +188,11 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     slice or transpose whose readers all copy through strides (transpose,
     slice, pad, concat, slice_grad, directly or through reshapes) gets
     `mtc.strided_view`: it copies nothing and its readers read its input.
+    A softmax cross-entropy over [N, C] logits whose log-probabilities only
+    its gradient reads becomes, with that gradient (and its 16-bit
+    conversion, if that is its one reader), one
+    `softmax_cross_entropy_with_grad`: the log-probabilities are never
+    stored.
     Runs after recomputation and before the memory plan.
 
     Example: `mtc-opt --mtc-fuse-elementwise`
@@ -214,6 +219,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
               "Sums of zero pads turned into one concat">,
     Statistic<"numStridedViews", "strided-views",
               "Slices and transposes read through strides, not copied">,
+    Statistic<"numLossWithGrad", "loss-with-grad",
+              "Softmax cross-entropies computed with their gradient">,
   ];
 }
 

@@ -262,6 +262,28 @@ void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c,
                                  Reduction reduction, int64_t ignoreIndex,
                                  float *dlogits);
 
+/// Scratch of softmaxCrossEntropyWithGrad for n rows: two floats a row.
+inline uint64_t softmaxCrossEntropyWithGradWorkspaceBytes(int64_t n) {
+  return n > 0 ? 2 * sizeof(float) * static_cast<uint64_t>(n) : 0;
+}
+
+/// softmaxCrossEntropyForward, then softmaxCrossEntropyBackward from its
+/// log-probabilities, for logits [n, c] (d = 1) and reduction Sum or Mean,
+/// without storing the log-probabilities: each row is read for its maximum
+/// and its sum of exponentials, and once more to write dlogits. loss and
+/// dlogits are what the two kernels give (bad labels are reported alike).
+/// dlogits is float32, or 16-bit when `narrow` (`storage`), rounded as a
+/// conversion rounds the float32 gradient. dlogits may be logits: a float32
+/// gradient is written row by row over it, a 16-bit one in phases of rows
+/// as narrowInPlace does. `workspace` holds
+/// softmaxCrossEntropyWithGradWorkspaceBytes(n) bytes.
+void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
+                                 const float *logits, const int64_t *labels,
+                                 const float *dloss, Reduction reduction,
+                                 int64_t ignoreIndex, float *loss,
+                                 void *dlogits, bool narrow, Storage16 storage,
+                                 void *workspace);
+
 //===----------------------------------------------------------------------===//
 // Attention
 //===----------------------------------------------------------------------===//

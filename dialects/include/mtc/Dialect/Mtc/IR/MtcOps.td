@@ -1120,6 +1120,39 @@ def Mtc_SoftmaxCrossEntropyGradOp : Mtc_ComputeOp<
                        "functional-type(operands, results)";
 }
 
+def Mtc_SoftmaxCrossEntropyWithGradOp : Mtc_ComputeOp<
+    "softmax_cross_entropy_with_grad", [DeclareOpInterfaceMethods<
+        Mtc_CostOpInterface, ["getBytesMoved", "getWorkspaceBytes"]>]> {
+  let summary = "Softmax cross-entropy and its logits gradient in one pass";
+  let description = [{
+    `softmax_cross_entropy` over `logits` [N, C] and `labels` [N] (reduction
+    `mean` or `sum`), and the gradient `softmax_cross_entropy_grad` computes
+    from it for the incoming gradient `dloss`, without storing the
+    log-probabilities: each row is read for its maximum and its sum of
+    exponentials, then once more to write the gradient. The fusion pass
+    forms it where the log-probabilities have no other reader. `dlogits`
+    may be stored in 16 bits, rounded as a conversion of the float32
+    gradient rounds it (its one reader was such a conversion). The numbers
+    are those of the two ops.
+
+    Example:
+
+    ```mlir
+    %loss, %d = mtc.softmax_cross_entropy_with_grad %logits, %labels, %dloss
+        {reduction = "mean"} : (tensor<16x10xf32>, tensor<16xi64>,
+        tensor<f32>) -> (tensor<f32>, tensor<16x10xbf16>)
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$logits, Mtc_IntTensor:$labels,
+                   Mtc_FloatTensor:$dloss,
+                   DefaultValuedAttr<StrAttr, "\"mean\"">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Mtc_FloatTensor:$loss, Mtc_StorageFloatTensor:$dlogits);
+  let assemblyFormat = "$logits `,` $labels `,` $dloss attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Mtc_CountCorrectOp : Mtc_ComputeOp<"count_correct"> {
   let summary = "Number of positions whose argmax over classes is the label";
   let description = [{

@@ -1,0 +1,45 @@
+//===- SoftmaxRow.h - One row's softmax statistics on the CPU ---*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// softmaxForward and the fused softmax cross-entropy share these, so that
+// both give the same bits: log_softmax(x)_i = (x_i - max) - logSum.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_RUNTIME_CPU_SOFTMAXROW_H
+#define MTC_RUNTIME_CPU_SOFTMAXROW_H
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace mtc::rt::cpu {
+
+/// The maximum of the `dim` values at x (stride `stride`) and the sum of
+/// exp(x_i - max), in double. An infinite maximum is replaced (by 0 when
+/// it is -inf) so that exp() stays finite for every row.
+inline double softmaxRowSum(int64_t dim, const float *x, int64_t stride,
+                            float &maxValue) {
+  maxValue = -INFINITY;
+  for (int64_t i = 0; i < dim; ++i)
+    maxValue = std::max(maxValue, x[i * stride]);
+  if (std::isinf(maxValue))
+    maxValue = maxValue > 0 ? maxValue : 0.0f;
+  double sum = 0.0;
+  for (int64_t i = 0; i < dim; ++i)
+    sum += std::exp(x[i * stride] - maxValue);
+  return sum;
+}
+
+/// The row's maximum and the log of its sum of exponentials as float.
+inline void softmaxRowShift(int64_t dim, const float *x, float &maxValue,
+                            float &logSum) {
+  logSum = static_cast<float>(std::log(softmaxRowSum(dim, x, 1, maxValue)));
+}
+
+} // namespace mtc::rt::cpu
+
+#endif // MTC_RUNTIME_CPU_SOFTMAXROW_H
