@@ -15,8 +15,8 @@ batch 64), all in bf16 with AdamW on the same data:
 * torch.compile of the same module when this PyTorch has it (2.0+); the
   time to compile is reported apart.
 
-The trainer is also run for 5 steps with --profile: the bandwidth its
-generated elementwise kernels reach (bytes of operands and results over
+The trainer is also run for 5 steps with --profile: its time per kind of
+op is printed, and the bandwidth its generated elementwise kernels reach (bytes of operands and results over
 their time) is reported against a device-to-device copy of 1 GiB measured
 in the same run. The first losses agree within 2e-2 (bf16 forward passes). Ratios are
 mtc / peer. `--device cpu --small` runs everything at toy sizes on the
@@ -115,6 +115,13 @@ def run_mtc(args, name, onnx_path, data_dir):
                           text=True).stdout
     with open(exe + ".profile.txt", "w") as f:
         f.write(prof)
+    # The time per kind of op (attention, GEMMs, fused kernels...) goes to
+    # the output too: where the step's time goes on this GPU.
+    kinds = prof[prof.find("   ms/step      %    ops  kind"):]
+    kinds = kinds[:kinds.find("   ms/step      %     GB/s")].rstrip()
+    if kinds:
+        print("  %s: mtc time per kind of op (--profile, no CUDA graph)\n%s"
+              % (name, "\n".join(kinds.splitlines()[:16])), flush=True)
     m = re.search(r"elementwise kernels: \d+, [0-9.]+ ms, [0-9.]+ GB moved, "
                   r"([0-9.]+) GB/s", prof)
     return {"ms": median_after_warmup([r["time_ms"] for r in records]),
