@@ -1003,8 +1003,26 @@ void FusionPass::formEpilogues(func::FuncOp func) {
 /// conversion reads (a GEMM or attention operand under --precision bf16 /
 /// fp16) stores the 16-bit values itself, rounded as the conversion rounds
 /// them: the float32 result is never stored and the conversion's pass over
-/// it disappears.
+/// it disappears. A layer norm backward reads its 16-bit saved input as
+/// stored instead of through a widening conversion.
 void FusionPass::foldConversions(func::FuncOp func) {
+  // A 16-bit saved input widened for a layer norm backward: the kernel
+  // reads the 16-bit values (layerNormBackward16).
+  SmallVector<ConvertOp> widenings;
+  func.walk([&](ConvertOp c) {
+    if (is16Bit(c.getInput()) && !is16Bit(c.getOutput()))
+      widenings.push_back(c);
+  });
+  for (ConvertOp widen : widenings) {
+    widen.getOutput().replaceUsesWithIf(widen.getInput(), [](OpOperand &use) {
+      auto grad = dyn_cast<LayerNormGradOp>(use.getOwner());
+      return grad && use.get() == grad.getInput();
+    });
+    if (widen.getOutput().use_empty()) {
+      widen.erase();
+      ++numFoldedConversions;
+    }
+  }
   SmallVector<Operation *> candidates;
   for (Operation &op : func.getBody().front())
     if (isa<LayerNormOp, TransposeOp, ConcatOp>(op) &&

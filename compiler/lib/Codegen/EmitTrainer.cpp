@@ -1286,13 +1286,14 @@ void Emitter::emitOpBody(Operation *op) {
         int64_t dim = numel(g.getScale());
         int64_t outer = numel(g.getInput()) / dim;
         emitCall(llvm::formatv(
-                     "layerNormBackward(ctx, {0}, {1}, {2}, {3}, {4}, {5}, "
-                     "{6}, {7}, {8}, {9}, {10})",
+                     "{11}{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, "
+                     "{10})",
                      outer, dim, ptr(g.getGrad()), ptr(g.getInput()),
                      ptr(g.getScale()), ptr(g.getMean()), ptr(g.getInvstd()),
                      ptr(g.getInputGrad()), ptr(g.getScaleGrad()),
                      ptr(g.getBiasGrad()),
-                     g.getAccumulate() ? ptr(g.getAccumulate()) : "nullptr")
+                     g.getAccumulate() ? ptr(g.getAccumulate()) : "nullptr",
+                     storageCall("layerNormBackward", g.getInput()))
                      .str());
       })
       .Case([&](AttentionOp a) {

@@ -181,10 +181,15 @@ void layerNormForward16(Context &, Storage16 storage, int64_t outer,
         [&](int64_t i, float v) { y[i] = floatToHalf(v); }, mean, invstd);
 }
 
-void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
-                       const float *x, const float *scale, const float *mean,
-                       const float *invstd, float *dx, float *dscale,
-                       float *dbias, const float *acc) {
+namespace {
+
+/// layerNormBackward with x read through `xAt(row, j)` (float32 or 16-bit
+/// storage widened exactly).
+template <typename XAt>
+void layerNormBackwardRows(int64_t outer, int64_t dim, const float *dy,
+                           XAt xAt, const float *scale, const float *mean,
+                           const float *invstd, float *dx, float *dscale,
+                           float *dbias, const float *acc) {
   const bool parallel = outer * dim >= cpu::kParallelGrain;
 
   // dscale and dbias sum over rows: blocks of columns accumulate whole rows
@@ -199,10 +204,9 @@ void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
       accScale[j] = accBias[j] = 0.0;
     for (int64_t row = 0; row < outer; ++row) {
       const float *grad = dy + row * dim + first;
-      const float *src = x + row * dim + first;
       const float rowMean = mean[row], inv = invstd[row];
       for (int64_t j = 0; j < width; ++j) {
-        float xhat = (src[j] - rowMean) * inv;
+        float xhat = (xAt(row, first + j) - rowMean) * inv;
         accScale[j] += static_cast<double>(grad[j]) * xhat;
         accBias[j] += grad[j];
       }
@@ -216,23 +220,50 @@ void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
 
   cpu::parallelFor(0, outer, parallel, [&](int64_t row) {
     const float *grad = dy + row * dim;
-    const float *src = x + row * dim;
     float *dst = dx + row * dim;
     const float rowMean = mean[row], inv = invstd[row];
     double sumG =
         cpu::sumTerms(dim, [&](int64_t j) { return grad[j] * scale[j]; });
     double sumGXhat = cpu::sumTerms(dim, [&](int64_t j) {
       return static_cast<double>(grad[j] * scale[j]) *
-             ((src[j] - rowMean) * inv);
+             ((xAt(row, j) - rowMean) * inv);
     });
     NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
     const float *add = acc ? acc + row * dim : nullptr;
     for (int64_t j = 0; j < dim; ++j) {
-      float d =
-          normBackwardElement(grad[j] * scale[j], (src[j] - rowMean) * inv, f);
+      float d = normBackwardElement(grad[j] * scale[j],
+                                    (xAt(row, j) - rowMean) * inv, f);
       dst[j] = add ? d + add[j] : d;
     }
   });
+}
+
+} // namespace
+
+void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
+                       const float *x, const float *scale, const float *mean,
+                       const float *invstd, float *dx, float *dscale,
+                       float *dbias, const float *acc) {
+  layerNormBackwardRows(
+      outer, dim, dy, [&](int64_t row, int64_t j) { return x[row * dim + j]; },
+      scale, mean, invstd, dx, dscale, dbias, acc);
+}
+
+void layerNormBackward16(Context &, Storage16 storage, int64_t outer,
+                         int64_t dim, const float *dy, const uint16_t *x,
+                         const float *scale, const float *mean,
+                         const float *invstd, float *dx, float *dscale,
+                         float *dbias, const float *acc) {
+  if (storage == Storage16::Bf16)
+    layerNormBackwardRows(
+        outer, dim, dy,
+        [&](int64_t row, int64_t j) { return bf16ToFloat(x[row * dim + j]); },
+        scale, mean, invstd, dx, dscale, dbias, acc);
+  else
+    layerNormBackwardRows(
+        outer, dim, dy,
+        [&](int64_t row, int64_t j) { return halfToFloat(x[row * dim + j]); },
+        scale, mean, invstd, dx, dscale, dbias, acc);
 }
 
 } // namespace mtc::rt

@@ -178,8 +178,15 @@ __global__ void lnForwardKernel(int64_t outer, int64_t dim, const float *x,
 /// dscale and dbias: a block of kColumns x kRowSlices threads per kColumns
 /// columns; thread (col, slice) sums rows slice, slice + kRowSlices, ...,
 /// then the slices are added in order.
+/// x[i] widened to float: float32, or 16-bit (bfloat16 when `bf16`).
+__device__ inline float loadX(const float *x, int64_t i, bool) { return x[i]; }
+__device__ inline float loadX(const uint16_t *x, int64_t i, bool bf16) {
+  return bf16 ? bf16ToFloat(x[i]) : halfToFloat(x[i]);
+}
+
+template <typename X>
 __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
-                                       const float *dy, const float *x,
+                                       const float *dy, const X *x, bool bf16,
                                        const float *mean, const float *invstd,
                                        float *dscale, float *dbias) {
   __shared__ double partScale[kRowSlices][kColumns];
@@ -191,7 +198,7 @@ __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
     if (j < dim) {
       for (int64_t row = threadIdx.y; row < outer; row += kRowSlices) {
         float g = dy[row * dim + j];
-        float xhat = (x[row * dim + j] - mean[row]) * invstd[row];
+        float xhat = (loadX(x, row * dim + j, bf16) - mean[row]) * invstd[row];
         accScale += static_cast<double>(g) * xhat;
         accBias += g;
       }
@@ -213,20 +220,21 @@ __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
   }
 }
 
+template <typename X>
 __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const float *dy,
-                                   const float *x, const float *scale,
+                                   const X *x, bool bf16, const float *scale,
                                    const float *mean, const float *invstd,
                                    float *dx, const float *acc) {
   __shared__ double scratch[kReduceThreads];
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const float *grad = dy + row * dim;
-    const float *src = x + row * dim;
+    const X *src = x + row * dim;
     float *dst = dx + row * dim;
     const float rowMean = mean[row], inv = invstd[row];
     double sumG = 0.0, sumGXhat = 0.0;
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       float g = grad[j] * scale[j];
-      float xhat = (src[j] - rowMean) * inv;
+      float xhat = (loadX(src, j, bf16) - rowMean) * inv;
       sumG += g;
       sumGXhat += static_cast<double>(g) * xhat;
     }
@@ -235,8 +243,8 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const float *dy,
     const NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
     const float *add = acc ? acc + row * dim : nullptr;
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      float d =
-          normBackwardElement(grad[j] * scale[j], (src[j] - rowMean) * inv, f);
+      float d = normBackwardElement(grad[j] * scale[j],
+                                    (loadX(src, j, bf16) - rowMean) * inv, f);
       dst[j] = add ? d + add[j] : d;
     }
   }
@@ -323,23 +331,46 @@ void layerNormForward16(Context &ctx, Storage16 storage, int64_t outer,
   checkLaunch(ctx, "lnForwardKernel");
 }
 
+namespace {
+
+template <typename X>
+void layerNormBackwardOn(Context &ctx, int64_t outer, int64_t dim,
+                         const float *dy, const X *x, bool bf16,
+                         const float *scale, const float *mean,
+                         const float *invstd, float *dx, float *dscale,
+                         float *dbias, const float *acc) {
+  if (dim <= 0)
+    return;
+  // The column sums read dy, so they run before dx overwrites it.
+  lnBackwardParamsKernel<X><<<cuda::gridFor(dim, kColumns),
+                              dim3(kColumns, kRowSlices), 0, ctx.stream>>>(
+      outer, dim, dy, x, bf16, mean, invstd, dscale, dbias);
+  checkLaunch(ctx, "lnBackwardParamsKernel");
+  if (outer <= 0)
+    return;
+  lnBackwardDxKernel<X><<<cuda::gridFor(outer, 1), rowThreads(dim), 0,
+                          ctx.stream>>>(outer, dim, dy, x, bf16, scale, mean,
+                                        invstd, dx, acc);
+  checkLaunch(ctx, "lnBackwardDxKernel");
+}
+
+} // namespace
+
 void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
                        const float *dy, const float *x, const float *scale,
                        const float *mean, const float *invstd, float *dx,
                        float *dscale, float *dbias, const float *acc) {
-  if (dim <= 0)
-    return;
-  // The column sums read dy, so they run before dx overwrites it.
-  lnBackwardParamsKernel<<<cuda::gridFor(dim, kColumns),
-                           dim3(kColumns, kRowSlices), 0, ctx.stream>>>(
-      outer, dim, dy, x, mean, invstd, dscale, dbias);
-  checkLaunch(ctx, "lnBackwardParamsKernel");
-  if (outer <= 0)
-    return;
-  lnBackwardDxKernel<<<cuda::gridFor(outer, 1), rowThreads(dim), 0,
-                       ctx.stream>>>(outer, dim, dy, x, scale, mean, invstd,
-                                     dx, acc);
-  checkLaunch(ctx, "lnBackwardDxKernel");
+  layerNormBackwardOn(ctx, outer, dim, dy, x, false, scale, mean, invstd, dx,
+                      dscale, dbias, acc);
+}
+
+void layerNormBackward16(Context &ctx, Storage16 storage, int64_t outer,
+                         int64_t dim, const float *dy, const uint16_t *x,
+                         const float *scale, const float *mean,
+                         const float *invstd, float *dx, float *dscale,
+                         float *dbias, const float *acc) {
+  layerNormBackwardOn(ctx, outer, dim, dy, x, storage == Storage16::Bf16,
+                      scale, mean, invstd, dx, dscale, dbias, acc);
 }
 
 } // namespace mtc::rt

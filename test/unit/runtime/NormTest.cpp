@@ -375,4 +375,47 @@ TEST_F(Kernels, LayerNorm16RoundsTheFloat32Result) {
   }
 }
 
+TEST_F(Kernels, LayerNormBackward16ReadsTheStoredValues) {
+  // x stored in 16 bits: the gradients are the float32 kernel's on the
+  // widened values, bit for bit (with and without the residual gradient).
+  const int64_t outer = 9, dim = 300;
+  std::vector<float> xv = randomVector(outer * dim, -3.0f, 5.0f, 11);
+  std::vector<float> dyv = randomVector(outer * dim, -1.0f, 1.0f, 12);
+  std::vector<float> accv = randomVector(outer * dim, -1.0f, 1.0f, 13);
+  std::vector<float> scalev = randomVector(dim, 0.5f, 1.5f, 14);
+  float *scale = upload(scalev), *dy = upload(dyv), *acc = upload(accv);
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    const bool bf16 = storage == Storage16::Bf16;
+    SCOPED_TRACE(bf16 ? "bf16" : "fp16");
+    std::vector<uint16_t> x16(outer * dim);
+    std::vector<float> widened(outer * dim);
+    for (int64_t i = 0; i < outer * dim; ++i) {
+      x16[i] = bf16 ? floatToBf16(xv[i]) : floatToHalf(xv[i]);
+      widened[i] = storedToFloat(x16[i], bf16);
+    }
+    float *x = upload(widened);
+    float *mean = upload(std::vector<float>(outer));
+    float *invstd = upload(std::vector<float>(outer));
+    float *y = upload(std::vector<float>(outer * dim));
+    layerNormForward(ctx, outer, dim, x, scale, nullptr, 1e-5f, y, mean,
+                     invstd);
+    for (bool withAcc : {false, true}) {
+      float *dx = upload(std::vector<float>(outer * dim));
+      float *dscale = upload(std::vector<float>(dim));
+      float *dbias = upload(std::vector<float>(dim));
+      layerNormBackward(ctx, outer, dim, dy, x, scale, mean, invstd, dx,
+                        dscale, dbias, withAcc ? acc : nullptr);
+      float *dx16 = upload(std::vector<float>(outer * dim));
+      float *dscale16 = upload(std::vector<float>(dim));
+      float *dbias16 = upload(std::vector<float>(dim));
+      layerNormBackward16(ctx, storage, outer, dim, dy, upload(x16), scale,
+                          mean, invstd, dx16, dscale16, dbias16,
+                          withAcc ? acc : nullptr);
+      EXPECT_EQ(download(dx16, outer * dim), download(dx, outer * dim));
+      EXPECT_EQ(download(dscale16, dim), download(dscale, dim));
+      EXPECT_EQ(download(dbias16, dim), download(dbias, dim));
+    }
+  }
+}
+
 } // namespace

@@ -202,8 +202,12 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
 }
 
 LogicalResult LayerNormGradOp::verify() {
-  if (Value acc = getAccumulate(); acc && acc.getType() != getInput().getType())
-    return emitOpError("accumulate must have the input's type");
+  if (shapeOf(getInput()) != shapeOf(getGrad()) ||
+      getInputGrad().getType() != getGrad().getType())
+    return emitOpError("input, grad and input_grad must have one shape");
+  if (Value acc = getAccumulate();
+      acc && acc.getType() != getInputGrad().getType())
+    return emitOpError("accumulate must have the input gradient's type");
   return success();
 }
 

@@ -857,7 +857,8 @@ def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
     Returns the gradients of the input, the scale and the bias (unused when
     the forward had none) from the saved statistics. With `accumulate`, the
     input gradient is that plus `accumulate` (the other gradient of a
-    residual connection's sum, which the fusion pass folds in).
+    residual connection's sum, which the fusion pass folds in). `input` may
+    be stored in 16 bits (the fusion pass folds its widening conversion).
 
     Example:
 
@@ -869,7 +870,7 @@ def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
         tensor<32xf32>)
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$input,
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_StorageFloatTensor:$input,
                    Mtc_FloatTensor:$scale, Mtc_FloatTensor:$mean,
                    Mtc_FloatTensor:$invstd,
                    Optional<Mtc_FloatTensor>:$accumulate, I64Attr:$axis);

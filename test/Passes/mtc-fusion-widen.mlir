@@ -1,0 +1,18 @@
+// RUN: mtc-opt %s --mtc-fuse-elementwise | FileCheck %s
+
+// A layer norm input kept in bfloat16 for the backward pass: the layer
+// norm backward reads the 16-bit values as stored, and the widening
+// conversion goes unless another op reads it.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[XH:[^:]+]]: tensor<4x8xbf16>
+// CHECK: mtc.layer_norm_grad %{{.+}}, %[[XH]], {{.*}} : (tensor<4x8xf32>, tensor<4x8xbf16>,
+// CHECK: %[[W:.+]] = mtc.convert %[[XH]] {mtc.backward} : tensor<4x8xbf16> to tensor<4x8xf32>
+// CHECK: mtc.layer_norm_grad %{{.+}}, %[[XH]], {{.*}} : (tensor<4x8xf32>, tensor<4x8xbf16>,
+// CHECK: return {{.*}}%[[W]]
+func.func @train_step(%dy: tensor<4x8xf32> {mtc.role = "input"}, %xh: tensor<4x8xbf16> {mtc.role = "input"}, %g: tensor<8xf32> {mtc.role = "param"}, %m: tensor<4x1xf32> {mtc.role = "input"}, %s: tensor<4x1xf32> {mtc.role = "input"}) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %x = mtc.convert %xh {mtc.backward} : tensor<4x8xbf16> to tensor<4x8xf32>
+  %dx, %dg, %db = mtc.layer_norm_grad %dy, %x, %g, %m, %s {axis = 1 : i64, mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %x2 = mtc.convert %xh {mtc.backward} : tensor<4x8xbf16> to tensor<4x8xf32>
+  %dx2, %dg2, %db2 = mtc.layer_norm_grad %dx, %x2, %g, %m, %s {axis = 1 : i64, mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return %dx, %dx2, %x2 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
