@@ -54,8 +54,16 @@ func.func @matmul_bias_shape(%a: tensor<3x4xf32>, %b: tensor<4x5xf32>, %c: tenso
 // -----
 
 func.func @layer_norm_grad_accumulate(%dy: tensor<4x16xf32>, %g: tensor<16xf32>, %m: tensor<4x1xf32>, %r: tensor<4x8xf32>) {
-  // expected-error@+1 {{accumulate must have the input's type}}
+  // expected-error@+1 {{accumulate must have the input gradient's type}}
   %0:3 = mtc.layer_norm_grad %dy, %dy, %g, %m, %m accumulate %r {axis = 1 : i64} : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x8xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @layer_norm_grad_input(%dy: tensor<4x16xf32>, %x: tensor<4x8xbf16>, %g: tensor<16xf32>, %m: tensor<4x1xf32>) {
+  // expected-error@+1 {{input, grad and input_grad must have one shape}}
+  %0:3 = mtc.layer_norm_grad %dy, %x, %g, %m, %m {axis = 1 : i64} : (tensor<4x16xf32>, tensor<4x8xbf16>, tensor<16xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>)
   return
 }
 
