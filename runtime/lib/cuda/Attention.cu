@@ -133,8 +133,9 @@ __device__ inline void dotRows(const float *mine, const float *rows, int ldRows,
 
 /// acc[r][t] += (w[r] of lane c) * factor * chunk[c * ld + x] for chunk rows
 /// c < count, in increasing c, where x = lane + 32 t < width. A zero weight
-/// adds nothing (even to an infinite value), as on the CPU. Every lane must
-/// call this with the same count.
+/// (masked or dropped) adds nothing; the CPU adds 0 * x, which differs only
+/// where x is infinite or NaN (NaN there, finite here). Every lane must call
+/// this with the same count.
 template <int R, int kT>
 __device__ inline void accumulateRows(const float (&w)[R], float factor,
                                       const float *chunk, int ld, int count,
