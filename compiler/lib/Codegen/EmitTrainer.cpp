@@ -372,6 +372,8 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   // results of the output's shape then move as one 16-, 8- or 4-byte
   // vector per thread (arena offsets are 256-byte aligned).
   constexpr int64_t kGroup = mtc::rt::kDropoutGroup;
+  // Elements per chunk of a parallel CPU loop.
+  constexpr int64_t kCpuChunk = 4096;
   const bool grouped = !dropouts.empty() || (cuda() && n % kGroup == 0);
   const bool vectors = cuda() && n % kGroup == 0;
   std::string groupLoads;
@@ -428,6 +430,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     k << "static void " << kernel << "(" << params << ") {\n"
       << "  mtc::rt::cpu::parallelFor(0, " << rows << ", "
       << (parallel ? "true" : "false") << ", [&](int64_t row) {\n"
+      << (grouped ? "" : "#pragma omp simd\n")
       << "  for (int64_t " << item << " = row * " << perRow << "; " << item
       << " < (row + 1) * " << perRow << "; ++" << item << ") {\n";
   } else if (cuda()) {
@@ -438,13 +441,27 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   } else {
     k << "static void " << kernel << "(" << params << ") {\n";
     // Large loops are split over the OpenMP threads (parallelFor never
-    // enters OpenMP for one thread, which would allocate).
-    if (parallel)
+    // enters OpenMP for one thread, which would allocate) in chunks. The
+    // elements of a chunk are independent: `omp simd` lets the compiler
+    // vectorize them at -O2 (selects become blends instead of branches,
+    // which mispredict on data like a ReLU's), each element computed as
+    // before.
+    const char *simd = grouped ? "" : "#pragma omp simd\n";
+    if (parallel && !grouped)
+      k << "  mtc::rt::cpu::parallelFor(0, "
+        << (items + kCpuChunk - 1) / kCpuChunk
+        << ", true, [&](int64_t chunk) {\n"
+        << "  const int64_t last = chunk * " << kCpuChunk << " + "
+        << kCpuChunk << " < " << items << " ? chunk * " << kCpuChunk << " + "
+        << kCpuChunk << " : " << items << ";\n"
+        << simd << "  for (int64_t i = chunk * " << kCpuChunk
+        << "; i < last; ++i) {\n";
+    else if (parallel)
       k << "  mtc::rt::cpu::parallelFor(0, " << items << ", true, [&](int64_t "
         << item << ") {\n";
     else
-      k << "  for (int64_t " << item << " = 0; " << item << " < " << items
-        << "; ++" << item << ") {\n";
+      k << simd << "  for (int64_t " << item << " = 0; " << item << " < "
+        << items << "; ++" << item << ") {\n";
   }
   if (grouped) {
     for (size_t d = 0; d < dropouts.size(); ++d) {
@@ -511,7 +528,10 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
         << " + j] = " << storeAs(rowEpilogue.getOutput(), "v")
         << "; }, lnMean + row, lnInvstd + row);\n  });\n}\n\n";
   } else {
-    k << (parallel ? "  });\n" : "  }\n") << "}\n\n";
+    k << (parallel && !grouped ? "  }\n  });\n"
+          : parallel           ? "  });\n"
+                               : "  }\n")
+      << "}\n\n";
   }
 
   std::string args;
