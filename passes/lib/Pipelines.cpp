@@ -13,6 +13,7 @@ using namespace mlir;
 
 void mtc::buildDifferentiatePipeline(OpPassManager &pm,
                                      const TrainPipelineOptions &options) {
+  pm.addPass(createConvTapsPass());
   if (options.flashAttention)
     pm.addPass(createAttentionFusionPass());
   pm.addPass(createAutodiffPass(options.autodiff));

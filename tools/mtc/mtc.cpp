@@ -616,6 +616,7 @@ int runCompile(MLIRContext &context) {
     }
     PassManager pm(&context);
     if (forwardOnly) {
+      pm.addPass(createConvTapsPass());
       if (pipeline.flashAttention)
         pm.addPass(createAttentionFusionPass());
       pm.addPass(createCSEPass());

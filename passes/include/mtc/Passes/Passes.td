@@ -137,6 +137,25 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
   ];
 }
 
+def ConvTapsPass : Pass<"mtc-trim-conv-taps", "mlir::ModuleOp"> {
+  let summary = "Drop the kernel taps of convolutions that read only padding";
+  let description = [{
+    A convolution tap that reads padding at every output position (a 3x3
+    kernel with padding 1 on a 1x1 map has eight) multiplies zeros. Each
+    such convolution becomes one over the smallest window of live taps: its
+    weight sliced to that window, its padding shrunk by the dropped taps.
+    The outputs are the same; the dropped taps get a zero weight gradient.
+    Runs before autodiff.
+
+    Example: `mtc-opt --mtc-trim-conv-taps`
+  }];
+  let dependentDialects = ["::mtc::MtcDialect"];
+  let statistics = [
+    Statistic<"numTrimmed", "trimmed-convs",
+              "Convolutions trimmed to their live taps">,
+  ];
+}
+
 def AttentionFusionPass : Pass<"mtc-fuse-attention", "mlir::ModuleOp"> {
   let summary = "Replace softmax attention by one fused, memory-linear op";
   let description = [{
