@@ -47,6 +47,12 @@ Status allocate(uint64_t bytes, unsigned char **ptr);
 void release(unsigned char *ptr);
 
 Status memsetZero(Context &ctx, void *dst, uint64_t bytes);
+/// The arena: `bytes` (at least 256-byte aligned) reading as zeros. On the
+/// CPU its pages are mapped fresh and become resident only as the trainer
+/// first touches them, so the process holds no more than it uses.
+Status allocateZeroed(Context &ctx, uint64_t bytes, unsigned char **ptr);
+/// Releases an allocateZeroed() allocation of `bytes` bytes.
+void releaseZeroed(unsigned char *ptr, uint64_t bytes);
 /// Copies from host memory to device memory; returns once `src` may be
 /// reused.
 Status copyToDevice(Context &ctx, void *dst, const void *src, uint64_t bytes);

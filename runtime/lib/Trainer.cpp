@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <vector>
 
@@ -574,11 +575,12 @@ struct DeviceSession {
   Context &ctx;
   bool initialized = false;
   unsigned char *arena = nullptr;
+  uint64_t arenaBytes = 0;
 
   explicit DeviceSession(Context &c) : ctx(c) {}
   ~DeviceSession() {
     if (arena)
-      device::release(arena);
+      device::releaseZeroed(arena, arenaBytes);
     if (initialized)
       device::shutdown(ctx);
   }
@@ -587,9 +589,24 @@ struct DeviceSession {
 /// Allocates the one arena, zeroed.
 Status allocateArena(Context &ctx, const ModelDesc &desc,
                      DeviceSession &session) {
-  if (Status s = device::allocate(desc.arenaBytes, &session.arena); !s.ok())
-    return s;
-  return device::memsetZero(ctx, session.arena, desc.arenaBytes);
+  session.arenaBytes = desc.arenaBytes;
+  return device::allocateZeroed(ctx, desc.arenaBytes, &session.arena);
+}
+
+/// Drops the pages wholly inside [data, data + bytes) from the process: the
+/// initial values embedded in the program are read once, and their pages
+/// (file-backed, read-only) would otherwise stay resident beside the arena's
+/// copy. Reading them again faults them back in from the file.
+void dropReadOnlyPages(const void *data, uint64_t bytes) {
+  const long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0)
+    return;
+  const uintptr_t size = static_cast<uintptr_t>(page);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t begin = (at + size - 1) / size * size;
+  const uintptr_t end = (at + bytes) / size * size;
+  if (end > begin)
+    madvise(reinterpret_cast<void *>(begin), end - begin, MADV_DONTNEED);
 }
 
 /// Copies the embedded initial values of parameters, buffers and constants
@@ -613,6 +630,7 @@ Status loadInitialValues(Context &ctx, const ModelDesc &desc,
                            std::string(t.name) + "'");
     if (Status s = copyTensorIn(ctx, arena, t, init, *entry, what); !s.ok())
       return s;
+    dropReadOnlyPages(init.data(*entry), t.bytes);
   }
   return Status::success();
 }

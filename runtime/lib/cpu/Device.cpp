@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #ifdef _OPENMP
@@ -123,6 +124,22 @@ Status allocate(uint64_t bytes, unsigned char **ptr) {
 }
 
 void release(unsigned char *ptr) { std::free(ptr); }
+
+Status allocateZeroed(Context &, uint64_t bytes, unsigned char **ptr) {
+  // Anonymous pages read as zeros and are committed when first written.
+  void *p = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return Status::error("cannot allocate the arena of " +
+                         std::to_string(bytes) +
+                         " bytes in host memory: " + std::strerror(errno));
+  *ptr = static_cast<unsigned char *>(p);
+  return Status::success();
+}
+
+void releaseZeroed(unsigned char *ptr, uint64_t bytes) {
+  munmap(ptr, bytes ? bytes : 1);
+}
 
 Status memsetZero(Context &, void *dst, uint64_t bytes) {
   if (bytes)

@@ -196,6 +196,14 @@ Status allocate(uint64_t bytes, unsigned char **ptr) {
 
 void release(unsigned char *ptr) { cudaFree(ptr); }
 
+Status allocateZeroed(Context &ctx, uint64_t bytes, unsigned char **ptr) {
+  if (Status s = allocate(bytes, ptr); !s.ok())
+    return s;
+  return memsetZero(ctx, *ptr, bytes);
+}
+
+void releaseZeroed(unsigned char *ptr, uint64_t) { cudaFree(ptr); }
+
 Status memsetZero(Context &ctx, void *dst, uint64_t bytes) {
   cudaError_t error = cudaMemsetAsync(dst, 0, bytes, ctx.stream);
   if (error == cudaSuccess)
