@@ -534,6 +534,68 @@ TEST_F(Kernels, MaxPoolTiesAndPadding) {
   expectNear(download(y2, 4), {-1, -2, -3, -4});
 }
 
+// Against the definition written out: the max over the taps inside the
+// input in row-major window order, the first of equal values, the first NaN
+// over any number, -inf for a window in padding; the gradient to the winner,
+// summed in output order. Rows wider than the kernel's span of outputs,
+// ties, NaNs, strides, dilations and padding on both axes.
+TEST_F(Kernels, MaxPoolMatchesTheDefinition) {
+  struct Case {
+    int64_t h, w, kh, kw, sh, sw, pt, pl, dh, dw;
+  };
+  for (const Case &c : {Case{5, 600, 3, 2, 1, 2, 1, 1, 1, 2},
+                        Case{7, 9, 3, 3, 2, 2, 1, 1, 1, 1},
+                        Case{4, 300, 2, 3, 2, 1, 0, 2, 2, 1}}) {
+    Pool2dParams p{};
+    p.n = 2, p.c = 3, p.h = c.h, p.w = c.w;
+    p.kh = c.kh, p.kw = c.kw;
+    p.strideH = c.sh, p.strideW = c.sw;
+    p.padTop = c.pt, p.padLeft = c.pl;
+    p.dilationH = c.dh, p.dilationW = c.dw;
+    p.oh = (c.h + 2 * c.pt - c.dh * (c.kh - 1) - 1) / c.sh + 1;
+    p.ow = (c.w + 2 * c.pl - c.dw * (c.kw - 1) - 1) / c.sw + 1;
+    const int64_t in = p.n * p.c * p.h * p.w, out = p.n * p.c * p.oh * p.ow;
+    std::vector<float> xv(in);
+    for (int64_t i = 0; i < in; ++i) // few distinct values: many ties
+      xv[i] = i % 53 == 7 ? std::nanf("") : float((i * 7919) % 5) - 2.0f;
+    std::vector<float> dyv(out);
+    for (int64_t i = 0; i < out; ++i)
+      dyv[i] = 0.25f * float(i % 11) + 1.0f;
+    std::vector<float> yRef(out), dxRef(in, 0.0f);
+    for (int64_t plane = 0; plane < p.n * p.c; ++plane)
+      for (int64_t oy = 0; oy < p.oh; ++oy)
+        for (int64_t ox = 0; ox < p.ow; ++ox) {
+          int64_t best = -1;
+          for (int64_t i = 0; i < p.kh; ++i)
+            for (int64_t j = 0; j < p.kw; ++j) {
+              int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
+              int64_t ix = ox * p.strideW - p.padLeft + j * p.dilationW;
+              if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w)
+                continue;
+              int64_t at = (plane * p.h + iy) * p.w + ix;
+              if (best < 0 || (!std::isnan(xv[best]) &&
+                               (std::isnan(xv[at]) || xv[at] > xv[best])))
+                best = at;
+            }
+          int64_t o = (plane * p.oh + oy) * p.ow + ox;
+          yRef[o] = best < 0 ? -INFINITY : xv[best];
+          if (best >= 0)
+            dxRef[best] += dyv[o];
+        }
+    float *x = upload(xv), *y = upload(std::vector<float>(out));
+    maxPool2dForward(ctx, p, x, y);
+    std::vector<float> yGot = download(y, out);
+    for (int64_t i = 0; i < out; ++i)
+      if (std::isnan(yRef[i]))
+        ASSERT_TRUE(std::isnan(yGot[i])) << "at " << i;
+      else
+        ASSERT_EQ(yGot[i], yRef[i]) << "at " << i;
+    float *dx = upload(std::vector<float>(in, 9.0f));
+    maxPool2dBackward(ctx, p, x, upload(dyv), dx);
+    EXPECT_EQ(download(dx, in), dxRef);
+  }
+}
+
 TEST_F(Kernels, AvgPoolCountIncludePad) {
   // 2x2 kernel, stride 1, pad 1 on [[1, 2], [3, 4]]: the corner window
   // holds one input cell and three padded ones, the centre all four.
