@@ -149,6 +149,9 @@ private:
   /// Computes a softmax cross-entropy and its gradient in one op (see
   /// formLossWithGrad).
   void formLossWithGrad(func::FuncOp func);
+  /// Folds ReLU / clip into the batch normalization before them, and their
+  /// gradients into the batch normalization backward after them.
+  void foldNormActivations(func::FuncOp func);
 };
 
 bool FusionPass::continuesRun(ArrayRef<Operation *> run, Operation *op) {
@@ -204,6 +207,7 @@ FusedOp FusionPass::build(ArrayRef<Operation *> group) {
 
 void FusionPass::fuse(func::FuncOp func) {
   formLossWithGrad(func);
+  foldNormActivations(func);
   formConcats(func);
   formEpilogues(func);
   foldConversions(func);
@@ -300,6 +304,77 @@ void FusionPass::formLossWithGrad(func::FuncOp func) {
     grad.erase();
     loss.erase();
     ++numLossWithGrad;
+  }
+}
+
+/// A batch normalization whose output only a relu or clip reads computes the
+/// activation itself (`activation`): the normalized values are never
+/// stored, and the activation's pass over them disappears. A relu_grad or
+/// clip_grad whose result only a batch normalization backward reads as its
+/// incoming gradient folds into that backward (`activation_output`, the
+/// operand the gradient tested): the kernel applies it as it reads the
+/// gradient, in both of its passes. Either way the numbers are the separate
+/// kernels'.
+void FusionPass::foldNormActivations(func::FuncOp func) {
+  auto activationOf = [](Operation *op, StringAttr &kind, FloatAttr &lo,
+                         FloatAttr &hi) {
+    Builder b(op->getContext());
+    if (isa<ReluOp, ReluGradOp>(op)) {
+      kind = b.getStringAttr("relu");
+      return true;
+    }
+    if (auto clip = dyn_cast<ClipOp>(op)) {
+      kind = b.getStringAttr("clip");
+      lo = clip.getMinAttr(), hi = clip.getMaxAttr();
+      return true;
+    }
+    if (auto clip = dyn_cast<ClipGradOp>(op)) {
+      kind = b.getStringAttr("clip");
+      lo = clip.getMinAttr(), hi = clip.getMaxAttr();
+      return true;
+    }
+    return false;
+  };
+  SmallVector<BatchNormTrainOp> norms;
+  SmallVector<BatchNormTrainGradOp> grads;
+  func.walk([&](Operation *op) {
+    if (auto bn = dyn_cast<BatchNormTrainOp>(op))
+      norms.push_back(bn);
+    if (auto bg = dyn_cast<BatchNormTrainGradOp>(op))
+      grads.push_back(bg);
+  });
+  for (BatchNormTrainOp bn : norms) {
+    Value y = bn.getOutput();
+    if (bn.getActivation() || !y.hasOneUse())
+      continue;
+    Operation *act = *y.user_begin();
+    StringAttr kind;
+    FloatAttr lo, hi;
+    if (!isa<ReluOp, ClipOp>(act) || !samePhase(bn, act) ||
+        !activationOf(act, kind, lo, hi))
+      continue;
+    bn.setActivationAttr(kind);
+    bn.setClipMinAttr(lo);
+    bn.setClipMaxAttr(hi);
+    act->getResult(0).replaceAllUsesWith(y);
+    act->erase();
+    ++numNormActivations;
+  }
+  for (BatchNormTrainGradOp bg : grads) {
+    Operation *act = bg.getGrad().getDefiningOp();
+    StringAttr kind;
+    FloatAttr lo, hi;
+    if (bg.getActivation() || !act || !isa<ReluGradOp, ClipGradOp>(act) ||
+        !act->getResult(0).hasOneUse() || !samePhase(bg, act) ||
+        !activationOf(act, kind, lo, hi))
+      continue;
+    bg.getGradMutable().assign(act->getOperand(0));
+    bg.getActivationOutputMutable().assign(act->getOperand(1));
+    bg.setActivationAttr(kind);
+    bg.setClipMinAttr(lo);
+    bg.setClipMaxAttr(hi);
+    act->erase();
+    ++numNormActivations;
   }
 }
 

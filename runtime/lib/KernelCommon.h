@@ -286,6 +286,27 @@ MTC_HOST_DEVICE inline void adamwElement(float &p, float g, float &m, float &v,
 // the same on both sides (with inverseStd and normalizeElement from
 // mtc/runtime/LayerNormRow.h).
 
+/// The activation a batch normalization applies to its result (the
+/// expressions of the generated relu and clip kernels).
+MTC_HOST_DEVICE inline float activate(float v, const NormActivation &a) {
+  if (a.kind == NormActivationKind::Relu)
+    return v > 0.0f ? v : 0.0f;
+  if (a.kind == NormActivationKind::Clip)
+    return v < a.lo ? a.lo : (v > a.hi ? a.hi : v);
+  return v;
+}
+
+/// The incoming gradient dy through that activation, from its output y (the
+/// expressions of the generated relu_grad and clip_grad kernels).
+MTC_HOST_DEVICE inline float activationGrad(float dy, float y,
+                                            const NormActivation &a) {
+  if (a.kind == NormActivationKind::Relu)
+    return y > 0.0f ? dy : 0.0f;
+  if (a.kind == NormActivationKind::Clip)
+    return (y > a.lo && y < a.hi) ? dy : 0.0f;
+  return dy;
+}
+
 /// running = momentum * running + (1 - momentum) * batch (ONNX momentum).
 MTC_HOST_DEVICE inline void updateRunningStat(float &running, double batch,
                                               float momentum) {

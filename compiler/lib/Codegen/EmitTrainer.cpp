@@ -143,6 +143,19 @@ std::string floatLiteral(float value) {
   return s;
 }
 
+/// The NormActivation argument (and its comma) of a batch normalization
+/// with a fused activation; empty without one.
+std::string normActivationArg(std::optional<StringRef> kind, FloatAttr lo,
+                              FloatAttr hi) {
+  if (!kind)
+    return "";
+  if (*kind == "relu")
+    return ", NormActivation{NormActivationKind::Relu, 0.0f, 0.0f}";
+  return ", NormActivation{NormActivationKind::Clip, " +
+         floatLiteral(lo.getValueAsDouble()) + ", " +
+         floatLiteral(hi.getValueAsDouble()) + "}";
+}
+
 /// A double literal that reads back to exactly `value`.
 std::string doubleLiteral(double value) {
   char buffer[64];
@@ -1261,7 +1274,7 @@ void Emitter::emitOpBody(Operation *op) {
                      std::to_string(getTensorBytes(from.getType())) + ")");
         emitCall(llvm::formatv(
                      "batchNormTrainForward(ctx, {0}, {1}, {2}, {3}, {4}, "
-                     "{5}, {6}, {7}, {8}, {9}, {10}, {11}, {12})",
+                     "{5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}",
                      x[0], x[1], inner, ptr(bn.getInput()), ptr(bn.getScale()),
                      ptr(bn.getBias()), ptr(bn.getNewRunningMean()),
                      ptr(bn.getNewRunningVar()),
@@ -1269,19 +1282,29 @@ void Emitter::emitOpBody(Operation *op) {
                      floatLiteral(bn.getMomentum().convertToFloat()),
                      ptr(bn.getOutput()), ptr(bn.getSavedMean()),
                      ptr(bn.getSavedInvstd()))
-                     .str());
+                     .str() +
+                 normActivationArg(bn.getActivation(), bn.getClipMinAttr(),
+                                   bn.getClipMaxAttr()) +
+                 ")");
       })
       .Case([&](BatchNormTrainGradOp g) {
         ArrayRef<int64_t> x = shapeOf(g.getInput());
         int64_t inner = numel(g.getInput()) / (x[0] * x[1]);
+        Value mask = g.getActivationOutput();
         emitCall(llvm::formatv(
                      "batchNormTrainBackward(ctx, {0}, {1}, {2}, {3}, {4}, "
-                     "{5}, {6}, {7}, {8}, {9}, {10})",
+                     "{5}, {6}, {7}, {8}, {9}, {10}",
                      x[0], x[1], inner, ptr(g.getGrad()), ptr(g.getInput()),
                      ptr(g.getScale()), ptr(g.getSavedMean()),
                      ptr(g.getSavedInvstd()), ptr(g.getInputGrad()),
                      ptr(g.getScaleGrad()), ptr(g.getBiasGrad()))
-                     .str());
+                     .str() +
+                 (mask ? ", " + ptr(mask) +
+                             normActivationArg(g.getActivation(),
+                                               g.getClipMinAttr(),
+                                               g.getClipMaxAttr())
+                       : std::string()) +
+                 ")");
       })
       .Case([&](LayerNormOp ln) {
         if (ln->hasAttr(attr::kRowEpilogue)) {

@@ -26,6 +26,9 @@
 #include "mtc/runtime/Kernels.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -51,77 +54,176 @@ int64_t columnBlock(int64_t dim) {
 
 } // namespace
 
+namespace {
+
+/// The activation of kind K (known at compile time, so the loops keep no
+/// branch on it and their selects vectorize), as activate() computes it.
+template <NormActivationKind K>
+inline float activateAs(float v, const NormActivation &a) {
+  if constexpr (K == NormActivationKind::Relu)
+    return v > 0.0f ? v : 0.0f;
+  else if constexpr (K == NormActivationKind::Clip)
+    return v < a.lo ? a.lo : (v > a.hi ? a.hi : v);
+  else
+    return v;
+}
+
+/// `keep ? v : 0.0f` through the bits, which compiles to no branch (a
+/// branch on the activation's output mispredicts half the time).
+inline float keepOrZero(bool keep, float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits &= 0u - static_cast<uint32_t>(keep);
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+/// dy through the activation of kind K from its output y, as
+/// activationGrad() computes it.
+template <NormActivationKind K>
+inline float activationGradAs(float dy, float y, const NormActivation &a) {
+  if constexpr (K == NormActivationKind::Relu)
+    return keepOrZero(y > 0.0f, dy);
+  else if constexpr (K == NormActivationKind::Clip)
+    return keepOrZero((y > a.lo) & (y < a.hi), dy);
+  else
+    return dy;
+}
+
+template <NormActivationKind K>
+using ActivationKind = std::integral_constant<NormActivationKind, K>;
+
+/// Calls body(ActivationKind<K>{}) for the activation's kind K.
+template <typename Body>
+void withActivation(const NormActivation &a, Body body) {
+  switch (a.kind) {
+  case NormActivationKind::Relu:
+    return body(ActivationKind<NormActivationKind::Relu>{});
+  case NormActivationKind::Clip:
+    return body(ActivationKind<NormActivationKind::Clip>{});
+  case NormActivationKind::None:
+    break;
+  }
+  body(ActivationKind<NormActivationKind::None>{});
+}
+
+} // namespace
+
 void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
                            const float *x, const float *scale,
                            const float *bias, float *runningMean,
                            float *runningVar, float eps, float momentum,
-                           float *y, float *savedMean, float *savedInvstd) {
+                           float *y, float *savedMean, float *savedInvstd,
+                           NormActivation act) {
   const int64_t m = n * inner;
   const bool parallel = m * c >= cpu::kParallelGrain;
-  cpu::parallelFor(0, c, parallel, [&](int64_t ch) {
-    double sum = 0.0;
-    for (int64_t img = 0; img < n; ++img) {
-      const float *src = x + (img * c + ch) * inner;
-      sum += cpu::sumTerms(inner, [&](int64_t j) { return src[j]; });
-    }
-    // An empty batch has no statistics; keep the running ones and let
-    // invstd be that of a zero variance.
-    double mean = m > 0 ? sum / static_cast<double>(m) : 0.0;
-    double squaredDevSum = 0.0;
-    for (int64_t img = 0; img < n; ++img) {
-      const float *src = x + (img * c + ch) * inner;
-      squaredDevSum += cpu::sumTerms(inner, [&](int64_t j) {
-        double dev = src[j] - mean;
-        return dev * dev;
-      });
-    }
-    float meanF = static_cast<float>(mean);
-    float invstd =
-        inverseStd(m > 0 ? squaredDevSum / static_cast<double>(m) : 0.0, eps);
-    savedMean[ch] = meanF;
-    savedInvstd[ch] = invstd;
-    if (m > 0 && runningMean && runningVar)
-      updateBatchNormRunningStats(runningMean[ch], runningVar[ch], mean,
-                                  squaredDevSum, m, momentum);
-    for (int64_t img = 0; img < n; ++img) {
-      const float *src = x + (img * c + ch) * inner;
-      float *dst = y + (img * c + ch) * inner;
-      for (int64_t j = 0; j < inner; ++j)
-        dst[j] = normalizeElement(src[j], meanF, invstd, scale[ch], bias[ch]);
-    }
+  withActivation(act, [&](auto kind) {
+    constexpr NormActivationKind K = decltype(kind)::value;
+    cpu::parallelFor(0, c, parallel, [&](int64_t ch) {
+      double sum = 0.0;
+      for (int64_t img = 0; img < n; ++img) {
+        const float *src = x + (img * c + ch) * inner;
+        sum += cpu::sumTerms(inner, [&](int64_t j) { return src[j]; });
+      }
+      // An empty batch has no statistics; keep the running ones and let
+      // invstd be that of a zero variance.
+      double mean = m > 0 ? sum / static_cast<double>(m) : 0.0;
+      double squaredDevSum = 0.0;
+      for (int64_t img = 0; img < n; ++img) {
+        const float *src = x + (img * c + ch) * inner;
+        squaredDevSum += cpu::sumTerms(inner, [&](int64_t j) {
+          double dev = src[j] - mean;
+          return dev * dev;
+        });
+      }
+      float meanF = static_cast<float>(mean);
+      float invstd = inverseStd(
+          m > 0 ? squaredDevSum / static_cast<double>(m) : 0.0, eps);
+      savedMean[ch] = meanF;
+      savedInvstd[ch] = invstd;
+      if (m > 0 && runningMean && runningVar)
+        updateBatchNormRunningStats(runningMean[ch], runningVar[ch], mean,
+                                    squaredDevSum, m, momentum);
+      const float gamma = scale[ch], beta = bias[ch];
+      for (int64_t img = 0; img < n; ++img) {
+        const float *src = x + (img * c + ch) * inner;
+        float *dst = y + (img * c + ch) * inner;
+#pragma omp simd
+        for (int64_t j = 0; j < inner; ++j)
+          dst[j] = activateAs<K>(
+              normalizeElement(src[j], meanF, invstd, gamma, beta), act);
+      }
+    });
   });
 }
 
 void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
                             const float *dy, const float *x, const float *scale,
                             const float *savedMean, const float *savedInvstd,
-                            float *dx, float *dscale, float *dbias) {
+                            float *dx, float *dscale, float *dbias,
+                            const float *actOut, NormActivation act) {
   const int64_t m = n * inner;
   const bool parallel = m * c >= cpu::kParallelGrain;
-  cpu::parallelFor(0, c, parallel, [&](int64_t ch) {
-    const float mean = savedMean[ch], invstd = savedInvstd[ch];
-    double sumDy = 0.0, sumDyXhat = 0.0;
-    for (int64_t img = 0; img < n; ++img) {
-      const float *grad = dy + (img * c + ch) * inner;
-      const float *src = x + (img * c + ch) * inner;
-      sumDy += cpu::sumTerms(inner, [&](int64_t j) { return grad[j]; });
-      sumDyXhat += cpu::sumTerms(inner, [&](int64_t j) {
-        return static_cast<double>(grad[j]) * ((src[j] - mean) * invstd);
-      });
-    }
-    dbias[ch] = static_cast<float>(sumDy);
-    dscale[ch] = static_cast<float>(sumDyXhat);
-    // From the rounded sums, as the CUDA kernel (which reads them back from
-    // dscale/dbias) does.
-    NormBackwardFactors f = normBackwardFactors(
-        dbias[ch], dscale[ch], m, static_cast<double>(invstd) * scale[ch]);
-    for (int64_t img = 0; img < n; ++img) {
-      const float *grad = dy + (img * c + ch) * inner;
-      const float *src = x + (img * c + ch) * inner;
-      float *dst = dx + (img * c + ch) * inner;
-      for (int64_t j = 0; j < inner; ++j)
-        dst[j] = normBackwardElement(grad[j], (src[j] - mean) * invstd, f);
-    }
+  if (!actOut)
+    act = NormActivation{};
+  withActivation(act, [&](auto kind) {
+    constexpr NormActivationKind K = decltype(kind)::value;
+    cpu::parallelFor(0, c, parallel, [&](int64_t ch) {
+      const float mean = savedMean[ch], invstd = savedInvstd[ch];
+      double sumDy = 0.0, sumDyXhat = 0.0;
+      for (int64_t img = 0; img < n; ++img) {
+        const int64_t base = (img * c + ch) * inner;
+        const float *src = x + base;
+        const float *grad = dy + base;
+        const float *out = actOut ? actOut + base : nullptr;
+        auto gradAt = [&](int64_t j) {
+          if constexpr (K == NormActivationKind::None)
+            return grad[j];
+          else
+            return activationGradAs<K>(grad[j], out[j], act);
+        };
+        // Both sums in one pass over the row, each in sumTerms's order;
+        // the gradient after the activation, as its own kernel computes it.
+        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+        double b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;
+        auto add = [&](int64_t j, double &a, double &b) {
+          const float g = gradAt(j);
+          a += g;
+          b += static_cast<double>(g) * ((src[j] - mean) * invstd);
+        };
+        int64_t j = 0;
+        for (; j + 4 <= inner; j += 4) {
+          add(j, a0, b0);
+          add(j + 1, a1, b1);
+          add(j + 2, a2, b2);
+          add(j + 3, a3, b3);
+        }
+        for (; j < inner; ++j)
+          add(j, a0, b0);
+        sumDy += (a0 + a1) + (a2 + a3);
+        sumDyXhat += (b0 + b1) + (b2 + b3);
+      }
+      dbias[ch] = static_cast<float>(sumDy);
+      dscale[ch] = static_cast<float>(sumDyXhat);
+      // From the rounded sums, as the CUDA kernel (which reads them back
+      // from dscale/dbias) does.
+      NormBackwardFactors f = normBackwardFactors(
+          dbias[ch], dscale[ch], m, static_cast<double>(invstd) * scale[ch]);
+      for (int64_t img = 0; img < n; ++img) {
+        const int64_t base = (img * c + ch) * inner;
+        const float *src = x + base;
+        const float *grad = dy + base;
+        const float *out = actOut ? actOut + base : nullptr;
+        float *dst = dx + base;
+#pragma omp simd
+        for (int64_t j = 0; j < inner; ++j) {
+          float g = grad[j];
+          if constexpr (K != NormActivationKind::None)
+            g = activationGradAs<K>(g, out[j], act);
+          dst[j] = normBackwardElement(g, (src[j] - mean) * invstd, f);
+        }
+      }
+    });
   });
 }
 

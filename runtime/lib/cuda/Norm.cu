@@ -111,30 +111,38 @@ __global__ void bnApplyKernel(int64_t n, int64_t c, int64_t inner,
                               const float *x, const float *scale,
                               const float *bias, const float *mean,
                               const float *savedInvstd, const float *var,
-                              float eps, float *y) {
+                              float eps, float *y, NormActivation act) {
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
     const float mu = mean[ch];
     const float invstd = var ? inverseStd(var[ch], eps) : savedInvstd[ch];
     const float gamma = scale[ch], beta = bias[ch];
     forEachInChannel(n, c, inner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
-      y[at] = normalizeElement(x[at], mu, invstd, gamma, beta);
+      y[at] = activate(normalizeElement(x[at], mu, invstd, gamma, beta), act);
     });
   }
+}
+
+/// dy through the activation when there is one (actOut non-null).
+__device__ inline float gradientAt(const float *dy, const float *actOut,
+                                   int64_t at, const NormActivation &act) {
+  return actOut ? activationGrad(dy[at], actOut[at], act) : dy[at];
 }
 
 __global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
                                        const float *dy, const float *x,
                                        const float *savedMean,
                                        const float *savedInvstd, float *dscale,
-                                       float *dbias) {
+                                       float *dbias, const float *actOut,
+                                       NormActivation act) {
   __shared__ double scratch[kReduceThreads];
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     const float mean = savedMean[ch], invstd = savedInvstd[ch];
     double sumDy = 0.0, sumDyXhat = 0.0;
     forEachInChannel(n, c, inner, ch, 0, 1, [&](int64_t at) {
       float xhat = (x[at] - mean) * invstd;
-      sumDy += dy[at];
-      sumDyXhat += static_cast<double>(dy[at]) * xhat;
+      float g = gradientAt(dy, actOut, at, act);
+      sumDy += g;
+      sumDyXhat += static_cast<double>(g) * xhat;
     });
     sumDy = blockSum(sumDy, scratch);
     sumDyXhat = blockSum(sumDyXhat, scratch);
@@ -149,14 +157,16 @@ __global__ void
 bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, const float *dy,
                       const float *x, const float *scale,
                       const float *savedMean, const float *savedInvstd,
-                      const float *dscale, const float *dbias, float *dx) {
+                      const float *dscale, const float *dbias, float *dx,
+                      const float *actOut, NormActivation act) {
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
     const float mean = savedMean[ch], invstd = savedInvstd[ch];
     const NormBackwardFactors f =
         normBackwardFactors(dbias[ch], dscale[ch], n * inner,
                             static_cast<double>(invstd) * scale[ch]);
     forEachInChannel(n, c, inner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
-      dx[at] = normBackwardElement(dy[at], (x[at] - mean) * invstd, f);
+      dx[at] = normBackwardElement(gradientAt(dy, actOut, at, act),
+                                   (x[at] - mean) * invstd, f);
     });
   }
 }
@@ -265,7 +275,8 @@ void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                            const float *x, const float *scale,
                            const float *bias, float *runningMean,
                            float *runningVar, float eps, float momentum,
-                           float *y, float *savedMean, float *savedInvstd) {
+                           float *y, float *savedMean, float *savedInvstd,
+                           NormActivation act) {
   if (c <= 0)
     return;
   bnTrainStatsKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0, ctx.stream>>>(
@@ -275,25 +286,29 @@ void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
   if (n * inner == 0)
     return;
   bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
-      n, c, inner, x, scale, bias, savedMean, savedInvstd, nullptr, eps, y);
+      n, c, inner, x, scale, bias, savedMean, savedInvstd, nullptr, eps, y,
+      act);
   checkLaunch(ctx, "bnApplyKernel");
 }
 
 void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                             const float *dy, const float *x, const float *scale,
                             const float *savedMean, const float *savedInvstd,
-                            float *dx, float *dscale, float *dbias) {
+                            float *dx, float *dscale, float *dbias,
+                            const float *actOut, NormActivation act) {
   if (c <= 0)
     return;
   bnBackwardReduceKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0,
                            ctx.stream>>>(n, c, inner, dy, x, savedMean,
-                                         savedInvstd, dscale, dbias);
+                                         savedInvstd, dscale, dbias, actOut,
+                                         act);
   checkLaunch(ctx, "bnBackwardReduceKernel");
   if (n * inner == 0)
     return;
   bnBackwardApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0,
                           ctx.stream>>>(n, c, inner, dy, x, scale, savedMean,
-                                        savedInvstd, dscale, dbias, dx);
+                                        savedInvstd, dscale, dbias, dx, actOut,
+                                        act);
   checkLaunch(ctx, "bnBackwardApplyKernel");
 }
 
@@ -305,7 +320,8 @@ void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
   if (c <= 0 || n * inner == 0)
     return;
   bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
-      n, c, inner, x, scale, bias, mean, nullptr, var, eps, y);
+      n, c, inner, x, scale, bias, mean, nullptr, var, eps, y,
+      NormActivation{});
   checkLaunch(ctx, "bnApplyKernel");
 }
 

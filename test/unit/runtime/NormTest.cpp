@@ -418,4 +418,58 @@ TEST_F(Kernels, LayerNormBackward16ReadsTheStoredValues) {
   }
 }
 
+TEST_F(Kernels, BatchNormActivationIsTheSeparateKernels) {
+  // A fused ReLU or clip: y is the activation of the plain kernel's y, and
+  // the backward with the activation's output is the plain backward of the
+  // activation's gradient (relu_grad / clip_grad), bit for bit, on values
+  // on both sides of the bounds and exactly at them.
+  const int64_t n = 3, c = 5, inner = 37, size = n * c * inner;
+  std::vector<float> xv = randomVector(size, -2.0f, 6.0f, 21);
+  std::vector<float> dyv = randomVector(size, -1.0f, 1.0f, 22);
+  std::vector<float> scalev = randomVector(c, 0.5f, 3.0f, 23);
+  std::vector<float> biasv = randomVector(c, -1.0f, 4.0f, 24);
+  float *x = upload(xv), *scale = upload(scalev), *bias = upload(biasv);
+  float *dy = upload(dyv);
+  float *plain = upload(std::vector<float>(size));
+  float *mean = upload(std::vector<float>(c)), *inv = upload(std::vector<float>(c));
+  batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr, nullptr,
+                        1e-5f, 0.9f, plain, mean, inv);
+  std::vector<float> yPlain = download(plain, size);
+  for (NormActivation act :
+       {NormActivation{NormActivationKind::Relu, 0.0f, 0.0f},
+        NormActivation{NormActivationKind::Clip, 0.0f, 6.0f},
+        NormActivation{NormActivationKind::Clip, -0.5f, 0.5f}}) {
+    SCOPED_TRACE(act.kind == NormActivationKind::Relu ? "relu" : "clip");
+    // The separate kernels' expressions (the generated relu, clip,
+    // relu_grad and clip_grad loops).
+    std::vector<float> yWant(size), gWant(size);
+    for (int64_t i = 0; i < size; ++i) {
+      const float v = yPlain[i];
+      yWant[i] = act.kind == NormActivationKind::Relu
+                     ? (v > 0.0f ? v : 0.0f)
+                     : (v < act.lo ? act.lo : (v > act.hi ? act.hi : v));
+      const float y = yWant[i];
+      gWant[i] = act.kind == NormActivationKind::Relu
+                     ? (y > 0.0f ? dyv[i] : 0.0f)
+                     : ((y > act.lo && y < act.hi) ? dyv[i] : 0.0f);
+    }
+    float *y = upload(std::vector<float>(size));
+    batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr, nullptr,
+                          1e-5f, 0.9f, y, mean, inv, act);
+    EXPECT_EQ(download(y, size), yWant);
+    float *dx = upload(std::vector<float>(size)),
+          *ds = upload(std::vector<float>(c)), *db = upload(std::vector<float>(c));
+    batchNormTrainBackward(ctx, n, c, inner, dy, x, scale, mean, inv, dx, ds,
+                           db, y, act);
+    float *dx2 = upload(std::vector<float>(size)),
+          *ds2 = upload(std::vector<float>(c)),
+          *db2 = upload(std::vector<float>(c));
+    batchNormTrainBackward(ctx, n, c, inner, upload(gWant), x, scale, mean, inv,
+                           dx2, ds2, db2);
+    EXPECT_EQ(download(dx, size), download(dx2, size));
+    EXPECT_EQ(download(ds, c), download(ds2, c));
+    EXPECT_EQ(download(db, c), download(db2, c));
+  }
+}
+
 } // namespace

@@ -56,7 +56,8 @@ LogicalResult importBatchNormalization(ImportContext &ctx) {
         TypeRange{in[0].getType(), in[1].getType(), in[1].getType(),
                   in[1].getType(), in[1].getType()},
         in[0], in[1], in[2], in[3], in[4], b.getF32FloatAttr(eps),
-        b.getF32FloatAttr(ctx.floatAttr("momentum", 0.9f)));
+        b.getF32FloatAttr(ctx.floatAttr("momentum", 0.9f)),
+        /*activation=*/nullptr, /*clip_min=*/nullptr, /*clip_max=*/nullptr);
     ctx.bind(0, op.getOutput());
     ctx.bind(1, op.getNewRunningMean());
     ctx.bind(2, op.getNewRunningVar());

@@ -443,11 +443,15 @@ LogicalResult BatchNormTrainOp::buildGradient(OpBuilder &b,
     dx.append(5, Value());
     return success();
   }
+  // The fusion pass folds activations in after autodiff.
+  if (getActivation())
+    return emitOpError("has a fused activation and no gradient rule");
   auto grad = b.create<BatchNormTrainGradOp>(
       getLoc(),
       TypeRange{getInput().getType(), getScale().getType(),
                 getScale().getType()},
-      dy[0], getInput(), getScale(), getSavedMean(), getSavedInvstd());
+      dy[0], getInput(), getScale(), getSavedMean(), getSavedInvstd(),
+      Value(), nullptr, nullptr, nullptr);
   dx.push_back(grad.getInputGrad());
   dx.push_back(grad.getScaleGrad());
   dx.push_back(grad.getBiasGrad());

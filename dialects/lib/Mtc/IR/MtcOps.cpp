@@ -622,6 +622,22 @@ LogicalResult SelectOp::inferReturnTypes(MLIRContext *,
 // Normalization
 //===----------------------------------------------------------------------===//
 
+/// The activation attributes of a batch normalization (forward or
+/// backward): none, "relu", or "clip" with both bounds.
+static LogicalResult verifyNormActivation(Operation *op,
+                                          std::optional<StringRef> kind,
+                                          bool hasMin, bool hasMax) {
+  if (!kind)
+    return hasMin || hasMax ? op->emitOpError("clip bounds need activation")
+                            : success();
+  if (*kind == "relu" && !hasMin && !hasMax)
+    return success();
+  if (*kind == "clip" && hasMin && hasMax)
+    return success();
+  return op->emitOpError("activation must be \"relu\", or \"clip\" with "
+                         "clip_min and clip_max");
+}
+
 LogicalResult BatchNormTrainOp::verify() {
   ArrayRef<int64_t> x = shapeOf(getInput());
   if (x.size() < 2)
@@ -629,7 +645,19 @@ LogicalResult BatchNormTrainOp::verify() {
   if (shapeOf(getScale()) != ArrayRef<int64_t>{x[1]})
     return emitOpError("scale, bias and statistics must have C = ")
            << x[1] << " elements";
-  return success();
+  return verifyNormActivation(*this, getActivation(), getClipMinAttr() != nullptr,
+                              getClipMaxAttr() != nullptr);
+}
+
+LogicalResult BatchNormTrainGradOp::verify() {
+  if (getActivation().has_value() != (getActivationOutput() != nullptr))
+    return emitOpError("activation and activation_output go together");
+  if (Value out = getActivationOutput();
+      out && out.getType() != getGrad().getType())
+    return emitOpError("activation_output must have the gradient's type");
+  return verifyNormActivation(*this, getActivation(),
+                              getClipMinAttr() != nullptr,
+                              getClipMaxAttr() != nullptr);
 }
 
 static SmallVector<int64_t> rowStatShape(ArrayRef<int64_t> x, int64_t axis) {

@@ -211,7 +211,9 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     its gradient reads becomes, with that gradient (and its 16-bit
     conversion, if that is its one reader), one
     `softmax_cross_entropy_with_grad`: the log-probabilities are never
-    stored.
+    stored. A batch normalization whose output only a relu or clip reads
+    applies it itself, and its backward applies the relu_grad or clip_grad
+    whose result only it reads.
     Runs after recomputation and before the memory plan.
 
     Example: `mtc-opt --mtc-fuse-elementwise`
@@ -240,6 +242,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
               "Slices and transposes read through strides, not copied">,
     Statistic<"numLossWithGrad", "loss-with-grad",
               "Softmax cross-entropies computed with their gradient">,
+    Statistic<"numNormActivations", "norm-activations",
+              "ReLU / clip (or their gradients) folded into batch norms">,
   ];
 }
 

@@ -354,6 +354,17 @@ void attentionBackward16(Context &ctx, Storage16 storage,
 // Normalization
 //===----------------------------------------------------------------------===//
 
+/// An activation a batch normalization kernel applies to its result, and
+/// whose gradient its backward applies to the incoming gradient first, as
+/// the separate elementwise kernels do: ReLU y = v > 0 ? v : 0 (gradient
+/// where the output is > 0), or clip to [lo, hi] y = v < lo ? lo : (v > hi
+/// ? hi : v) (gradient where lo < output < hi; ReLU6 is [0, 6]).
+enum class NormActivationKind : int { None = 0, Relu = 1, Clip = 2 };
+struct NormActivation {
+  NormActivationKind kind = NormActivationKind::None;
+  float lo = 0.0f, hi = 0.0f;
+};
+
 /// BatchNormalization in training mode, x viewed as [n, c, inner] (inner =
 /// product of the spatial dims). Per channel: batch mean and biased variance
 /// over n*inner elements; y = (x - mean) * invstd * scale + bias with invstd =
@@ -364,22 +375,28 @@ void attentionBackward16(Context &ctx, Storage16 storage,
 /// `momentum` is ONNX's (PyTorch's 1 - momentum). Either running pointer may
 /// be null to skip its update. With m == 1 the unbiased variance is 0/0; the
 /// running variance then takes the biased one (0) instead of NaN. With m == 0
-/// the running statistics are left alone. y may share storage with x.
+/// the running statistics are left alone. y may share storage with x. With
+/// `act`, y is the activation of that.
 void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                            const float *x, const float *scale,
                            const float *bias, float *runningMean,
                            float *runningVar, float eps, float momentum,
-                           float *y, float *savedMean, float *savedInvstd);
+                           float *y, float *savedMean, float *savedInvstd,
+                           NormActivation act = {});
 /// Gradients of batchNormTrainForward: dx, dscale, dbias (all overwritten).
 /// With xhat = (x - mean) * invstd and sums over n and inner:
 /// dbias = sum(dy), dscale = sum(dy * xhat),
 /// dx = scale * invstd / m * (m * dy - dbias - xhat * dscale).
-/// dx may share storage with dy.
+/// dx may share storage with dy. With `act`, dy is first the activation's
+/// gradient from the incoming dy and the activation's output `actOut`
+/// ([n, c, inner]), as relu_grad / clip_grad compute it.
 void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                             const float *dy, const float *x,
                             const float *scale, const float *savedMean,
                             const float *savedInvstd, float *dx,
-                            float *dscale, float *dbias);
+                            float *dscale, float *dbias,
+                            const float *actOut = nullptr,
+                            NormActivation act = {});
 /// BatchNormalization with given statistics (inference, or frozen stats):
 /// y = (x - mean) / sqrt(var + eps) * scale + bias.
 void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,

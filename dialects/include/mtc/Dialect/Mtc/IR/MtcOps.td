@@ -755,7 +755,10 @@ def Mtc_BatchNormTrainOp : Mtc_DiffOp<"batch_norm_train",
     statistics (`momentum * running + (1 - momentum) * batch`, the variance
     unbiased as PyTorch keeps it) and the batch mean and inverse standard
     deviation for the gradient. The importer ties the new running statistics
-    to their buffers, so the trainer writes them back in place.
+    to their buffers, so the trainer writes them back in place. With
+    `activation` ("relu", or "clip" to [`clip_min`, `clip_max`]) the output
+    is that activation of the normalized values: the fusion pass folds a
+    `mtc.relu` or `mtc.clip` that alone reads the output.
 
     Example:
 
@@ -770,7 +773,9 @@ def Mtc_BatchNormTrainOp : Mtc_DiffOp<"batch_norm_train",
   let arguments = (ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$scale,
                    Mtc_FloatTensor:$bias, Mtc_FloatTensor:$running_mean,
                    Mtc_FloatTensor:$running_var, F32Attr:$epsilon,
-                   F32Attr:$momentum);
+                   F32Attr:$momentum, OptionalAttr<StrAttr>:$activation,
+                   OptionalAttr<F32Attr>:$clip_min,
+                   OptionalAttr<F32Attr>:$clip_max);
   let results = (outs Mtc_FloatTensor:$output,
                       Mtc_FloatTensor:$new_running_mean,
                       Mtc_FloatTensor:$new_running_var,
@@ -792,7 +797,11 @@ def Mtc_BatchNormTrainGradOp : Mtc_ComputeOp<"batch_norm_train_grad",
   let summary = "Gradient of batch normalization in training mode";
   let description = [{
     Returns the gradients of the input, the scale and the bias from the
-    saved batch statistics.
+    saved batch statistics. With `activation_output` (and the forward op's
+    `activation`, `clip_min`, `clip_max`), `grad` is first taken through
+    that activation's gradient, as `mtc.relu_grad` / `mtc.clip_grad` of
+    `grad` and `activation_output` compute it (the fusion pass folds
+    them).
 
     Example:
 
@@ -805,12 +814,17 @@ def Mtc_BatchNormTrainGradOp : Mtc_ComputeOp<"batch_norm_train_grad",
   }];
   let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$input,
                    Mtc_FloatTensor:$scale, Mtc_FloatTensor:$saved_mean,
-                   Mtc_FloatTensor:$saved_invstd);
+                   Mtc_FloatTensor:$saved_invstd,
+                   Optional<Mtc_FloatTensor>:$activation_output,
+                   OptionalAttr<StrAttr>:$activation,
+                   OptionalAttr<F32Attr>:$clip_min,
+                   OptionalAttr<F32Attr>:$clip_max);
   let results = (outs Mtc_FloatTensor:$input_grad, Mtc_FloatTensor:$scale_grad,
                       Mtc_FloatTensor:$bias_grad);
   let assemblyFormat = "$grad `,` $input `,` $scale `,` $saved_mean `,` "
-                       "$saved_invstd attr-dict `:` "
-                       "functional-type(operands, results)";
+                       "$saved_invstd (`activation` $activation_output^)? "
+                       "attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def Mtc_LayerNormOp : Mtc_DiffOp<"layer_norm", [InferTypeOpAdaptor]> {
