@@ -1,19 +1,24 @@
 /* An LD_PRELOAD library for the tests: counts the heap allocations of a
  * process (malloc, calloc, realloc, the aligned forms; C++ new goes through
- * malloc) and, at exit, writes to $MTC_ALLOC_COUNT the number of calls,
- * the bytes requested and the sizes of the largest ones. */
+ * malloc) and the anonymous memory mappings of exactly $MTC_ALLOC_WATCH
+ * bytes (the CPU arena is one), and at exit writes to $MTC_ALLOC_COUNT the
+ * number of heap calls, the bytes requested, the sizes of the largest ones
+ * and the number of watched mappings. */
 #define _GNU_SOURCE
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 
-static atomic_long calls, bytes;
+static atomic_long calls, bytes, watched;
 #define TOP 4
 static size_t largest[TOP];
 static atomic_flag lock = ATOMIC_FLAG_INIT;
@@ -42,6 +47,12 @@ int posix_memalign(void **out, size_t a, size_t n) {
   *out = __libc_memalign(a, n);
   return *out ? 0 : 12;
 }
+void *mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off) {
+  const char *watch = getenv("MTC_ALLOC_WATCH");
+  if ((flags & MAP_ANONYMOUS) && watch && n == (size_t)atoll(watch))
+    atomic_fetch_add(&watched, 1);
+  return (void *)syscall(SYS_mmap, addr, n, prot, flags, fd, off);
+}
 
 __attribute__((destructor)) static void report(void) {
   const char *path = getenv("MTC_ALLOC_COUNT");
@@ -53,6 +64,6 @@ __attribute__((destructor)) static void report(void) {
   fprintf(f, "calls %ld bytes %ld largest", (long)calls, (long)bytes);
   for (int i = 0; i < TOP; ++i)
     fprintf(f, " %zu", largest[i]);
-  fprintf(f, "\n");
+  fprintf(f, " watched %ld\n", (long)watched);
   fclose(f);
 }
