@@ -144,15 +144,21 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
       if (m > 0 && runningMean && runningVar)
         updateBatchNormRunningStats(runningMean[ch], runningVar[ch], mean,
                                     squaredDevSum, m, momentum);
+    });
+    // The normalization in a second pass over the rows in memory order, so
+    // each thread writes the contiguous block of images its share of a
+    // following elementwise loop or convolution reads.
+    cpu::parallelFor(0, n * c, parallel, [&](int64_t row) {
+      const int64_t ch = row % c;
+      const float meanF = savedMean[ch], invstd = savedInvstd[ch];
       const float gamma = scale[ch], beta = bias[ch];
-      for (int64_t img = 0; img < n; ++img) {
-        const float *src = x + (img * c + ch) * inner;
-        float *dst = y + (img * c + ch) * inner;
+      const NormActivation a = act;
+      const float *src = x + row * inner;
+      float *dst = y + row * inner;
 #pragma omp simd
-        for (int64_t j = 0; j < inner; ++j)
-          dst[j] = activateAs<K>(
-              normalizeElement(src[j], meanF, invstd, gamma, beta), act);
-      }
+      for (int64_t j = 0; j < inner; ++j)
+        dst[j] = activateAs<K>(
+            normalizeElement(src[j], meanF, invstd, gamma, beta), a);
     });
   });
 }
@@ -170,26 +176,33 @@ void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
     constexpr NormActivationKind K = decltype(kind)::value;
     cpu::parallelFor(0, c, parallel, [&](int64_t ch) {
       const float mean = savedMean[ch], invstd = savedInvstd[ch];
+      // With an activation, its gradient goes into dx first, in a pass
+      // that vectorizes, as its own kernel would write it; the two passes
+      // below read it there. Element j depends on dy[j] and actOut[j] alone,
+      // so dx may still share storage with dy.
+      const float *gradient = dy;
+      if constexpr (K != NormActivationKind::None) {
+        const NormActivation a = act;
+        for (int64_t img = 0; img < n; ++img) {
+          const int64_t base = (img * c + ch) * inner;
+#pragma omp simd
+          for (int64_t j = 0; j < inner; ++j)
+            dx[base + j] =
+                activationGradAs<K>(dy[base + j], actOut[base + j], a);
+        }
+        gradient = dx;
+      }
       double sumDy = 0.0, sumDyXhat = 0.0;
       for (int64_t img = 0; img < n; ++img) {
         const int64_t base = (img * c + ch) * inner;
-        const float *src = x + base;
-        const float *grad = dy + base;
-        const float *out = actOut ? actOut + base : nullptr;
-        auto gradAt = [&](int64_t j) {
-          if constexpr (K == NormActivationKind::None)
-            return grad[j];
-          else
-            return activationGradAs<K>(grad[j], out[j], act);
-        };
-        // Both sums in one pass over the row, each in sumTerms's order;
-        // the gradient after the activation, as its own kernel computes it.
+        const float *grad = gradient + base, *src = x + base;
+        // Both sums in one pass over the row, each in sumTerms's order.
         double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
         double b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;
-        auto add = [&](int64_t j, double &a, double &b) {
-          const float g = gradAt(j);
-          a += g;
-          b += static_cast<double>(g) * ((src[j] - mean) * invstd);
+        auto add = [&](int64_t j, double &sa, double &sb) {
+          const float g = grad[j];
+          sa += g;
+          sb += static_cast<double>(g) * ((src[j] - mean) * invstd);
         };
         int64_t j = 0;
         for (; j + 4 <= inner; j += 4) {
@@ -211,17 +224,11 @@ void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
           dbias[ch], dscale[ch], m, static_cast<double>(invstd) * scale[ch]);
       for (int64_t img = 0; img < n; ++img) {
         const int64_t base = (img * c + ch) * inner;
-        const float *src = x + base;
-        const float *grad = dy + base;
-        const float *out = actOut ? actOut + base : nullptr;
+        const float *grad = gradient + base, *src = x + base;
         float *dst = dx + base;
 #pragma omp simd
-        for (int64_t j = 0; j < inner; ++j) {
-          float g = grad[j];
-          if constexpr (K != NormActivationKind::None)
-            g = activationGradAs<K>(g, out[j], act);
-          dst[j] = normBackwardElement(g, (src[j] - mean) * invstd, f);
-        }
+        for (int64_t j = 0; j < inner; ++j)
+          dst[j] = normBackwardElement(grad[j], (src[j] - mean) * invstd, f);
       }
     });
   });
