@@ -131,8 +131,9 @@ private:
   /// Folds a linear layer's bias add into its GEMM, and the sum of its
   /// bias gradient into its weight-gradient GEMM (see formEpilogues).
   void formEpilogues(func::FuncOp func);
-  /// Folds the 16-bit conversion of a layer norm's, transpose's or
-  /// concat's result into the op.
+  /// Folds the 16-bit conversions of a layer norm's, transpose's,
+  /// concat's or attention's result into the op, and widenings of a 16-bit
+  /// value into the layer norm or attention backward reading it.
   void foldConversions(func::FuncOp func);
   /// Marks runs of consecutive optimizer updates alike (kUpdateGroup),
   /// which the code generator emits as one multi-tensor update.
@@ -625,10 +626,11 @@ void FusionPass::markRowEpilogues(func::FuncOp func) {
 // PyTorch autocast's GELU backward starts from its 16-bit input, and gets
 // the stored numbers up to that rounding.
 
-bool is16Bit(Value v) {
-  return isa<BFloat16Type, Float16Type>(
-      cast<ShapedType>(v.getType()).getElementType());
+Type elementType(Value v) {
+  return cast<ShapedType>(v.getType()).getElementType();
 }
+
+bool is16Bit(Value v) { return isa<BFloat16Type, Float16Type>(elementType(v)); }
 
 /// Whether `v` has a reader at `at` or after it: reading it at `at` keeps
 /// it alive no longer than it is already.
@@ -1074,24 +1076,46 @@ void FusionPass::formEpilogues(func::FuncOp func) {
   }
 }
 
-/// A layer norm, transpose or concat whose float32 result only a 16-bit
-/// conversion reads (a GEMM or attention operand under --precision bf16 /
-/// fp16) stores the 16-bit values itself, rounded as the conversion rounds
-/// them: the float32 result is never stored and the conversion's pass over
-/// it disappears. A layer norm backward reads its 16-bit saved input as
-/// stored instead of through a widening conversion.
+/// The 16-bit type every reader of `result` narrows it to (a conversion,
+/// or a transpose storing its copy in 16 bits), or null.
+static Type narrowedByEveryReader(Value result) {
+  Type to;
+  for (Operation *user : result.getUsers()) {
+    if (!isa<ConvertOp, TransposeOp>(user) || !is16Bit(user->getResult(0)))
+      return {};
+    Type element = elementType(user->getResult(0));
+    if (to && element != to)
+      return {};
+    to = element;
+  }
+  return to;
+}
+
+/// A layer norm, transpose, concat or attention whose float32 result its
+/// readers only narrow to one 16-bit format (conversions for a GEMM or
+/// attention operand under --precision bf16 / fp16, or for the backward's
+/// saved copy; transposes storing 16 bits) stores the 16-bit values
+/// itself, rounded as a conversion rounds them: the float32 result is never
+/// stored, the conversions disappear and the transposes copy 16-bit
+/// values. A layer norm or attention backward reads its 16-bit saved
+/// input or output as stored instead of through a widening conversion.
 void FusionPass::foldConversions(func::FuncOp func) {
-  // A 16-bit saved input widened for a layer norm backward: the kernel
-  // reads the 16-bit values (layerNormBackward16).
+  // A 16-bit saved value widened for a layer norm or attention backward:
+  // the kernel reads the 16-bit values (layerNormBackward16, the
+  // attentionBackward16 taking a 16-bit output).
   SmallVector<ConvertOp> widenings;
   func.walk([&](ConvertOp c) {
     if (is16Bit(c.getInput()) && !is16Bit(c.getOutput()))
       widenings.push_back(c);
   });
   for (ConvertOp widen : widenings) {
-    widen.getOutput().replaceUsesWithIf(widen.getInput(), [](OpOperand &use) {
-      auto grad = dyn_cast<LayerNormGradOp>(use.getOwner());
-      return grad && use.get() == grad.getInput();
+    widen.getOutput().replaceUsesWithIf(widen.getInput(), [&](OpOperand &use) {
+      if (auto grad = dyn_cast<LayerNormGradOp>(use.getOwner()))
+        return use.get() == grad.getInput();
+      if (auto grad = dyn_cast<AttentionGradOp>(use.getOwner()))
+        return use.get() == grad.getOutput() &&
+               elementType(widen.getInput()) == elementType(grad.getQuery());
+      return false;
     });
     if (widen.getOutput().use_empty()) {
       widen.erase();
@@ -1103,24 +1127,32 @@ void FusionPass::foldConversions(func::FuncOp func) {
     if (isa<LayerNormOp, TransposeOp, ConcatOp>(op) &&
         cast<ShapedType>(op.getResult(0).getType()).getElementType().isF32())
       candidates.push_back(&op);
-  for (Operation *op : candidates) {
+    else if (auto attention = dyn_cast<AttentionOp>(op);
+             attention && is16Bit(attention.getQuery()))
+      candidates.push_back(&op);
+  // Last first: a transpose reading a candidate narrows once it is folded.
+  for (Operation *op : llvm::reverse(candidates)) {
     Value result = op->getResult(0);
-    auto convert = result.hasOneUse()
-                       ? dyn_cast<ConvertOp>(*result.user_begin())
-                       : ConvertOp();
-    if (!convert || !is16Bit(convert.getOutput()))
+    Type to = narrowedByEveryReader(result);
+    if (!to || !elementType(result).isF32())
+      continue;
+    if (auto attention = dyn_cast<AttentionOp>(op);
+        attention && to != elementType(attention.getQuery()))
       continue;
     SmallVector<Type> types(op->getResultTypes());
-    types.front() = convert.getType();
+    types.front() = cast<RankedTensorType>(result.getType()).clone(to);
     OpBuilder b(op);
     OperationState state(op->getLoc(), op->getName(), op->getOperands(), types,
                          op->getAttrs());
     Operation *folded = b.create(state);
-    convert.getOutput().replaceAllUsesWith(folded->getResult(0));
-    for (auto [from, to] : llvm::zip(op->getResults().drop_front(),
-                                     folded->getResults().drop_front()))
+    for (Operation *user : llvm::make_early_inc_range(result.getUsers()))
+      if (auto convert = dyn_cast<ConvertOp>(user)) {
+        convert.getOutput().replaceAllUsesWith(folded->getResult(0));
+        convert.erase();
+      }
+    // What is left are transposes, which now copy 16-bit values.
+    for (auto [from, to] : llvm::zip(op->getResults(), folded->getResults()))
       from.replaceAllUsesWith(to);
-    convert.erase();
     op->erase();
     ++numFoldedConversions;
   }

@@ -208,20 +208,30 @@ template <typename T> struct Problem {
   }
 };
 
-template <typename T>
+/// The output tile of query rows [i0, i0 + kRows) of head h: O is how the
+/// output is stored, float, or uint16_t in the operands' 16-bit format
+/// (each value rounded as a conversion rounds it; the tile is summed in
+/// float32 first).
+template <typename T, typename O>
 [[gnu::always_inline]] inline void forwardTile(const Problem<T> &p, int64_t h,
-                                               int64_t i0, float *out,
+                                               int64_t i0, O *out,
                                                float *lse) {
   using P = Problem<T>;
+  constexpr bool kNarrowOut = !std::is_same_v<O, float>;
   const AttentionDims &a = p.a;
   const int64_t rows = std::min(kRows, a.sq - i0);
   float kT[kMaxHeadDim * kCols], s[kRows * kCols], factor[kCols];
   float qBuffer[P::buffer(kRows * kMaxHeadDim)];
   float vBuffer[P::buffer(kCols * kMaxHeadDim)];
+  float oBuffer[kNarrowOut ? kRows * kMaxHeadDim : 1];
   float rowMax[kRows], rowSum[kRows];
   std::fill(rowMax, rowMax + rows, kNegInf);
   std::fill(rowSum, rowSum + rows, 0.0f);
-  float *o = out + (h * a.sq + i0) * a.dv;
+  float *o;
+  if constexpr (kNarrowOut)
+    o = oBuffer;
+  else
+    o = out + (h * a.sq + i0) * a.dv;
   std::fill(o, o + rows * a.dv, 0.0f);
   const float *qRows =
       floatRows(p.q + (h * a.sq + i0) * a.d, rows, a.d, p.bf16, qBuffer);
@@ -267,6 +277,11 @@ template <typename T>
       orow[x] *= inv;
     l = rowMax[r] + std::log(rowSum[r]);
   }
+  if constexpr (kNarrowOut) {
+    O *stored = out + (h * a.sq + i0) * a.dv;
+    for (int64_t x = 0; x < rows * a.dv; ++x)
+      stored[x] = p.bf16 ? floatToBf16(o[x]) : floatToHalf(o[x]);
+  }
 }
 
 /// The backward's per-tile terms: from probabilities P (in s), the
@@ -293,24 +308,32 @@ inline void scoreGradients(const Problem<T> &p, int64_t h, int64_t i0,
   }
 }
 
-/// delta[r] = dO_r . O_(i0+r) for the tile's output gradient rows g.
-inline void rowDeltas(const AttentionDims &a, const float *out,
+/// delta[r] = dO_r . O_(i0+r) for the tile's output gradient rows g, the
+/// output stored as float or in 16 bits (`bf16` or float16).
+template <typename O>
+inline void rowDeltas(const AttentionDims &a, const O *out, bool bf16,
                       const float *g, int64_t h, int64_t i0, int64_t rows,
                       float *delta) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float *o = out + (h * a.sq + i0 + r) * a.dv;
+    const O *o = out + (h * a.sq + i0 + r) * a.dv;
     const float *gr = g + r * a.dv;
     float sum = 0.0f;
-    for (int64_t x = 0; x < a.dv; ++x)
-      sum += o[x] * gr[x];
+    for (int64_t x = 0; x < a.dv; ++x) {
+      float ox;
+      if constexpr (std::is_same_v<O, float>)
+        ox = o[x];
+      else
+        ox = storedToFloat(o[x], bf16);
+      sum += ox * gr[x];
+    }
     delta[r] = sum;
   }
 }
 
 /// dQ, dK and dV of head h.
-template <typename T>
+template <typename T, typename O>
 [[gnu::always_inline]] inline void
-backwardHead(const Problem<T> &p, int64_t h, const float *out,
+backwardHead(const Problem<T> &p, int64_t h, const O *out,
              const float *lse, const T *dout, float *dq, float *dk,
              float *dv) {
   using P = Problem<T>;
@@ -333,7 +356,7 @@ backwardHead(const Problem<T> &p, int64_t h, const float *out,
         floatRows(p.q + (h * a.sq + i0) * a.d, rows, a.d, p.bf16, qBuffer);
     const float *gRows =
         floatRows(dout + (h * a.sq + i0) * a.dv, rows, a.dv, p.bf16, gBuffer);
-    rowDeltas(a, out, gRows, h, i0, rows, delta);
+    rowDeltas(a, out, p.bf16, gRows, h, i0, rows, delta);
     for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
       const int64_t cols = std::min(kCols, a.sk - j0);
       p.scores(h, i0, rows, j0, cols, qRows, kT, s);
@@ -368,6 +391,11 @@ MTC_SIMD_CLONES void forwardTile16(const Problem<uint16_t> &p, int64_t h,
                                    int64_t i0, float *out, float *lse) {
   forwardTile(p, h, i0, out, lse);
 }
+MTC_SIMD_CLONES void forwardTile16Out16(const Problem<uint16_t> &p,
+                                        int64_t h, int64_t i0, uint16_t *out,
+                                        float *lse) {
+  forwardTile(p, h, i0, out, lse);
+}
 MTC_SIMD_CLONES void backwardHead32(const Problem<float> &p, int64_t h,
                                     const float *out, const float *lse,
                                     const float *dout, float *dq, float *dk,
@@ -378,6 +406,13 @@ MTC_SIMD_CLONES void backwardHead16(const Problem<uint16_t> &p, int64_t h,
                                     const float *out, const float *lse,
                                     const uint16_t *dout, float *dq,
                                     float *dk, float *dv) {
+  backwardHead(p, h, out, lse, dout, dq, dk, dv);
+}
+MTC_SIMD_CLONES void backwardHead16Out16(const Problem<uint16_t> &p,
+                                         int64_t h, const uint16_t *out,
+                                         const float *lse,
+                                         const uint16_t *dout, float *dq,
+                                         float *dk, float *dv) {
   backwardHead(p, h, out, lse, dout, dq, dk, dv);
 }
 
@@ -411,8 +446,8 @@ bool parallelWork(const AttentionDims &a) {
 }
 
 /// One query tile per task.
-template <typename T, typename Tile>
-void forwardTiles(const Problem<T> &p, Tile tile, float *out, float *lse) {
+template <typename T, typename Tile, typename O>
+void forwardTiles(const Problem<T> &p, Tile tile, O *out, float *lse) {
   const AttentionDims &a = p.a;
   const int64_t blocks = (a.sq + kRows - 1) / kRows;
   cpu::parallelFor(0, a.batch * blocks, parallelWork(a), [&](int64_t t) {
@@ -423,8 +458,8 @@ void forwardTiles(const Problem<T> &p, Tile tile, float *out, float *lse) {
 /// One head per task: its dQ, dK and dV are summed by one thread, tile
 /// after tile in a fixed order, and every tile's probabilities are computed
 /// once.
-template <typename T, typename Head>
-void backwardHeads(const Problem<T> &p, Head head, const float *out,
+template <typename T, typename Head, typename O>
+void backwardHeads(const Problem<T> &p, Head head, const O *out,
                    const float *lse, const T *dout, float *dq, float *dk,
                    float *dv) {
   cpu::parallelFor(0, p.a.batch, parallelWork(p.a), [&](int64_t h) {
@@ -461,6 +496,17 @@ void attentionForward16(Context &ctx, Storage16 storage,
                  forwardTile16, out, lse);
 }
 
+void attentionForward16(Context &ctx, Storage16 storage,
+                        const AttentionDims &a, const uint16_t *q,
+                        const uint16_t *k, const uint16_t *v,
+                        const unsigned char *mask, uint16_t *out,
+                        float *lse) {
+  if (checkDims(ctx, a))
+    forwardTiles(makeProblem(ctx, a, q, k, v, mask,
+                             storage == Storage16::Bf16),
+                 forwardTile16Out16, out, lse);
+}
+
 void attentionBackward16(Context &ctx, Storage16 storage,
                          const AttentionDims &a, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v,
@@ -471,6 +517,18 @@ void attentionBackward16(Context &ctx, Storage16 storage,
     backwardHeads(makeProblem(ctx, a, q, k, v, mask,
                               storage == Storage16::Bf16),
                   backwardHead16, out, lse, dout, dq, dk, dv);
+}
+
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &a, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const uint16_t *out,
+                         const float *lse, const uint16_t *dout, float *dq,
+                         float *dk, float *dv) {
+  if (checkDims(ctx, a))
+    backwardHeads(makeProblem(ctx, a, q, k, v, mask,
+                              storage == Storage16::Bf16),
+                  backwardHead16Out16, out, lse, dout, dq, dk, dv);
 }
 
 } // namespace mtc::rt

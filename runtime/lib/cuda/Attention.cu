@@ -789,6 +789,15 @@ template <typename T> __device__ inline uint16_t round16(float x) {
   return isBf16<T>() ? floatToBf16(x) : floatToHalf(x);
 }
 
+/// The attention output as it is stored: float32, or rounded to T's format
+/// (uint16_t) as a conversion rounds it.
+template <typename T> __device__ inline void storeOut(float *dst, float x) {
+  *dst = x;
+}
+template <typename T> __device__ inline void storeOut(uint16_t *dst, float x) {
+  *dst = round16<T>(x);
+}
+
 /// Copies `valid` rows of `width` contiguous 16-bit elements from src to
 /// dst[row * ld + x] and writes zeros over the rest of the rows x padded
 /// tile (columns [width, padded), rows [valid, rows)). Called by the whole
@@ -870,8 +879,8 @@ __device__ inline void zeroShared(float *p, int n) {
 /// lse and delta = dO . O of rows [i0, i0 + count) of head h into
 /// lseOut[r] and deltaOut[r] for r < tileRows (-inf and 0 past count). A
 /// warp per row; called by the whole block.
-template <typename T>
-__device__ void rowTerms(const AttentionDims &a, const float *out,
+template <typename T, typename O>
+__device__ void rowTerms(const AttentionDims &a, const O *out,
                          const float *lse, const uint16_t *dout, int64_t h,
                          int64_t i0, int count, int tileRows, float *lseOut,
                          float *deltaOut) {
@@ -881,8 +890,8 @@ __device__ void rowTerms(const AttentionDims &a, const float *out,
     float part = 0.0f;
     if (r < count)
       for (int64_t x = lane; x < a.dv; x += 32)
-        part = fmaf(storedToFloat(dout[base + x], isBf16<T>()), out[base + x],
-                    part);
+        part = fmaf(storedToFloat(dout[base + x], isBf16<T>()),
+                    storedToFloat(out[base + x], isBf16<T>()), part);
     const float sum = warpSum(part);
     if (lane == 0) {
       deltaOut[r] = sum;
@@ -891,12 +900,12 @@ __device__ void rowTerms(const AttentionDims &a, const float *out,
   }
 }
 
-template <typename T>
+template <typename T, typename O>
 __device__ void forward16(const AttentionDims &a, const uint16_t *q,
                           const uint16_t *k, const uint16_t *v,
                           const unsigned char *mask, const DropoutParams &drop,
                           bool dropout, const Tiling16 &t, unsigned char *smem,
-                          float *out, float *lse) {
+                          O *out, float *lse) {
   const ForwardLayout L(t);
   uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
   uint16_t *kv = reinterpret_cast<uint16_t *>(smem + L.kv);
@@ -1007,19 +1016,19 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
       const float sum = rowSum[r];
       const bool empty = sum == 0.0f; // every key masked
       const float inv = empty ? 0.0f : 1.0f / sum;
-      float *orow = out + (h * a.sq + i0 + r) * a.dv;
+      O *orow = out + (h * a.sq + i0 + r) * a.dv;
       for (int x = lane; x < a.dv; x += 32)
-        orow[x] = empty ? 0.0f : o[r * L.ldO + x] * inv;
+        storeOut<T>(orow + x, empty ? 0.0f : o[r * L.ldO + x] * inv);
       if (lane == 0)
         lse[h * a.sq + i0 + r] = empty ? kNegInf : rowMax[r] + logf(sum);
     }
   }
 }
 
-template <typename T>
+template <typename T, typename O>
 __device__ void
 dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
-     const uint16_t *v, const unsigned char *mask, const float *out,
+     const uint16_t *v, const unsigned char *mask, const O *out,
      const float *lse, const uint16_t *dout, const DropoutParams &drop,
      bool dropout, const Tiling16 &t, unsigned char *smem, float *dq) {
   const DqLayout L(t);
@@ -1105,10 +1114,10 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   }
 }
 
-template <typename T>
+template <typename T, typename O>
 __device__ void
 dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
-      const uint16_t *v, const unsigned char *mask, const float *out,
+      const uint16_t *v, const unsigned char *mask, const O *out,
       const float *lse, const uint16_t *dout, const DropoutParams &drop,
       bool dropout, const Tiling16 &t, unsigned char *smem, float *dk,
       float *dv) {
@@ -1215,13 +1224,13 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 // The kernels: on an architecture without tensor-core steps for T (bfloat16
 // below sm_80) the body is left out; the host never launches it there.
 
-template <typename T>
+template <typename T, typename O>
 __global__ void __launch_bounds__(kThreads)
     attentionForward16Kernel(AttentionDims a, const uint16_t *q,
                              const uint16_t *k, const uint16_t *v,
                              const unsigned char *mask, DropoutParams drop,
                              const StepCounters *counters, bool dropout,
-                             Tiling16 t, float *out, float *lse) {
+                             Tiling16 t, O *out, float *lse) {
   if constexpr (wmmaSupports<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
@@ -1229,11 +1238,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T>
+template <typename T, typename O>
 __global__ void __launch_bounds__(kThreads)
     attentionDq16Kernel(AttentionDims a, const uint16_t *q, const uint16_t *k,
                         const uint16_t *v, const unsigned char *mask,
-                        const float *out, const float *lse,
+                        const O *out, const float *lse,
                         const uint16_t *dout, DropoutParams drop,
                         const StepCounters *counters, bool dropout, Tiling16 t,
                         float *dq) {
@@ -1244,11 +1253,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T>
+template <typename T, typename O>
 __global__ void __launch_bounds__(kThreads)
     attentionDkv16Kernel(AttentionDims a, const uint16_t *q, const uint16_t *k,
                          const uint16_t *v, const unsigned char *mask,
-                         const float *out, const float *lse,
+                         const O *out, const float *lse,
                          const uint16_t *dout, DropoutParams drop,
                          const StepCounters *counters, bool dropout, Tiling16 t,
                          float *dk, float *dv) {
@@ -1369,16 +1378,16 @@ bool allowShared16(Context &ctx, size_t limit, const char *name) {
   return true;
 }
 
-template <typename T>
+template <typename T, typename O>
 void launchForward16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
                      size_t limit, const uint16_t *q, const uint16_t *k,
                      const uint16_t *v, const unsigned char *mask,
-                     const DropoutParams &drop, bool dropout, float *out,
+                     const DropoutParams &drop, bool dropout, O *out,
                      float *lse) {
-  if (!allowShared16<attentionForward16Kernel<T>>(ctx, limit,
-                                                  "attentionForward16Kernel"))
+  if (!allowShared16<attentionForward16Kernel<T, O>>(
+          ctx, limit, "attentionForward16Kernel"))
     return;
-  auto kernel = attentionForward16Kernel<T>;
+  auto kernel = attentionForward16Kernel<T, O>;
   const int64_t tiles = a.batch * ((a.sq + t.own - 1) / t.own);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, ForwardLayout(t).bytes,
            ctx.stream>>>(a, q, k, v, mask, drop, cuda::stepCounters(ctx),
@@ -1386,15 +1395,16 @@ void launchForward16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
   checkLaunch(ctx, "attentionForward16Kernel");
 }
 
-template <typename T>
+template <typename T, typename O>
 void launchDq16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
                 size_t limit, const uint16_t *q, const uint16_t *k,
-                const uint16_t *v, const unsigned char *mask, const float *out,
+                const uint16_t *v, const unsigned char *mask, const O *out,
                 const float *lse, const uint16_t *dout,
                 const DropoutParams &drop, bool dropout, float *dq) {
-  if (!allowShared16<attentionDq16Kernel<T>>(ctx, limit, "attentionDq16Kernel"))
+  if (!allowShared16<attentionDq16Kernel<T, O>>(ctx, limit,
+                                                "attentionDq16Kernel"))
     return;
-  auto kernel = attentionDq16Kernel<T>;
+  auto kernel = attentionDq16Kernel<T, O>;
   const int64_t tiles = a.batch * ((a.sq + t.own - 1) / t.own);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, DqLayout(t).bytes, ctx.stream>>>(
       a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
@@ -1402,17 +1412,17 @@ void launchDq16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
   checkLaunch(ctx, "attentionDq16Kernel");
 }
 
-template <typename T>
+template <typename T, typename O>
 void launchDkv16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
                  size_t limit, const uint16_t *q, const uint16_t *k,
-                 const uint16_t *v, const unsigned char *mask, const float *out,
+                 const uint16_t *v, const unsigned char *mask, const O *out,
                  const float *lse, const uint16_t *dout,
                  const DropoutParams &drop, bool dropout, float *dk,
                  float *dv) {
-  if (!allowShared16<attentionDkv16Kernel<T>>(ctx, limit,
-                                              "attentionDkv16Kernel"))
+  if (!allowShared16<attentionDkv16Kernel<T, O>>(ctx, limit,
+                                                 "attentionDkv16Kernel"))
     return;
-  auto kernel = attentionDkv16Kernel<T>;
+  auto kernel = attentionDkv16Kernel<T, O>;
   const int64_t tiles = a.batch * ((a.sk + t.own - 1) / t.own);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, DkvLayout(t).bytes, ctx.stream>>>(
       a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
@@ -1459,9 +1469,13 @@ void attentionBackward(Context &ctx, const AttentionDims &a, const float *q,
   });
 }
 
-void attentionForward16(Context &ctx, Storage16 storage, const AttentionDims &a,
-                        const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                        const unsigned char *mask, float *out, float *lse) {
+namespace {
+
+/// attentionForward16 with the output stored as O (float or 16-bit).
+template <typename O>
+void forward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
+                    const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                    const unsigned char *mask, O *out, float *lse) {
   size_t limit = 0;
   Tiling16 t;
   if (!checkDims(ctx, a) ||
@@ -1481,12 +1495,12 @@ void attentionForward16(Context &ctx, Storage16 storage, const AttentionDims &a,
                             lse);
 }
 
-void attentionBackward16(Context &ctx, Storage16 storage,
-                         const AttentionDims &a, const uint16_t *q,
-                         const uint16_t *k, const uint16_t *v,
-                         const unsigned char *mask, const float *out,
-                         const float *lse, const uint16_t *dout, float *dq,
-                         float *dk, float *dv) {
+/// attentionBackward16 with the output stored as O (float or 16-bit).
+template <typename O>
+void backward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
+                     const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                     const unsigned char *mask, const O *out, const float *lse,
+                     const uint16_t *dout, float *dq, float *dk, float *dv) {
   size_t limit = 0;
   Tiling16 tq, tkv;
   if (!checkDims(ctx, a) ||
@@ -1511,6 +1525,38 @@ void attentionBackward16(Context &ctx, Storage16 storage,
     launchDkv16<__half>(ctx, a, tkv, limit, q, k, v, mask, out, lse, dout, drop,
                         dropout, dk, dv);
   }
+}
+
+} // namespace
+
+void attentionForward16(Context &ctx, Storage16 storage, const AttentionDims &a,
+                        const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                        const unsigned char *mask, float *out, float *lse) {
+  forward16Entry(ctx, storage, a, q, k, v, mask, out, lse);
+}
+
+void attentionForward16(Context &ctx, Storage16 storage, const AttentionDims &a,
+                        const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                        const unsigned char *mask, uint16_t *out, float *lse) {
+  forward16Entry(ctx, storage, a, q, k, v, mask, out, lse);
+}
+
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &a, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const float *out,
+                         const float *lse, const uint16_t *dout, float *dq,
+                         float *dk, float *dv) {
+  backward16Entry(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
+}
+
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &a, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const uint16_t *out,
+                         const float *lse, const uint16_t *dout, float *dq,
+                         float *dk, float *dv) {
+  backward16Entry(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
 }
 
 } // namespace mtc::rt

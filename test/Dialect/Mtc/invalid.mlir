@@ -301,3 +301,19 @@ func.func @conv_16bit_bias(%x: tensor<1x2x4x4xbf16>, %w: tensor<3x2x3x3xbf16>, %
   %y = mtc.conv %x, %w, %b {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x2x4x4xbf16>, tensor<3x2x3x3xbf16>, tensor<3xbf16>) -> tensor<1x3x4x4xf32>
   return
 }
+
+// -----
+
+func.func @attention_output_format(%q: tensor<2x8x16xbf16>) {
+  // expected-error@+1 {{a 16-bit output must be stored as the operands are}}
+  %o, %lse = mtc.attention %q, %q, %q {scale = 2.5e-01 : f32} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) -> (tensor<2x8x16xf16>, tensor<2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_output_format(%q: tensor<2x8x16xbf16>, %o: tensor<2x8x16xf16>, %lse: tensor<2x8xf32>) {
+  // expected-error@+1 {{a 16-bit output must be stored as the operands are}}
+  %dq, %dk, %dv = mtc.attention_grad %q, %q, %q, %q, %o, %lse {scale = 2.5e-01 : f32} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xf16>, tensor<2x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>)
+  return
+}

@@ -742,4 +742,70 @@ TEST_F(Attention, SixteenBitFullyMaskedHead) {
   }
 }
 
+TEST_F(Attention, SixteenBitStoredOutputIsTheRoundedOutput) {
+  // The overloads storing O in 16 bits: the forward's O is the float32
+  // kernel's rounded as a conversion rounds it (same lse), and the backward
+  // reading those 16 bits gives bitwise the gradients of the float32-output
+  // backward reading their widened values, under a causal mask and dropout,
+  // with dv = 24 (not a multiple of the tensor-core tile edge).
+  const int64_t sq = 37, sk = 70;
+  AttentionDims a = attentionDims(2, sq, sk, 40, 24, 0.15f);
+  a.dropout = 0.2f;
+  a.stream = 5;
+  a.maskRowStride = sk;
+  a.maskColStride = 1;
+  ctx.seed = 77;
+  ctx.batch = 3;
+  unsigned seed = 1010;
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    SCOPED_TRACE(storageName(storage));
+    const bool bf16 = storage == Storage16::Bf16;
+    Inputs in = randomInputs(a, seed);
+    seed += 10;
+    in.mask.resize(sq * sk);
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t j = 0; j < sk; ++j)
+        in.mask[i * sk + j] = j > i ? 1 : 0;
+    Inputs16 bits = roundInputs(in, storage);
+    const uint16_t *q = upload(bits.q), *k = upload(bits.k);
+    const uint16_t *v = upload(bits.v), *dout = upload(bits.dout);
+    const unsigned char *mask = maskOf(in);
+
+    Outputs wide = outputs(a);
+    attentionForward16(ctx, storage, a, q, k, v, mask, wide.out, wide.lse);
+    const size_t n = wide.outSize;
+    uint16_t *narrow = upload(std::vector<uint16_t>(n, 0x7777), kGuard);
+    float *lse = output(wide.lseSize);
+    attentionForward16(ctx, storage, a, q, k, v, mask, narrow, lse);
+    std::vector<float> outF = take(wide.out, n, "out");
+    std::vector<uint16_t> out16 = download(narrow, n + kGuard);
+    for (size_t i = n; i < n + kGuard; ++i)
+      EXPECT_EQ(out16[i], static_cast<uint16_t>(kSentinel))
+          << "16-bit out written past its end at " << i;
+    out16.resize(n);
+    std::vector<uint16_t> rounded(n);
+    std::vector<float> widened(n);
+    for (size_t i = 0; i < n; ++i) {
+      rounded[i] = bf16 ? floatToBf16(outF[i]) : floatToHalf(outF[i]);
+      widened[i] = storedToFloat(out16[i], bf16);
+    }
+    EXPECT_EQ(out16, rounded);
+    EXPECT_EQ(take(lse, wide.lseSize, "lse"),
+              take(wide.lse, wide.lseSize, "lse"));
+
+    // The backward on the widened float32 copy (what a conversion feeds the
+    // float32-output kernel) and on the 16 bits themselves.
+    const float *outWide = upload(widened);
+    attentionBackward16(ctx, storage, a, q, k, v, mask, outWide, wide.lse,
+                        dout, wide.dq, wide.dk, wide.dv);
+    Outputs own = outputs(a);
+    attentionBackward16(ctx, storage, a, q, k, v, mask, narrow, wide.lse, dout,
+                        own.dq, own.dk, own.dv);
+    EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+    EXPECT_EQ(take(own.dq, own.dqSize, "dq"), take(wide.dq, own.dqSize, "dq"));
+    EXPECT_EQ(take(own.dk, own.dkSize, "dk"), take(wide.dk, own.dkSize, "dk"));
+    EXPECT_EQ(take(own.dv, own.dvSize, "dv"), take(wide.dv, own.dvSize, "dv"));
+  }
+}
+
 } // namespace

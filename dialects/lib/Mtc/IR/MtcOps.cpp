@@ -724,6 +724,9 @@ LogicalResult AttentionOp::verify() {
   if (elementOf(getKey()) != elementOf(getQuery()) ||
       elementOf(getValue()) != elementOf(getQuery()))
     return emitOpError("query, key and value must be stored alike");
+  if (Type out = elementOf(getOutput());
+      !out.isF32() && out != elementOf(getQuery()))
+    return emitOpError("a 16-bit output must be stored as the operands are");
   if (v[v.size() - 2] != k[k.size() - 2])
     return emitOpError("key and value must have the same sequence length");
   if (q.back() > kMaxAttentionHeadDim || v.back() > kMaxAttentionHeadDim)
@@ -747,6 +750,8 @@ LogicalResult AttentionGradOp::verify() {
   for (Value v : {getGrad(), getKey(), getValue()})
     if (elementOf(v) != element)
       return emitOpError("grad, query, key and value must be stored alike");
+  if (Type out = elementOf(getOutput()); !out.isF32() && out != element)
+    return emitOpError("a 16-bit output must be stored as the operands are");
   return success();
 }
 

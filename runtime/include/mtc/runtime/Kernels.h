@@ -335,18 +335,31 @@ void attentionBackward(Context &ctx, const AttentionDims &dims,
 /// The same with Q, K, V (and, backward, dO) stored in 16 bits (`storage`),
 /// as --precision bf16 / fp16 leaves them: every product multiplies 16-bit
 /// operands and accumulates in float32 (the tensor cores on CUDA). Scores
-/// are Q K^T; the (dropped) probabilities are rounded to 16 bits before
-/// P V and P^T dO, and dS before dS K and dS^T Q; dP = dO V^T. The
-/// softmax, the log-sum-exp, delta_i = dO_i . O_i (from the float32 output)
-/// and the outputs dQ, dK, dV are float32.
+/// are Q K^T; the (dropped) probabilities are rounded to 16 bits for
+/// P V and P^T dO, and dS for dS K and dS^T Q; dP = dO V^T. The softmax,
+/// the log-sum-exp, delta_i = dO_i . O_i and the outputs dQ, dK, dV are
+/// float32. The output O is float32 or, in the overloads taking uint16_t,
+/// stored in `storage` too: the forward rounds each value as a conversion
+/// rounds it, the backward widens what is stored (so both are bitwise the
+/// float32 kernels followed by, and reading, a conversion).
 void attentionForward16(Context &ctx, Storage16 storage,
                         const AttentionDims &dims, const uint16_t *q,
                         const uint16_t *k, const uint16_t *v,
                         const unsigned char *mask, float *out, float *lse);
+void attentionForward16(Context &ctx, Storage16 storage,
+                        const AttentionDims &dims, const uint16_t *q,
+                        const uint16_t *k, const uint16_t *v,
+                        const unsigned char *mask, uint16_t *out, float *lse);
 void attentionBackward16(Context &ctx, Storage16 storage,
                          const AttentionDims &dims, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v,
                          const unsigned char *mask, const float *out,
+                         const float *lse, const uint16_t *dout, float *dq,
+                         float *dk, float *dv);
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &dims, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const uint16_t *out,
                          const float *lse, const uint16_t *dout, float *dq,
                          float *dk, float *dv);
 

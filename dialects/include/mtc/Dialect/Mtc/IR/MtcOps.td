@@ -586,7 +586,9 @@ def Mtc_TransposeOp : Mtc_DiffOp<"transpose", [InferTypeOpAdaptor]> {
   let description = [{
     Result dim `i` is input dim `perm[i]`. A float32 input's result may be
     stored in bf16 or f16 (the fusion pass folds a conversion of the result
-    into the op, which then rounds each element as the conversion would).
+    into the op, which then rounds each element as the conversion would). A
+    16-bit input (the fusion pass folds narrowing into the op computing it)
+    keeps its format.
 
     Example:
 
@@ -595,7 +597,7 @@ def Mtc_TransposeOp : Mtc_DiffOp<"transpose", [InferTypeOpAdaptor]> {
            -> tensor<3x2xf32>
     ```
   }];
-  let arguments = (ins Mtc_AnyTensor:$input, DenseI64ArrayAttr:$perm);
+  let arguments = (ins Mtc_AnyStorageTensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs Mtc_AnyStorageTensor:$output);
   let assemblyFormat =
       "$input attr-dict `:` functional-type(operands, results)";
@@ -915,7 +917,10 @@ def Mtc_AttentionOp : Mtc_DiffOp<"attention", [InferTypeOpAdaptor]> {
     to recompute the probabilities. The fusion pass `mtc-fuse-attention`
     forms it from the unfused pattern. With 16-bit `query`, `key` and
     `value` (the precision pass) the products multiply 16-bit operands, the
-    probabilities rounded to 16 bits for `P @ value`; results stay float32.
+    probabilities rounded to 16 bits for `P @ value`; the log-sum-exp is
+    float32, the output float32 or stored in the operands' 16-bit format
+    (the fusion pass folds its narrowing conversions into the op, which then
+    rounds each value as they would).
 
     Example:
 
@@ -932,10 +937,18 @@ def Mtc_AttentionOp : Mtc_DiffOp<"attention", [InferTypeOpAdaptor]> {
                    F32Attr:$scale,
                    DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
                    DefaultValuedAttr<I64Attr, "0">:$dropout_stream);
-  let results = (outs Mtc_FloatTensor:$output, Mtc_FloatTensor:$logsumexp);
+  let results = (outs Mtc_StorageFloatTensor:$output,
+                      Mtc_FloatTensor:$logsumexp);
   let assemblyFormat = "$query `,` $key `,` $value (`,` $mask^)? attr-dict "
                        "`:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The output may be stored in 16 bits (see the description).
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual) {
+      return ::mtc::sameOr16BitFirst(inferred, actual);
+    }
+  }];
 }
 
 def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
@@ -946,6 +959,8 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
     probabilities are recomputed tile by tile, never stored. `grad`,
     `query`, `key` and `value` are float32 or all in one 16-bit format
     (then the products round P and dS to it); the gradients are float32.
+    `output` is float32 or, with 16-bit operands, stored in their format
+    (the fusion pass folds its widening conversion into the op).
 
     Example:
 
@@ -959,8 +974,8 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
   }];
   let arguments = (ins Mtc_StorageFloatTensor:$grad,
                    Mtc_StorageFloatTensor:$query, Mtc_StorageFloatTensor:$key,
-                   Mtc_StorageFloatTensor:$value, Mtc_FloatTensor:$output,
-                   Mtc_FloatTensor:$logsumexp,
+                   Mtc_StorageFloatTensor:$value,
+                   Mtc_StorageFloatTensor:$output, Mtc_FloatTensor:$logsumexp,
                    Optional<Mtc_BoolTensor>:$mask, F32Attr:$scale,
                    DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
                    DefaultValuedAttr<I64Attr, "0">:$dropout_stream);
