@@ -5,18 +5,49 @@
 # benchmark (bench/gpu_bench.py: GPT-2 small and ResNet-50 in bf16, step time
 # and peak memory against PyTorch eager and torch.compile) unless
 # MTC_GPU_BENCH=0; it writes its table to $build/gpu-bench.md.
+#
+# On a GPU machine without LLVM to build mtc with (and no network to install
+# it), it uses the bundle scripts/device-bundle.sh packed on a machine that
+# has it: .device/mtc-device.tar.xz (or $MTC_DEVICE_BUNDLE), unpacked under
+# $TMPDIR (MTC_USE_DEVICE_BUNDLE=1 uses it anyway); the trainers are still
+# built there, by its g++ and nvcc, and the references come from its python3
+# with PyTorch. Extra arguments go to gpu_check.py (e.g. --models
+# gpt,flash-attention).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MTC_BUILD_DIR:-$root/build}"
-if [ "${MTC_SKIP_SETUP:-0}" != 1 ]; then
+bundle="${MTC_DEVICE_BUNDLE:-$root/.device/mtc-device.tar.xz}"
+python=/usr/bin/python3
+if [ -f "$bundle" ] && { [ "${MTC_USE_DEVICE_BUNDLE:-0}" = 1 ] ||
+                        [ ! -d /usr/lib/llvm-19/lib/cmake/mlir ]; }; then
+  build="${TMPDIR:-/tmp}/mtc-device"
+  rm -rf "$build"
+  mkdir -p "$build"
+  tar -xJf "$bundle" -C "$(dirname "$build")"
+  nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+  cuda_lib="$(dirname "$nvcc")/../lib64:$(dirname "$nvcc")/../lib"
+  export PATH="$build/bin:$(dirname "$nvcc"):$PATH"
+  export LD_LIBRARY_PATH="$build/lib:$cuda_lib:${LD_LIBRARY_PATH:-}"
+  export LIBRARY_PATH="$build/lib:${LIBRARY_PATH:-}"
+  export MTC_RUNTIME_LIB_DIR="$build/lib"
+  export MTC_RUNTIME_INCLUDE_DIR="$root/runtime/include"
+  python="${MTC_PYTHON:-$(command -v python3)}"
+  echo "gpu-check: using the device bundle $bundle (mtc in $build/bin)"
+elif [ "${MTC_SKIP_SETUP:-0}" != 1 ]; then
   MTC_JOBS="${MTC_JOBS:-$(nproc)}" bash "$root/scripts/setup.sh"
+fi
+if [ "${MTC_GPU_DRY_RUN:-0}" = 1 ]; then
+  # Without a GPU: the cpu target twice, the benchmark at toy sizes.
+  "$python" "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
+    --build "$build" --work "$build/gpu-check" --device-target cpu "$@"
+  exit $?
 fi
 nvidia-smi -L || { echo "gpu-check: no CUDA GPU visible"; exit 1; }
 status=0
-/usr/bin/python3 "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
-  --build "$build" --work "$build/gpu-check" || status=$?
+"$python" "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
+  --build "$build" --work "$build/gpu-check" "$@" || status=$?
 if [ "${MTC_GPU_BENCH:-1}" != 0 ]; then
-  /usr/bin/python3 "$root/bench/gpu_bench.py" --mtc "$build/bin/mtc" \
+  "$python" "$root/bench/gpu_bench.py" --mtc "$build/bin/mtc" \
     --work "$build/gpu-bench" --doc "$build/gpu-bench.md" || status=$?
 fi
 exit "$status"

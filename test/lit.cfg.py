@@ -29,6 +29,8 @@ config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%mtc", os.path.join(config.mtc_tools_dir, "mtc")))
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root,
                                                       "Inputs")))
+config.substitutions.append(("%runtime_lib_dir",
+                             os.path.join(config.mtc_obj_root, "lib")))
 
 if config.mtc_enable_cuda:
     config.available_features.add("cuda-toolkit")

@@ -154,8 +154,16 @@ llvm::Error mtc::buildTrainer(const std::string &source,
   auto host = findHostCompiler();
   if (!host)
     return host.takeError();
-  std::string include = "-I" MTC_RUNTIME_INCLUDE_DIR;
-  std::string libDir = MTC_RUNTIME_LIB_DIR;
+  // The runtime's headers and libraries where this mtc was built, or where
+  // $MTC_RUNTIME_INCLUDE_DIR / $MTC_RUNTIME_LIB_DIR say (an mtc carried to
+  // another machine: scripts/device-bundle.sh).
+  auto fromEnv = [](const char *name, const char *builtIn) {
+    const char *value = std::getenv(name);
+    return std::string(value && *value ? value : builtIn);
+  };
+  std::string include =
+      "-I" + fromEnv("MTC_RUNTIME_INCLUDE_DIR", MTC_RUNTIME_INCLUDE_DIR);
+  std::string libDir = fromEnv("MTC_RUNTIME_LIB_DIR", MTC_RUNTIME_LIB_DIR);
   // No contraction of a * b + c into fused multiply-adds: each expression
   // rounds as written, so a fused kernel computes exactly what the ops it
   // replaces did, on any host.
