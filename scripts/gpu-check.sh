@@ -38,9 +38,15 @@ elif [ "${MTC_SKIP_SETUP:-0}" != 1 ]; then
 fi
 if [ "${MTC_GPU_DRY_RUN:-0}" = 1 ]; then
   # Without a GPU: the cpu target twice, the benchmark at toy sizes.
+  status=0
   "$python" "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
-    --build "$build" --work "$build/gpu-check" --device-target cpu "$@"
-  exit $?
+    --build "$build" --work "$build/gpu-check" --device-target cpu "$@" ||
+    status=$?
+  if [ "${MTC_GPU_BENCH:-1}" != 0 ]; then
+    "$python" "$root/bench/gpu_bench.py" --mtc "$build/bin/mtc" \
+      --work "$build/gpu-bench" --device cpu --small --no-compile || status=$?
+  fi
+  exit "$status"
 fi
 nvidia-smi -L || { echo "gpu-check: no CUDA GPU visible"; exit 1; }
 status=0
