@@ -35,7 +35,7 @@ cp "$build"/lib/libmtc_runtime_*.a "$dir/lib/"
 # Shared libraries by soname, as the loader here resolves them.
 for soname in libonnx.so.1 libonnx_proto.so.1 libprotobuf.so.32 \
               libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
-  path="$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64/ {print $NF; exit}')"
+  path="$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64/ && !p {print $NF; p = 1}')"
   if [ -z "$path" ]; then
     echo "device-bundle: $soname not found (ldconfig -p)" >&2
     exit 1
@@ -46,7 +46,7 @@ done
 ln -s libopenblas.so.0 "$dir/lib/libopenblas.so"
 
 # mtc must not need this machine's LLVM.
-if ldd "$dir/bin/mtc" | grep -q "libLLVM"; then
+if ldd "$dir/bin/mtc" | grep "libLLVM" > /dev/null; then
   echo "device-bundle: $build/bin/mtc links libLLVM; reconfigure with -DMTC_STATIC_LLVM=ON" >&2
   exit 1
 fi

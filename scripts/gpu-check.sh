@@ -4,7 +4,8 @@
 # trainers. Prints one line per check and "N passed, N failed". Then the GPU
 # benchmark (bench/gpu_bench.py: GPT-2 small and ResNet-50 in bf16, step time
 # and peak memory against PyTorch eager and torch.compile) unless
-# MTC_GPU_BENCH=0; it writes its table to $build/gpu-bench.md.
+# MTC_GPU_BENCH=0; it writes its table to $build/gpu-bench.md. MTC_GPU_CHECK=0
+# runs the benchmark alone.
 #
 # On a GPU machine without LLVM to build mtc with (and no network to install
 # it), it uses the bundle scripts/device-bundle.sh packed on a machine that
@@ -50,8 +51,10 @@ if [ "${MTC_GPU_DRY_RUN:-0}" = 1 ]; then
 fi
 nvidia-smi -L || { echo "gpu-check: no CUDA GPU visible"; exit 1; }
 status=0
-"$python" "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
-  --build "$build" --work "$build/gpu-check" "$@" || status=$?
+if [ "${MTC_GPU_CHECK:-1}" != 0 ]; then
+  "$python" "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
+    --build "$build" --work "$build/gpu-check" "$@" || status=$?
+fi
 if [ "${MTC_GPU_BENCH:-1}" != 0 ]; then
   "$python" "$root/bench/gpu_bench.py" --mtc "$build/bin/mtc" \
     --work "$build/gpu-bench" --doc "$build/gpu-bench.md" || status=$?

@@ -10,6 +10,7 @@ Usage: export.py [-o model.onnx] [--seed S]
 """
 
 import argparse
+import inspect
 import os
 import warnings
 
@@ -53,6 +54,11 @@ def main():
     torch.manual_seed(args.seed)
     wrapper = WithLoss(MLP())
     example = (torch.zeros(2, 784), torch.zeros(2, dtype=torch.int64))
+    # PyTorch 2.9 and newer export through torch.export unless told not to;
+    # mtc reads the TorchScript exporter's opset-17 graph.
+    legacy = ({"dynamo": False}
+              if "dynamo" in inspect.signature(torch.onnx.export).parameters
+              else {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -61,7 +67,7 @@ def main():
             do_constant_folding=False,
             input_names=["input", "target"], output_names=["loss", "logits"],
             dynamic_axes={"input": {0: "batch"}, "target": {0: "batch"},
-                          "logits": {0: "batch"}})
+                          "logits": {0: "batch"}}, **legacy)
     params = sum(p.numel() for p in wrapper.parameters())
     print("wrote %s (%d parameters: %s)" % (
         args.output, params, ", ".join(n for n, _ in

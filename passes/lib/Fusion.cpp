@@ -1151,8 +1151,8 @@ void FusionPass::foldConversions(func::FuncOp func) {
         convert.erase();
       }
     // What is left are transposes, which now copy 16-bit values.
-    for (auto [from, to] : llvm::zip(op->getResults(), folded->getResults()))
-      from.replaceAllUsesWith(to);
+    for (auto [from, into] : llvm::zip(op->getResults(), folded->getResults()))
+      from.replaceAllUsesWith(into);
     op->erase();
     ++numFoldedConversions;
   }

@@ -258,6 +258,30 @@ def shapes():
     return helper.make_graph(nodes, "shapes", inputs, outputs, [init("w", [2, 4, 6])])
 
 
+def mod_shapes():
+    """Reshape targets computed with Mod of constants, as PyTorch 2.9+
+    exports nn.MultiheadAttention's head split: fmod 0 takes the divisor's
+    sign (Python's %), fmod 1 the dividend's (C's fmod)."""
+    def const(name, values):
+        return helper.make_node("Constant", [], [name], name=name + "_const",
+                                value=numpy_helper.from_array(np.array(values, np.int64)))
+    nodes = [
+        const("a", [-10, 14]), const("b", [4, 5]), const("c", [14, 27]),
+        const("d", [-4, 5]), const("k1", [1, 3]), const("k2", [1, 6]),
+        helper.make_node("Mod", ["a", "b"], ["m0"], name="mod_python"),
+        helper.make_node("Mod", ["c", "d"], ["m1"], name="mod_c", fmod=1),
+        helper.make_node("Mul", ["m0", "k1"], ["s0"], name="shape0"),
+        helper.make_node("Mul", ["m1", "k2"], ["s1"], name="shape1"),
+        helper.make_node("Reshape", ["x", "s0"], ["r0"], name="reshape0"),
+        helper.make_node("Tanh", ["r0"], ["t"], name="tanh"),
+        helper.make_node("Reshape", ["t", "s1"], ["r1"], name="reshape1"),
+        helper.make_node("ReduceSum", ["r1"], ["loss"], name="sum", keepdims=0),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    return helper.make_graph(nodes, "mod_shapes", inputs, outputs, [])
+
+
 def slice_to_end():
     """The flatten torch exports for `x.view(-1, x.size(-1))` with a dynamic
     batch: Shape -> Slice(starts -1, ends INT64_MAX) -> Squeeze -> Unsqueeze
@@ -336,6 +360,8 @@ def main():
         save(shapes(), path)
     elif name == "slice-to-end":
         save(slice_to_end(), path)
+    elif name == "mod-shapes":
+        save(mod_shapes(), path)
     elif name == "unsupported":
         save(unsupported(), path)
     elif name == "external-inside":

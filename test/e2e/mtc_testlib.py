@@ -336,8 +336,15 @@ def export_wrapper(wrapper, example_args, path, dynamic_axes=None,
                    output_names=("loss", "logits")):
     """The one torch.onnx.export call of the harnesses (opset 17, training
     mode, no constant folding) for a module already returning (loss, ...)."""
+    import inspect
     import warnings
     torch = _torch()
+    # PyTorch 2.9 and newer export through torch.export (opset 18 and up,
+    # other names) unless told not to: the harnesses want the TorchScript
+    # exporter's opset-17 graphs on every version.
+    legacy = ({"dynamo": False}
+              if "dynamo" in inspect.signature(torch.onnx.export).parameters
+              else {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(wrapper, tuple(example_args), path,
@@ -346,8 +353,39 @@ def export_wrapper(wrapper, example_args, path, dynamic_axes=None,
                           do_constant_folding=False,
                           input_names=list(input_names),
                           output_names=list(output_names),
-                          dynamic_axes=dynamic_axes)
+                          dynamic_axes=dynamic_axes, **legacy)
+    _dropout_in_training_mode(path)
     return "model."
+
+
+def _dropout_in_training_mode(path):
+    """The training-mode export of PyTorch 2.9 and newer writes the dropout
+    of scaled_dot_product_attention (nn.MultiheadAttention's) as a Dropout
+    without its training_mode input, which ONNX reads as inference (no
+    dropout) while the module trains with it. Gives such nodes the
+    training_mode true that every other Dropout of the export has."""
+    import onnx
+    from onnx import helper
+    model = onnx.load(path)
+    nodes = [n for n in model.graph.node
+             if n.op_type == "Dropout" and
+             (len(n.input) < 3 or not n.input[2])]
+    if not nodes:
+        return
+    name = "dropout_training_mode_true"
+    const = helper.make_node(
+        "Constant", [], [name], name=name,
+        value=helper.make_tensor(name + "_value", onnx.TensorProto.BOOL, [],
+                                 [True]))
+    for n in nodes:
+        while len(n.input) < 2:
+            n.input.append("")
+        if len(n.input) < 3:
+            n.input.append(name)
+        else:
+            n.input[2] = name
+    model.graph.node.insert(0, const)
+    onnx.save(model, path)
 
 
 def describe_onnx(model):

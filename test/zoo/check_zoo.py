@@ -366,7 +366,7 @@ def check_exports(report, spec, exp0, exp1):
         report.check(ok, "%s: Dropout nodes in training mode, ratio %g" % (
             os.path.basename(exp.path), ratio),
             "%d nodes, ratios %s, training_mode %s, masks %s" % (
-                n, sorted(ratios), sorted(modes),
+                n, sorted(ratios, key=str), sorted(modes, key=str),
                 "unused" if unused else "USED"))
 
 

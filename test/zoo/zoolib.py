@@ -352,7 +352,10 @@ def dropout_facts(exp):
             continue
         n += 1
         r = g.value.get(node.input[1]) if len(node.input) > 1 else None
-        t = g.value.get(node.input[2]) if len(node.input) > 2 else None
+        # No training_mode input is inference (ONNX's default): PyTorch 2.9
+        # and newer export nn.MultiheadAttention's dropout that way.
+        t = (g.value.get(node.input[2]) if len(node.input) > 2 and
+             node.input[2] else False)
         ratios.add(None if r is None else round(float(r), 7))
         modes.add(None if t is None else bool(t))
         unused = unused and not (len(node.output) > 1 and

@@ -464,6 +464,20 @@ const llvm::StringMap<Folder> &folders() {
         return *x;
       return std::nullopt;
     };
+    t["Mod"] = [](ImportContext &c) -> std::optional<KnownTensor> {
+      // fmod 0 (integers only): the remainder takes the divisor's sign, as
+      // Python's %; fmod 1: the dividend's, as C's fmod. Not folded by zero.
+      const KnownTensor *divisor = in(c, 1);
+      if (!divisor || llvm::is_contained(divisor->values, 0.0))
+        return std::nullopt;
+      bool cStyle = c.intAttr("fmod", 0) != 0;
+      return foldBinary(c, [cStyle](double a, double b) {
+        double r = std::fmod(a, b);
+        if (!cStyle && r != 0 && (r < 0) != (b < 0))
+          r += b;
+        return r;
+      });
+    };
     t["Mul"] = [](ImportContext &c) {
       return foldBinary(c, [](double a, double b) { return a * b; });
     };
@@ -550,6 +564,6 @@ mtc::import::resolveReshape(ImportContext &ctx, ArrayRef<int64_t> input,
 void mtc::import::registerFoldOnlyImporters(
     llvm::StringMap<OpImporter> &table) {
   for (const char *op :
-       {"ConstantOfShape", "Range", "Shape", "Trilu"})
+       {"ConstantOfShape", "Mod", "Range", "Shape", "Trilu"})
     table[op] = importFoldOnly;
 }
