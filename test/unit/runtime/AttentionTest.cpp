@@ -104,6 +104,18 @@ expandMask(const AttentionDims &a,
   return full;
 }
 
+/// A [sq, sk] causal mask (query i sees keys j <= i) broadcast over the
+/// heads, as `a`'s strides describe it (maskRowStride = sk, maskColStride =
+/// 1), and its expansion for the reference.
+void causalMask(const AttentionDims &a, Inputs &in) {
+  in.mask.resize(a.sq * a.sk);
+  for (int64_t i = 0; i < a.sq; ++i)
+    for (int64_t j = 0; j < a.sk; ++j)
+      in.mask[i * a.sk + j] = j > i ? 1 : 0;
+  in.fullMask =
+      expandMask(a, [](int64_t, int64_t i, int64_t j) { return j > i; });
+}
+
 struct Reference {
   std::vector<double> out, lse, dq, dk, dv;
 };
@@ -442,12 +454,7 @@ TEST_F(Attention, CausalMaskBroadcastOverHeads) {
   a.maskRowStride = s;
   a.maskColStride = 1;
   Inputs in = randomInputs(a, 100);
-  in.mask.resize(s * s);
-  for (int64_t i = 0; i < s; ++i)
-    for (int64_t j = 0; j < s; ++j)
-      in.mask[i * s + j] = j > i ? 1 : 0;
-  in.fullMask =
-      expandMask(a, [](int64_t, int64_t i, int64_t j) { return j > i; });
+  causalMask(a, in);
   Result r = run(a, in);
   expectMatches(r, attentionReference(a, in, ctx.seed, ctx.batch));
   // Query 0 sees only key 0, so its output is v's row 0.
@@ -692,12 +699,7 @@ TEST_F(Attention, SixteenBitCausalMaskAndDropout) {
     SCOPED_TRACE(storageName(storage));
     Inputs in = randomInputs(a, seed);
     seed += 10;
-    in.mask.resize(sq * sk);
-    for (int64_t i = 0; i < sq; ++i)
-      for (int64_t j = 0; j < sk; ++j)
-        in.mask[i * sk + j] = j > i ? 1 : 0;
-    in.fullMask =
-        expandMask(a, [](int64_t, int64_t i, int64_t j) { return j > i; });
+    causalMask(a, in);
     Inputs16 bits = roundInputs(in, storage);
     Result r = run16(a, storage, in, bits);
     expectMatches16(r, attentionReference(a, in, ctx.seed, ctx.batch), storage);
@@ -762,10 +764,7 @@ TEST_F(Attention, SixteenBitStoredOutputIsTheRoundedOutput) {
     const bool bf16 = storage == Storage16::Bf16;
     Inputs in = randomInputs(a, seed);
     seed += 10;
-    in.mask.resize(sq * sk);
-    for (int64_t i = 0; i < sq; ++i)
-      for (int64_t j = 0; j < sk; ++j)
-        in.mask[i * sk + j] = j > i ? 1 : 0;
+    causalMask(a, in);
     Inputs16 bits = roundInputs(in, storage);
     const uint16_t *q = upload(bits.q), *k = upload(bits.k);
     const uint16_t *v = upload(bits.v), *dout = upload(bits.dout);
