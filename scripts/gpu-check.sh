@@ -35,7 +35,12 @@ if [ -f "$bundle" ] && { [ "${MTC_USE_DEVICE_BUNDLE:-0}" = 1 ] ||
   python="${MTC_PYTHON:-$(command -v python3)}"
   echo "gpu-check: using the device bundle $bundle (mtc in $build/bin)"
 elif [ "${MTC_SKIP_SETUP:-0}" != 1 ]; then
-  MTC_JOBS="${MTC_JOBS:-$(nproc)}" bash "$root/scripts/setup.sh"
+  MTC_JOBS="${MTC_JOBS:-$(nproc)}" bash "$root/scripts/setup.sh" || {
+    echo "gpu-check: could not set up and build mtc here; where LLVM / MLIR" \
+         "19 cannot be installed, run scripts/device-bundle.sh on a machine" \
+         "that builds mtc and bring .device/ along" >&2
+    exit 1
+  }
 fi
 if [ "${MTC_GPU_DRY_RUN:-0}" = 1 ]; then
   # Without a GPU: the cpu target twice, the benchmark at toy sizes.
