@@ -132,8 +132,9 @@ private:
   /// bias gradient into its weight-gradient GEMM (see formEpilogues).
   void formEpilogues(func::FuncOp func);
   /// Folds the 16-bit conversions of a layer norm's, transpose's,
-  /// concat's or attention's result into the op, and widenings of a 16-bit
-  /// value into the layer norm or attention backward reading it.
+  /// concat's or attention's result into the op, widenings of a 16-bit
+  /// value into the layer norm or attention backward reading it, and the
+  /// narrowing of attention gradients into the attention backward.
   void foldConversions(func::FuncOp func);
   /// Marks runs of consecutive optimizer updates alike (kUpdateGroup),
   /// which the code generator emits as one multi-tensor update.
@@ -1091,6 +1092,65 @@ static Type narrowedByEveryReader(Value result) {
   return to;
 }
 
+/// Whether every reader of `v` narrows it to `to`, directly (a conversion,
+/// a transpose or concat storing its copy in `to`) or through reshapes and
+/// same-type transposes whose readers all do: those values are appended to
+/// `through`, the narrowing readers to `narrowing`.
+static bool narrowedThroughCopies(Value v, Type to,
+                                  SmallVectorImpl<Value> &through,
+                                  SmallVectorImpl<Operation *> &narrowing) {
+  for (Operation *user : v.getUsers()) {
+    Value result = user->getResult(0);
+    if (!isa<ConvertOp, TransposeOp, ConcatOp, ReshapeOp>(user))
+      return false;
+    if (elementType(result) == to && !isa<ReshapeOp>(user)) {
+      if (!llvm::is_contained(narrowing, user))
+        narrowing.push_back(user);
+      continue;
+    }
+    if (isa<ConvertOp, ConcatOp>(user) || elementType(result) != elementType(v))
+      return false;
+    through.push_back(result);
+    if (!narrowedThroughCopies(result, to, through, narrowing))
+      return false;
+  }
+  return true;
+}
+
+/// An attention backward with 16-bit operands whose float32 gradients are
+/// only narrowed to the operands' format (for the projection's backward
+/// GEMM: transposed back from heads, concatenated, rounded) stores the
+/// gradients in 16 bits itself: they are written and read at half the
+/// bytes, rounded where the narrowing copy rounded them. Every operand of a
+/// narrowing concat must be among the values retyped.
+static bool foldAttentionGradNarrowing(AttentionGradOp grad) {
+  Type to = elementType(grad.getQuery());
+  if (!isa<BFloat16Type, Float16Type>(to) ||
+      !elementType(grad.getQueryGrad()).isF32())
+    return false;
+  SmallVector<Value> retyped(grad->getResults());
+  SmallVector<Operation *> narrowing;
+  for (Value g : grad->getResults())
+    if (!narrowedThroughCopies(g, to, retyped, narrowing))
+      return false;
+  for (Operation *op : narrowing)
+    if (isa<ConcatOp>(op) &&
+        !llvm::all_of(op->getOperands(), [&](Value v) {
+          return llvm::is_contained(retyped, v);
+        }))
+      return false;
+  for (Value v : retyped)
+    v.setType(cast<RankedTensorType>(v.getType()).clone(to));
+  // Conversions are now copies of their input; transposes and concats copy
+  // 16-bit values.
+  for (Operation *op : narrowing)
+    if (auto convert = dyn_cast<ConvertOp>(op)) {
+      convert.getOutput().replaceAllUsesWith(convert.getInput());
+      convert.erase();
+    }
+  return true;
+}
+
 /// A layer norm, transpose, concat or attention whose float32 result its
 /// readers only narrow to one 16-bit format (conversions for a GEMM or
 /// attention operand under --precision bf16 / fp16, or for the backward's
@@ -1098,7 +1158,9 @@ static Type narrowedByEveryReader(Value result) {
 /// itself, rounded as a conversion rounds them: the float32 result is never
 /// stored, the conversions disappear and the transposes copy 16-bit
 /// values. A layer norm or attention backward reads its 16-bit saved
-/// input or output as stored instead of through a widening conversion.
+/// input or output as stored instead of through a widening conversion, and
+/// an attention backward stores gradients that are only narrowed in 16 bits
+/// (see foldAttentionGradNarrowing).
 void FusionPass::foldConversions(func::FuncOp func) {
   // A 16-bit saved value widened for a layer norm or attention backward:
   // the kernel reads the 16-bit values (layerNormBackward16, the
@@ -1156,6 +1218,12 @@ void FusionPass::foldConversions(func::FuncOp func) {
     op->erase();
     ++numFoldedConversions;
   }
+  // After the concats: the gradients' narrowing concat narrows by now.
+  SmallVector<AttentionGradOp> grads;
+  func.walk([&](AttentionGradOp g) { grads.push_back(g); });
+  for (AttentionGradOp grad : grads)
+    if (foldAttentionGradNarrowing(grad))
+      ++numFoldedConversions;
 }
 
 /// The loss-scaling status an optimizer update reads (null without one),

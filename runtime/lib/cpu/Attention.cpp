@@ -29,6 +29,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 namespace mtc::rt {
 
@@ -330,26 +331,41 @@ inline void rowDeltas(const AttentionDims &a, const O *out, bool bf16,
   }
 }
 
-/// dQ, dK and dV of head h.
+/// Where dQ, dK and dV go: float32 arrays, or (`narrow`) uint16_t arrays
+/// in the operands' 16-bit format.
+struct Grads {
+  void *dq, *dk, *dv;
+  bool narrow;
+};
+
+/// dQ, dK and dV of head h. 16-bit gradients are summed in float32 in
+/// `scratch` (resized here), then rounded.
 template <typename T, typename O>
 [[gnu::always_inline]] inline void
 backwardHead(const Problem<T> &p, int64_t h, const O *out,
-             const float *lse, const T *dout, float *dq, float *dk,
-             float *dv) {
+             const float *lse, const T *dout, const Grads &grads,
+             std::vector<float> &scratch) {
   using P = Problem<T>;
   const AttentionDims &a = p.a;
+  const int64_t nq = a.sq * a.d, nk = a.sk * a.d, nv = a.sk * a.dv;
+  float *gq, *gk, *gv;
+  if (grads.narrow) {
+    scratch.resize(nq + nk + nv);
+    gq = scratch.data(), gk = gq + nq, gv = gk + nk;
+  } else {
+    gq = static_cast<float *>(grads.dq) + h * nq;
+    gk = static_cast<float *>(grads.dk) + h * nk;
+    gv = static_cast<float *>(grads.dv) + h * nv;
+  }
   float kT[kMaxHeadDim * kCols], vT[kMaxHeadDim * kCols];
   float s[kRows * kCols], dp[kRows * kCols], dropped[kRows * kCols],
       delta[kRows];
   float qBuffer[P::buffer(kRows * kMaxHeadDim)];
   float gBuffer[P::buffer(kRows * kMaxHeadDim)];
   float kBuffer[P::buffer(kCols * kMaxHeadDim)];
-  float *gq = dq + h * a.sq * a.d;
-  float *gk = dk + h * a.sk * a.d;
-  float *gv = dv + h * a.sk * a.dv;
-  std::fill(gq, gq + a.sq * a.d, 0.0f);
-  std::fill(gk, gk + a.sk * a.d, 0.0f);
-  std::fill(gv, gv + a.sk * a.dv, 0.0f);
+  std::fill(gq, gq + nq, 0.0f);
+  std::fill(gk, gk + nk, 0.0f);
+  std::fill(gv, gv + nv, 0.0f);
   for (int64_t i0 = 0; i0 < a.sq; i0 += kRows) {
     const int64_t rows = std::min(kRows, a.sq - i0);
     const float *qRows =
@@ -380,6 +396,16 @@ backwardHead(const Problem<T> &p, int64_t h, const O *out,
       }
     }
   }
+  if (grads.narrow) {
+    auto store = [&](const float *from, void *to, int64_t n) {
+      uint16_t *dst = static_cast<uint16_t *>(to) + h * n;
+      for (int64_t x = 0; x < n; ++x)
+        dst[x] = p.bf16 ? floatToBf16(from[x]) : floatToHalf(from[x]);
+    };
+    store(gq, grads.dq, nq);
+    store(gk, grads.dk, nk);
+    store(gv, grads.dv, nv);
+  }
 }
 
 // The tiles compiled per instruction set (see MTC_SIMD_CLONES).
@@ -398,22 +424,23 @@ MTC_SIMD_CLONES void forwardTile16Out16(const Problem<uint16_t> &p,
 }
 MTC_SIMD_CLONES void backwardHead32(const Problem<float> &p, int64_t h,
                                     const float *out, const float *lse,
-                                    const float *dout, float *dq, float *dk,
-                                    float *dv) {
-  backwardHead(p, h, out, lse, dout, dq, dk, dv);
+                                    const float *dout, const Grads &grads,
+                                    std::vector<float> &scratch) {
+  backwardHead(p, h, out, lse, dout, grads, scratch);
 }
 MTC_SIMD_CLONES void backwardHead16(const Problem<uint16_t> &p, int64_t h,
                                     const float *out, const float *lse,
-                                    const uint16_t *dout, float *dq,
-                                    float *dk, float *dv) {
-  backwardHead(p, h, out, lse, dout, dq, dk, dv);
+                                    const uint16_t *dout, const Grads &grads,
+                                    std::vector<float> &scratch) {
+  backwardHead(p, h, out, lse, dout, grads, scratch);
 }
 MTC_SIMD_CLONES void backwardHead16Out16(const Problem<uint16_t> &p,
                                          int64_t h, const uint16_t *out,
                                          const float *lse,
-                                         const uint16_t *dout, float *dq,
-                                         float *dk, float *dv) {
-  backwardHead(p, h, out, lse, dout, dq, dk, dv);
+                                         const uint16_t *dout,
+                                         const Grads &grads,
+                                         std::vector<float> &scratch) {
+  backwardHead(p, h, out, lse, dout, grads, scratch);
 }
 
 /// Reports what keeps the kernels from running `a`; whether there is
@@ -460,11 +487,17 @@ void forwardTiles(const Problem<T> &p, Tile tile, O *out, float *lse) {
 /// once.
 template <typename T, typename Head, typename O>
 void backwardHeads(const Problem<T> &p, Head head, const O *out,
-                   const float *lse, const T *dout, float *dq, float *dk,
-                   float *dv) {
+                   const float *lse, const T *dout, const Grads &grads) {
   cpu::parallelFor(0, p.a.batch, parallelWork(p.a), [&](int64_t h) {
-    head(p, h, out, lse, dout, dq, dk, dv);
+    std::vector<float> scratch;
+    head(p, h, out, lse, dout, grads, scratch);
   });
+}
+
+/// The gradients as backwardHeads takes them.
+Grads gradsOf(float *dq, float *dk, float *dv) { return {dq, dk, dv, false}; }
+Grads gradsOf(uint16_t *dq, uint16_t *dk, uint16_t *dv) {
+  return {dq, dk, dv, true};
 }
 
 } // namespace
@@ -483,7 +516,7 @@ void attentionBackward(Context &ctx, const AttentionDims &a, const float *q,
                        float *dk, float *dv) {
   if (checkDims(ctx, a))
     backwardHeads(makeProblem(ctx, a, q, k, v, mask), backwardHead32, out,
-                  lse, dout, dq, dk, dv);
+                  lse, dout, gradsOf(dq, dk, dv));
 }
 
 void attentionForward16(Context &ctx, Storage16 storage,
@@ -507,16 +540,33 @@ void attentionForward16(Context &ctx, Storage16 storage,
                  forwardTile16Out16, out, lse);
 }
 
+namespace {
+
+/// attentionBackward16 with the output stored as O and the gradients as G.
+template <typename O, typename G>
+void backward16(Context &ctx, Storage16 storage, const AttentionDims &a,
+                const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                const unsigned char *mask, const O *out, const float *lse,
+                const uint16_t *dout, G *dq, G *dk, G *dv) {
+  if (!checkDims(ctx, a))
+    return;
+  const Problem<uint16_t> p =
+      makeProblem(ctx, a, q, k, v, mask, storage == Storage16::Bf16);
+  if constexpr (std::is_same_v<O, float>)
+    backwardHeads(p, backwardHead16, out, lse, dout, gradsOf(dq, dk, dv));
+  else
+    backwardHeads(p, backwardHead16Out16, out, lse, dout, gradsOf(dq, dk, dv));
+}
+
+} // namespace
+
 void attentionBackward16(Context &ctx, Storage16 storage,
                          const AttentionDims &a, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v,
                          const unsigned char *mask, const float *out,
                          const float *lse, const uint16_t *dout, float *dq,
                          float *dk, float *dv) {
-  if (checkDims(ctx, a))
-    backwardHeads(makeProblem(ctx, a, q, k, v, mask,
-                              storage == Storage16::Bf16),
-                  backwardHead16, out, lse, dout, dq, dk, dv);
+  backward16(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
 }
 
 void attentionBackward16(Context &ctx, Storage16 storage,
@@ -525,10 +575,25 @@ void attentionBackward16(Context &ctx, Storage16 storage,
                          const unsigned char *mask, const uint16_t *out,
                          const float *lse, const uint16_t *dout, float *dq,
                          float *dk, float *dv) {
-  if (checkDims(ctx, a))
-    backwardHeads(makeProblem(ctx, a, q, k, v, mask,
-                              storage == Storage16::Bf16),
-                  backwardHead16Out16, out, lse, dout, dq, dk, dv);
+  backward16(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
+}
+
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &a, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const float *out,
+                         const float *lse, const uint16_t *dout, uint16_t *dq,
+                         uint16_t *dk, uint16_t *dv) {
+  backward16(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
+}
+
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &a, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const uint16_t *out,
+                         const float *lse, const uint16_t *dout, uint16_t *dq,
+                         uint16_t *dk, uint16_t *dv) {
+  backward16(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
 }
 
 } // namespace mtc::rt

@@ -798,6 +798,16 @@ template <typename T> __device__ inline void storeOut(uint16_t *dst, float x) {
   *dst = round16<T>(x);
 }
 
+/// Element i of a gradient as it is stored: float32, or with `narrow`
+/// rounded to T's format as a conversion rounds it.
+template <typename T>
+__device__ inline void storeGrad(void *grad, int64_t i, bool narrow, float x) {
+  if (narrow)
+    static_cast<uint16_t *>(grad)[i] = round16<T>(x);
+  else
+    static_cast<float *>(grad)[i] = x;
+}
+
 /// Copies `valid` rows of `width` contiguous 16-bit elements from src to
 /// dst[row * ld + x] and writes zeros over the rest of the rows x padded
 /// tile (columns [width, padded), rows [valid, rows)). Called by the whole
@@ -1030,7 +1040,8 @@ __device__ void
 dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
      const uint16_t *v, const unsigned char *mask, const O *out,
      const float *lse, const uint16_t *dout, const DropoutParams &drop,
-     bool dropout, const Tiling16 &t, unsigned char *smem, float *dq) {
+     bool dropout, const Tiling16 &t, unsigned char *smem, void *dq,
+     bool narrowGrads) {
   const DqLayout L(t);
   uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
   uint16_t *gs = reinterpret_cast<uint16_t *>(smem + L.g);
@@ -1107,9 +1118,9 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 
     __syncthreads(); // dQ is complete
     for (int r = warp; r < rows; r += kWarps) {
-      float *g = dq + (h * a.sq + i0 + r) * a.d;
+      const int64_t g = (h * a.sq + i0 + r) * a.d;
       for (int x = lane; x < a.d; x += 32)
-        g[x] = acc[r * L.ldAcc + x];
+        storeGrad<T>(dq, g + x, narrowGrads, acc[r * L.ldAcc + x]);
     }
   }
 }
@@ -1119,8 +1130,8 @@ __device__ void
 dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
       const uint16_t *v, const unsigned char *mask, const O *out,
       const float *lse, const uint16_t *dout, const DropoutParams &drop,
-      bool dropout, const Tiling16 &t, unsigned char *smem, float *dk,
-      float *dv) {
+      bool dropout, const Tiling16 &t, unsigned char *smem, void *dk,
+      void *dv, bool narrowGrads) {
   const DkvLayout L(t);
   uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
   uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
@@ -1211,12 +1222,12 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 
     __syncthreads(); // dK and dV are complete
     for (int r = warp; r < cols; r += kWarps) {
-      float *gk = dk + (h * a.sk + j0 + r) * a.d;
-      float *gv = dv + (h * a.sk + j0 + r) * a.dv;
+      const int64_t gk = (h * a.sk + j0 + r) * a.d;
+      const int64_t gv = (h * a.sk + j0 + r) * a.dv;
       for (int x = lane; x < a.d; x += 32)
-        gk[x] = accK[r * L.ldAccK + x];
+        storeGrad<T>(dk, gk + x, narrowGrads, accK[r * L.ldAccK + x]);
       for (int x = lane; x < a.dv; x += 32)
-        gv[x] = accV[r * L.ldAccV + x];
+        storeGrad<T>(dv, gv + x, narrowGrads, accV[r * L.ldAccV + x]);
     }
   }
 }
@@ -1245,11 +1256,12 @@ __global__ void __launch_bounds__(kThreads)
                         const O *out, const float *lse,
                         const uint16_t *dout, DropoutParams drop,
                         const StepCounters *counters, bool dropout, Tiling16 t,
-                        float *dq) {
+                        void *dq, bool narrowGrads) {
   if constexpr (wmmaSupports<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
-    dq16<T>(a, q, k, v, mask, out, lse, dout, drop, dropout, t, smem16, dq);
+    dq16<T>(a, q, k, v, mask, out, lse, dout, drop, dropout, t, smem16, dq,
+            narrowGrads);
   }
 }
 
@@ -1260,12 +1272,12 @@ __global__ void __launch_bounds__(kThreads)
                          const O *out, const float *lse,
                          const uint16_t *dout, DropoutParams drop,
                          const StepCounters *counters, bool dropout, Tiling16 t,
-                         float *dk, float *dv) {
+                         void *dk, void *dv, bool narrowGrads) {
   if constexpr (wmmaSupports<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     dkv16<T>(a, q, k, v, mask, out, lse, dout, drop, dropout, t, smem16, dk,
-             dv);
+             dv, narrowGrads);
   }
 }
 
@@ -1400,7 +1412,8 @@ void launchDq16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
                 size_t limit, const uint16_t *q, const uint16_t *k,
                 const uint16_t *v, const unsigned char *mask, const O *out,
                 const float *lse, const uint16_t *dout,
-                const DropoutParams &drop, bool dropout, float *dq) {
+                const DropoutParams &drop, bool dropout, void *dq,
+                bool narrowGrads) {
   if (!allowShared16<attentionDq16Kernel<T, O>>(ctx, limit,
                                                 "attentionDq16Kernel"))
     return;
@@ -1408,7 +1421,7 @@ void launchDq16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
   const int64_t tiles = a.batch * ((a.sq + t.own - 1) / t.own);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, DqLayout(t).bytes, ctx.stream>>>(
       a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
-      t, dq);
+      t, dq, narrowGrads);
   checkLaunch(ctx, "attentionDq16Kernel");
 }
 
@@ -1417,8 +1430,8 @@ void launchDkv16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
                  size_t limit, const uint16_t *q, const uint16_t *k,
                  const uint16_t *v, const unsigned char *mask, const O *out,
                  const float *lse, const uint16_t *dout,
-                 const DropoutParams &drop, bool dropout, float *dk,
-                 float *dv) {
+                 const DropoutParams &drop, bool dropout, void *dk,
+                 void *dv, bool narrowGrads) {
   if (!allowShared16<attentionDkv16Kernel<T, O>>(ctx, limit,
                                                  "attentionDkv16Kernel"))
     return;
@@ -1426,7 +1439,7 @@ void launchDkv16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
   const int64_t tiles = a.batch * ((a.sk + t.own - 1) / t.own);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, DkvLayout(t).bytes, ctx.stream>>>(
       a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
-      t, dk, dv);
+      t, dk, dv, narrowGrads);
   checkLaunch(ctx, "attentionDkv16Kernel");
 }
 
@@ -1495,12 +1508,13 @@ void forward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
                             lse);
 }
 
-/// attentionBackward16 with the output stored as O (float or 16-bit).
-template <typename O>
+/// attentionBackward16 with the output stored as O (float or 16-bit) and
+/// the gradients as G.
+template <typename O, typename G>
 void backward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
                      const uint16_t *q, const uint16_t *k, const uint16_t *v,
                      const unsigned char *mask, const O *out, const float *lse,
-                     const uint16_t *dout, float *dq, float *dk, float *dv) {
+                     const uint16_t *dout, G *dq, G *dk, G *dv) {
   size_t limit = 0;
   Tiling16 tq, tkv;
   if (!checkDims(ctx, a) ||
@@ -1514,16 +1528,17 @@ void backward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
   // their arguments).
   const DropoutParams drop = dropoutParams(ctx.seed, 0, a.stream, a.dropout);
   const bool dropout = a.dropout > 0.0f;
+  constexpr bool narrow = std::is_same_v<G, uint16_t>;
   if (storage == Storage16::Bf16) {
     launchDq16<__nv_bfloat16>(ctx, a, tq, limit, q, k, v, mask, out, lse, dout,
-                              drop, dropout, dq);
+                              drop, dropout, dq, narrow);
     launchDkv16<__nv_bfloat16>(ctx, a, tkv, limit, q, k, v, mask, out, lse,
-                               dout, drop, dropout, dk, dv);
+                               dout, drop, dropout, dk, dv, narrow);
   } else {
     launchDq16<__half>(ctx, a, tq, limit, q, k, v, mask, out, lse, dout, drop,
-                       dropout, dq);
+                       dropout, dq, narrow);
     launchDkv16<__half>(ctx, a, tkv, limit, q, k, v, mask, out, lse, dout, drop,
-                        dropout, dk, dv);
+                        dropout, dk, dv, narrow);
   }
 }
 
@@ -1556,6 +1571,24 @@ void attentionBackward16(Context &ctx, Storage16 storage,
                          const unsigned char *mask, const uint16_t *out,
                          const float *lse, const uint16_t *dout, float *dq,
                          float *dk, float *dv) {
+  backward16Entry(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
+}
+
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &a, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const float *out,
+                         const float *lse, const uint16_t *dout, uint16_t *dq,
+                         uint16_t *dk, uint16_t *dv) {
+  backward16Entry(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
+}
+
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &a, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const uint16_t *out,
+                         const float *lse, const uint16_t *dout, uint16_t *dq,
+                         uint16_t *dk, uint16_t *dv) {
   backward16Entry(ctx, storage, a, q, k, v, mask, out, lse, dout, dq, dk, dv);
 }
 

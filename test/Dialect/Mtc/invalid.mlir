@@ -317,3 +317,37 @@ func.func @attention_grad_output_format(%q: tensor<2x8x16xbf16>, %o: tensor<2x8x
   %dq, %dk, %dv = mtc.attention_grad %q, %q, %q, %q, %o, %lse {scale = 2.5e-01 : f32} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xf16>, tensor<2x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>)
   return
 }
+
+// -----
+
+func.func @attention_grad_gradients_alike(%q: tensor<2x8x16xbf16>, %lse: tensor<2x8xf32>) {
+  // expected-error@+1 {{the three gradients must be stored alike}}
+  %dq, %dk, %dv = mtc.attention_grad %q, %q, %q, %q, %q, %lse {scale = 2.5e-01 : f32} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8xf32>) -> (tensor<2x8x16xbf16>, tensor<2x8x16xf32>, tensor<2x8x16xbf16>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_gradient_format(%q: tensor<2x8x16xbf16>, %lse: tensor<2x8xf32>) {
+  // expected-error@+1 {{16-bit gradients must be stored as the operands are}}
+  %dq, %dk, %dv = mtc.attention_grad %q, %q, %q, %q, %q, %lse {scale = 2.5e-01 : f32} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8xf32>) -> (tensor<2x8x16xf16>, tensor<2x8x16xf16>, tensor<2x8x16xf16>)
+  return
+}
+
+// -----
+
+func.func @concat_mixed_storage(%a: tensor<2x3xbf16>, %b: tensor<2x3xf32>) {
+  // expected-error@+2 {{operands differ in rank or type}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = mtc.concat %a, %b {axis = 1 : i64} : (tensor<2x3xbf16>, tensor<2x3xf32>) -> tensor<2x6xbf16>
+  return
+}
+
+// -----
+
+func.func @concat_16bit_widened(%a: tensor<2x3xbf16>) {
+  // expected-error@+2 {{inferred type(s) 'tensor<2x6xbf16>' are incompatible with return type(s) of operation 'tensor<2x6xf32>'}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %y = mtc.concat %a, %a {axis = 1 : i64} : (tensor<2x3xbf16>, tensor<2x3xbf16>) -> tensor<2x6xf32>
+  return
+}

@@ -807,4 +807,78 @@ TEST_F(Attention, SixteenBitStoredOutputIsTheRoundedOutput) {
   }
 }
 
+TEST_F(Attention, SixteenBitGradientsAreTheRoundedGradients) {
+  // The overloads storing dQ, dK and dV in 16 bits: each is the float32
+  // gradient the other overload writes, rounded as a conversion rounds it,
+  // nothing is written past the arrays, with the output read as float32 and
+  // as 16 bits, under a causal mask and dropout, dv = 24.
+  const int64_t sq = 45, sk = 66;
+  AttentionDims a = attentionDims(3, sq, sk, 32, 24, 0.2f);
+  a.dropout = 0.1f;
+  a.stream = 9;
+  a.maskRowStride = sk;
+  a.maskColStride = 1;
+  ctx.seed = 41;
+  ctx.batch = 2;
+  unsigned seed = 2020;
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    SCOPED_TRACE(storageName(storage));
+    const bool bf16 = storage == Storage16::Bf16;
+    Inputs in = randomInputs(a, seed);
+    seed += 10;
+    causalMask(a, in);
+    Inputs16 bits = roundInputs(in, storage);
+    const uint16_t *q = upload(bits.q), *k = upload(bits.k);
+    const uint16_t *v = upload(bits.v), *dout = upload(bits.dout);
+    const unsigned char *mask = maskOf(in);
+    Outputs fwd = outputs(a);
+    attentionForward16(ctx, storage, a, q, k, v, mask, fwd.out, fwd.lse);
+    std::vector<float> outF = take(fwd.out, fwd.outSize, "out");
+    std::vector<uint16_t> out16(outF.size());
+    for (size_t i = 0; i < outF.size(); ++i)
+      out16[i] = bf16 ? floatToBf16(outF[i]) : floatToHalf(outF[i]);
+    const uint16_t *outNarrow = upload(out16);
+
+    for (bool narrowOut : {false, true}) {
+      SCOPED_TRACE(narrowOut ? "16-bit output" : "float32 output");
+      Outputs wide = outputs(a);
+      uint16_t *dq = upload(std::vector<uint16_t>(wide.dqSize, 0x7777), kGuard);
+      uint16_t *dk = upload(std::vector<uint16_t>(wide.dkSize, 0x7777), kGuard);
+      uint16_t *dv = upload(std::vector<uint16_t>(wide.dvSize, 0x7777), kGuard);
+      if (narrowOut) {
+        attentionBackward16(ctx, storage, a, q, k, v, mask, outNarrow, fwd.lse,
+                            dout, wide.dq, wide.dk, wide.dv);
+        attentionBackward16(ctx, storage, a, q, k, v, mask, outNarrow, fwd.lse,
+                            dout, dq, dk, dv);
+      } else {
+        attentionBackward16(ctx, storage, a, q, k, v, mask, fwd.out, fwd.lse,
+                            dout, wide.dq, wide.dk, wide.dv);
+        attentionBackward16(ctx, storage, a, q, k, v, mask, fwd.out, fwd.lse,
+                            dout, dq, dk, dv);
+      }
+      EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+      auto expectRounded = [&](const float *f, const uint16_t *g, size_t n,
+                               const char *name) {
+        SCOPED_TRACE(name);
+        std::vector<float> full = take(f, n, name);
+        std::vector<uint16_t> got = download(g, n + kGuard);
+        for (size_t i = n; i < n + kGuard; ++i)
+          EXPECT_EQ(got[i], static_cast<uint16_t>(kSentinel))
+              << "written past the end at " << i;
+        got.resize(n);
+        std::vector<uint16_t> rounded(n);
+        for (size_t i = 0; i < n; ++i)
+          rounded[i] = bf16 ? floatToBf16(full[i]) : floatToHalf(full[i]);
+        EXPECT_EQ(got, rounded);
+        // Not all zeros: the rounding compared real gradients.
+        EXPECT_TRUE(std::any_of(full.begin(), full.end(),
+                                [](float x) { return x != 0.0f; }));
+      };
+      expectRounded(wide.dq, dq, wide.dqSize, "dq");
+      expectRounded(wide.dk, dk, wide.dkSize, "dk");
+      expectRounded(wide.dv, dv, wide.dvSize, "dv");
+    }
+  }
+}
+
 } // namespace

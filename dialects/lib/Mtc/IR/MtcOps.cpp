@@ -752,6 +752,11 @@ LogicalResult AttentionGradOp::verify() {
       return emitOpError("grad, query, key and value must be stored alike");
   if (Type out = elementOf(getOutput()); !out.isF32() && out != element)
     return emitOpError("a 16-bit output must be stored as the operands are");
+  Type grads = elementOf(getQueryGrad());
+  if (elementOf(getKeyGrad()) != grads || elementOf(getValueGrad()) != grads)
+    return emitOpError("the three gradients must be stored alike");
+  if (!grads.isF32() && grads != element)
+    return emitOpError("16-bit gradients must be stored as the operands are");
   return success();
 }
 

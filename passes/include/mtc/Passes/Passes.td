@@ -192,8 +192,10 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     copy) between two parts of a run moves before it. A forward value
     whose backward readers are all fused kernels that can compute it again
     from what they read anyway is recomputed there and no longer stored. A
-    layer norm, transpose or concat whose result only a 16-bit conversion
-    reads stores the 16-bit values itself.
+    layer norm, transpose, concat or attention whose result only 16-bit
+    conversions (or narrowing copies) read stores the 16-bit values itself,
+    and an attention backward whose gradients are only narrowed, through
+    reshapes and transposes, stores them in 16 bits.
     A run of consecutive optimizer updates of one kind with the same
     hyperparameters, status and phase gets `mtc.update_group` (its length)
     on its first op: code generation makes it one multi-tensor update.
@@ -231,7 +233,7 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     Statistic<"numRowEpilogues", "row-epilogues",
               "Layer norms run in the kernel computing their input">,
     Statistic<"numFoldedConversions", "folded-conversions",
-              "Layer norms, transposes and concats storing 16 bits themselves">,
+              "Ops storing 16 bits themselves instead of a conversion">,
     Statistic<"numRecomputed", "recomputed-values",
               "Saved values recomputed by the backward kernels reading them">,
     Statistic<"numUpdateGroups", "update-groups",

@@ -341,7 +341,9 @@ void attentionBackward(Context &ctx, const AttentionDims &dims,
 /// float32. The output O is float32 or, in the overloads taking uint16_t,
 /// stored in `storage` too: the forward rounds each value as a conversion
 /// rounds it, the backward widens what is stored (so both are bitwise the
-/// float32 kernels followed by, and reading, a conversion).
+/// float32 kernels followed by, and reading, a conversion). The backward's
+/// dQ, dK and dV are float32 or, where they are uint16_t, summed in float32
+/// and then rounded to `storage` as a conversion rounds them.
 void attentionForward16(Context &ctx, Storage16 storage,
                         const AttentionDims &dims, const uint16_t *q,
                         const uint16_t *k, const uint16_t *v,
@@ -362,6 +364,18 @@ void attentionBackward16(Context &ctx, Storage16 storage,
                          const unsigned char *mask, const uint16_t *out,
                          const float *lse, const uint16_t *dout, float *dq,
                          float *dk, float *dv);
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &dims, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const float *out,
+                         const float *lse, const uint16_t *dout, uint16_t *dq,
+                         uint16_t *dk, uint16_t *dv);
+void attentionBackward16(Context &ctx, Storage16 storage,
+                         const AttentionDims &dims, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v,
+                         const unsigned char *mask, const uint16_t *out,
+                         const float *lse, const uint16_t *dout, uint16_t *dq,
+                         uint16_t *dk, uint16_t *dv);
 
 //===----------------------------------------------------------------------===//
 // Normalization

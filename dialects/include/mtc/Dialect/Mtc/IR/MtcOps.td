@@ -958,9 +958,12 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
     the forward's operands, its output and its log-sum-exp; the
     probabilities are recomputed tile by tile, never stored. `grad`,
     `query`, `key` and `value` are float32 or all in one 16-bit format
-    (then the products round P and dS to it); the gradients are float32.
-    `output` is float32 or, with 16-bit operands, stored in their format
-    (the fusion pass folds its widening conversion into the op).
+    (then the products round P and dS to it). `output` is float32 or, with
+    16-bit operands, stored in their format (the fusion pass folds its
+    widening conversion into the op). The gradients are float32 or, with
+    16-bit operands, all three stored in their format: summed in float32,
+    then rounded as a conversion rounds them (the fusion pass folds the
+    narrowing of readers that only narrow them).
 
     Example:
 
@@ -979,8 +982,9 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
                    Optional<Mtc_BoolTensor>:$mask, F32Attr:$scale,
                    DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
                    DefaultValuedAttr<I64Attr, "0">:$dropout_stream);
-  let results = (outs Mtc_FloatTensor:$query_grad, Mtc_FloatTensor:$key_grad,
-                      Mtc_FloatTensor:$value_grad);
+  let results = (outs Mtc_StorageFloatTensor:$query_grad,
+                      Mtc_StorageFloatTensor:$key_grad,
+                      Mtc_StorageFloatTensor:$value_grad);
   let assemblyFormat = "$grad `,` $query `,` $key `,` $value `,` $output `,` "
                        "$logsumexp (`,` $mask^)? attr-dict `:` "
                        "functional-type(operands, results)";
@@ -1076,7 +1080,8 @@ def Mtc_ConcatOp : Mtc_DiffOp<"concat", [InferTypeOpAdaptor]> {
     All operands have the same rank and agree on every dim but `axis`. A
     float32 concat's result may be stored in bf16 or f16 (the fusion pass
     folds a conversion of the result into the op, which then rounds each
-    element as the conversion would).
+    element as the conversion would); operands stored in 16 bits, all in
+    one format, are copied as they are into a result of that format.
 
     Example:
 
@@ -1085,7 +1090,7 @@ def Mtc_ConcatOp : Mtc_DiffOp<"concat", [InferTypeOpAdaptor]> {
            tensor<2x16x32xf32>) -> tensor<2x17x32xf32>
     ```
   }];
-  let arguments = (ins Variadic<Mtc_AnyTensor>:$inputs, I64Attr:$axis);
+  let arguments = (ins Variadic<Mtc_AnyStorageTensor>:$inputs, I64Attr:$axis);
   let results = (outs Mtc_AnyStorageTensor:$output);
   let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
   let extraClassDeclaration = [{
