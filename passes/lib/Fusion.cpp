@@ -1093,17 +1093,17 @@ static Type narrowedByEveryReader(Value result) {
 }
 
 /// Whether every reader of `v` narrows it to `to`, directly (a conversion,
-/// a transpose or concat storing its copy in `to`) or through reshapes and
-/// same-type transposes whose readers all do: those values are appended to
-/// `through`, the narrowing readers to `narrowing`.
+/// a transpose or concat storing its copy in `to`) or through reshapes,
+/// slices and same-type transposes whose readers all do: those values are
+/// appended to `through`, the narrowing readers to `narrowing`.
 static bool narrowedThroughCopies(Value v, Type to,
                                   SmallVectorImpl<Value> &through,
                                   SmallVectorImpl<Operation *> &narrowing) {
   for (Operation *user : v.getUsers()) {
     Value result = user->getResult(0);
-    if (!isa<ConvertOp, TransposeOp, ConcatOp, ReshapeOp>(user))
+    if (!isa<ConvertOp, TransposeOp, ConcatOp, ReshapeOp, SliceOp>(user))
       return false;
-    if (elementType(result) == to && !isa<ReshapeOp>(user)) {
+    if (elementType(result) == to && !isa<ReshapeOp, SliceOp>(user)) {
       if (!llvm::is_contained(narrowing, user))
         narrowing.push_back(user);
       continue;
@@ -1117,22 +1117,20 @@ static bool narrowedThroughCopies(Value v, Type to,
   return true;
 }
 
-/// An attention backward with 16-bit operands whose float32 gradients are
-/// only narrowed to the operands' format (for the projection's backward
-/// GEMM: transposed back from heads, concatenated, rounded) stores the
-/// gradients in 16 bits itself: they are written and read at half the
-/// bytes, rounded where the narrowing copy rounded them. Every operand of a
-/// narrowing concat must be among the values retyped.
-static bool foldAttentionGradNarrowing(AttentionGradOp grad) {
-  Type to = elementType(grad.getQuery());
-  if (!isa<BFloat16Type, Float16Type>(to) ||
-      !elementType(grad.getQueryGrad()).isF32())
-    return false;
-  SmallVector<Value> retyped(grad->getResults());
+/// Stores `results` (float32) in the 16-bit format `to` when every reader
+/// only narrows them to it, through copies (see narrowedThroughCopies): the
+/// values are written and read at half the bytes, rounded where the
+/// narrowing reader rounded them. Every operand of a narrowing concat must
+/// be among the values retyped. Whether it did.
+static bool storeNarrowed(ValueRange results, Type to) {
+  SmallVector<Value> retyped(results);
   SmallVector<Operation *> narrowing;
-  for (Value g : grad->getResults())
-    if (!narrowedThroughCopies(g, to, retyped, narrowing))
+  for (Value r : results)
+    if (!elementType(r).isF32() ||
+        !narrowedThroughCopies(r, to, retyped, narrowing))
       return false;
+  if (narrowing.empty())
+    return false;
   for (Operation *op : narrowing)
     if (isa<ConcatOp>(op) &&
         !llvm::all_of(op->getOperands(), [&](Value v) {
@@ -1149,6 +1147,28 @@ static bool foldAttentionGradNarrowing(AttentionGradOp grad) {
       convert.erase();
     }
   return true;
+}
+
+/// An attention backward with 16-bit operands whose float32 gradients are
+/// only narrowed to the operands' format (for the projection's backward
+/// GEMM: transposed back from heads, concatenated, rounded) stores the
+/// gradients in 16 bits itself.
+static bool foldAttentionGradNarrowing(AttentionGradOp grad) {
+  Type to = elementType(grad.getQuery());
+  return isa<BFloat16Type, Float16Type>(to) &&
+         storeNarrowed(grad->getResults(), to);
+}
+
+/// A GEMM of 16-bit operands (a 2-D weight, `a` not transposed) whose
+/// float32 result is only narrowed to their format, through views (the
+/// query, key and value sliced out of one projection and transposed to
+/// heads by narrowing copies; an output gradient transposed to heads for
+/// the attention backward) stores the result in 16 bits itself.
+static bool foldMatMulNarrowing(MatMulOp matmul) {
+  Type to = elementType(matmul.getA());
+  return isa<BFloat16Type, Float16Type>(to) &&
+         shapeOf(matmul.getB()).size() == 2 && !matmul.getTransposeA() &&
+         storeNarrowed(matmul->getResults(), to);
 }
 
 /// A layer norm, transpose, concat or attention whose float32 result its
@@ -1218,12 +1238,21 @@ void FusionPass::foldConversions(func::FuncOp func) {
     op->erase();
     ++numFoldedConversions;
   }
-  // After the concats: the gradients' narrowing concat narrows by now.
-  SmallVector<AttentionGradOp> grads;
-  func.walk([&](AttentionGradOp g) { grads.push_back(g); });
-  for (AttentionGradOp grad : grads)
-    if (foldAttentionGradNarrowing(grad))
+  // After the transposes and concats, which narrow by now.
+  SmallVector<Operation *> producers;
+  func.walk([&](Operation *op) {
+    if (isa<AttentionGradOp, MatMulOp>(op))
+      producers.push_back(op);
+  });
+  for (Operation *op : producers) {
+    bool folded = false;
+    if (auto grad = dyn_cast<AttentionGradOp>(op))
+      folded = foldAttentionGradNarrowing(grad);
+    else
+      folded = foldMatMulNarrowing(cast<MatMulOp>(op));
+    if (folded)
       ++numFoldedConversions;
+  }
 }
 
 /// The loss-scaling status an optimizer update reads (null without one),

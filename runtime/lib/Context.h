@@ -78,7 +78,7 @@ struct Context {
   /// dimensions, epilogue, the pointers' alignments): whether it has an
   /// algorithm, and which.
   struct LtAlgo {
-    int64_t key[14];
+    int64_t key[15];
     bool found;
     cublasLtMatmulAlgo_t algo;
   };

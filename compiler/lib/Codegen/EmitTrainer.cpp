@@ -834,14 +834,26 @@ void Emitter::emitMatMul(MatMulOp op) {
       function += "Bias";
       bias = ptr(v) + ", ";
     }
+    // A 16-bit result of widened operands: the float32 sums go to the
+    // workspace after the operands, then are rounded into the result.
+    std::string out = ptr(op.getOutput());
+    bool roundAfter =
+        isLowPrecision(op.getOutput()) && g.function == "gemm";
+    if (roundAfter)
+      out = "(" + workspace(op) + " + " +
+            std::to_string(numel(op.getA()) + numel(op.getB())) + ")";
     emitCall(llvm::formatv("{0}(ctx, {1}false, {2}, {3}, {4}, {5}, {6}{7}, "
                            "{8}, {9}, {10}, {11}{12}, {4})",
                            function, g.storage, tb ? "true" : "false",
                            batch * m, n, kk,
                            op.getBias() ? "" : "1.0f, ", g.a, lda, g.b, ldb,
-                           op.getBias() ? bias : "0.0f, ",
-                           ptr(op.getOutput()))
+                           op.getBias() ? bias : "0.0f, ", out)
                  .str());
+    if (roundAfter)
+      s << "  {\n    const int64_t count[] = {" << numel(op.getOutput())
+        << "}, unit[] = {1};\n    stridedCopyTo16(ctx, "
+        << storage16(op.getOutput()) << ", 1, count, " << out
+        << ", 0, unit, " << ptr(op.getOutput()) << ", 0, unit);\n  }\n";
     return;
   }
   // A full or fully broadcast batch is one strided-batched call; anything

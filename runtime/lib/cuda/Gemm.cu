@@ -30,6 +30,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <string>
+#include <type_traits>
 
 namespace mtc::rt {
 
@@ -49,13 +50,21 @@ bool fitsBlasInt(Context &ctx, const char *what,
   return true;
 }
 
+/// A C element as it is stored: float32, or 16 bits (`bf16` or float16)
+/// rounded as a conversion rounds it.
+__device__ inline void storeC(float *p, float v, bool) { *p = v; }
+__device__ inline void storeC(uint16_t *p, float v, bool bf16) {
+  *p = bf16 ? floatToBf16(v) : floatToHalf(v);
+}
+
 /// C = beta * C, used when k == 0 (cuBLAS rejects the leading dimensions
 /// such a call would need).
-__global__ void gemmScaleKernel(int64_t m, int64_t n, float beta, float *c,
-                                int64_t ldc) {
+template <typename T>
+__global__ void gemmScaleKernel(int64_t m, int64_t n, float beta, T *c,
+                                int64_t ldc, bool bf16) {
   for (int64_t i = cuda::threadIndex(); i < m * n; i += cuda::threadCount()) {
-    float *p = c + (i / n) * ldc + i % n;
-    *p = beta == 0.0f ? 0.0f : beta * *p;
+    T *p = c + (i / n) * ldc + i % n;
+    storeC(p, beta == 0.0f ? 0.0f : beta * storedToFloat(*p, bf16), bf16);
   }
 }
 
@@ -66,18 +75,20 @@ cudaDataType_t dataTypeOf(Storage16 storage) {
 }
 
 /// The k == 0 case of every GEMM entry point: C = beta * C.
-void scaleOnly(Context &ctx, int64_t m, int64_t n, float beta, float *c,
-               int64_t ldc) {
+template <typename T>
+void scaleOnly(Context &ctx, int64_t m, int64_t n, float beta, T *c,
+               int64_t ldc, bool bf16 = false) {
   gemmScaleKernel<<<cuda::gridFor(m * n), cuda::kBlock, 0, ctx.stream>>>(
-      m, n, beta, c, ldc);
+      m, n, beta, c, ldc, bf16);
   checkLaunch(ctx, "gemmScaleKernel");
 }
 
-/// Every row of the [m, n] C starts as bias.
+/// Every row of the [m, n] C starts as bias (stored as C is).
+template <typename T>
 __global__ void broadcastRowsKernel(int64_t m, int64_t n, const float *bias,
-                                    float *c, int64_t ldc) {
+                                    T *c, int64_t ldc, bool bf16) {
   for (int64_t i = cuda::threadIndex(); i < m * n; i += cuda::threadCount())
-    c[(i / n) * ldc + i % n] = bias[i % n];
+    storeC(c + (i / n) * ldc + i % n, bias[i % n], bf16);
 }
 
 constexpr int kSumColumns = 32, kSumRowGroups = 8;
@@ -116,14 +127,15 @@ void columnSums(Context &ctx, const T *x, int64_t rows, int64_t cols,
 }
 
 /// One cuBLASLt GEMM C = op(A) op(B) (alpha 1, beta 0) of A and B stored as
-/// `type`, C float32, with `epilogue` writing or reading `vector` (the bias,
-/// or the bias gradient). False when cuBLASLt has no algorithm for it. The
+/// `type`, C as `cType` (float32, or A's 16-bit type), with `epilogue`
+/// writing or reading the float32 `vector` (the bias, or the bias
+/// gradient). False when cuBLASLt has no algorithm for it. The
 /// heuristic's answer is kept per shape and epilogue (it costs more host
 /// time than the launch, which matters without CUDA graphs).
 bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
             int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-            const void *b, int64_t ldb, float *c, int64_t ldc,
-            cublasLtEpilogue_t epilogue, const void *vector) {
+            const void *b, int64_t ldb, void *c, cudaDataType_t cType,
+            int64_t ldc, cublasLtEpilogue_t epilogue, const void *vector) {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -148,7 +160,7 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
                                   ldb) &&
       !cublasLtMatrixLayoutCreate(&lb, type, transA ? m : k, transA ? k : m,
                                   lda) &&
-      !cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, ldc);
+      !cublasLtMatrixLayoutCreate(&lc, cType, n, m, ldc);
   // The heuristic may pick an algorithm that assumes 256-byte aligned
   // operands unless told otherwise: it is told each pointer's alignment,
   // which is part of the key.
@@ -160,7 +172,8 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
   };
   const uint32_t alignA = alignment(b), alignB = alignment(a),
                  alignC = alignment(c);
-  const int64_t key[] = {int64_t(type), transA, transB, m, n, k, lda, ldb, ldc,
+  const int64_t key[] = {int64_t(type), int64_t(cType), transA, transB,
+                         m, n, k, lda, ldb, ldc,
                          int64_t(epilogue), alignA, alignB, alignC,
                          vector ? alignment(vector) : 0};
   static_assert(sizeof(key) == sizeof(Context::LtAlgo::key));
@@ -274,28 +287,49 @@ void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
                   "gemmStridedBatched");
 }
 
-// 16-bit operands, float32 results: cublasGemmEx with float32 compute (no
-// reduced-precision accumulation), which runs on the tensor cores.
-
-void gemm16(Context &ctx, Storage16 storage, bool transA, bool transB,
-            int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
-            int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
-            int64_t ldc) {
+// 16-bit operands, float32 or 16-bit results: cublasGemmEx with float32
+// compute (no reduced-precision accumulation), which runs on the tensor
+// cores.
+namespace {
+template <typename C>
+void gemm16Into(Context &ctx, Storage16 storage, bool transA, bool transB,
+                int64_t m, int64_t n, int64_t k, float alpha,
+                const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                float beta, C *c, int64_t ldc) {
   if (!fitsBlasInt(ctx, "gemm16", {m, n, k, lda, ldb, ldc}))
     return;
   if (m == 0 || n == 0)
     return;
   if (k == 0)
-    return scaleOnly(ctx, m, n, beta, c, ldc);
+    return scaleOnly(ctx, m, n, beta, c, ldc, storage == Storage16::Bf16);
   cudaDataType_t type = dataTypeOf(storage);
+  cudaDataType_t cType =
+      std::is_same_v<C, uint16_t> ? type : CUDA_R_32F;
   cuda::checkBlas(
       ctx,
       cublasGemmEx(ctx.blas, opOf(transB), opOf(transA), static_cast<int>(n),
                    static_cast<int>(m), static_cast<int>(k), &alpha, b, type,
                    static_cast<int>(ldb), a, type, static_cast<int>(lda),
-                   &beta, c, CUDA_R_32F, static_cast<int>(ldc),
-                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   &beta, c, cType, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT),
       "gemm16");
+}
+} // namespace
+
+void gemm16(Context &ctx, Storage16 storage, bool transA, bool transB,
+            int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+            int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+            int64_t ldc) {
+  gemm16Into(ctx, storage, transA, transB, m, n, k, alpha, a, lda, b, ldb,
+             beta, c, ldc);
+}
+
+void gemm16(Context &ctx, Storage16 storage, bool transA, bool transB,
+            int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+            int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+            uint16_t *c, int64_t ldc) {
+  gemm16Into(ctx, storage, transA, transB, m, n, k, alpha, a, lda, b, ldb,
+             beta, c, ldc);
 }
 
 void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
@@ -330,20 +364,23 @@ namespace {
 
 /// The f32 and 16-bit entry points alike: `plain` runs the GEMM without
 /// epilogue (the fallback).
-template <typename T, typename PlainGemm>
+template <typename T, typename C, typename PlainGemm>
 void biasGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
               int64_t m, int64_t n, int64_t k, const T *a, int64_t lda,
-              const T *b, int64_t ldb, const float *bias, float *c,
+              const T *b, int64_t ldb, const float *bias, C *c,
               int64_t ldc, PlainGemm plain) {
   ctx.lastGemmEpilogue = false;
   if (!fitsBlasInt(ctx, "gemmBias", {m, n, k, lda, ldb, ldc}) || m == 0 ||
       n == 0)
     return;
+  constexpr bool kNarrowC = std::is_same_v<C, uint16_t>;
   if (k > 0 && ltGemm(ctx, type, transA, transB, m, n, k, a, lda, b, ldb, c,
-                      ldc, CUBLASLT_EPILOGUE_BIAS, bias))
+                      kNarrowC ? type : CUDA_R_32F, ldc,
+                      CUBLASLT_EPILOGUE_BIAS, bias))
     return;
+  // A 16-bit C holds the bias rounded to 16 bits, then the rounded sum.
   broadcastRowsKernel<<<cuda::gridFor(m * n), cuda::kBlock, 0, ctx.stream>>>(
-      m, n, bias, c, ldc);
+      m, n, bias, c, ldc, type == CUDA_R_16BF);
   checkLaunch(ctx, "broadcastRowsKernel");
   plain(1.0f);
 }
@@ -362,7 +399,8 @@ void biasGradGemm(Context &ctx, cudaDataType_t type, bool bf16, bool transA,
   if (!fitsBlasInt(ctx, "gemmBiasGrad", {m, n, k, lda, ldb, ldc}))
     return;
   if (k > 0 && m > 0 && n > 0 &&
-      ltGemm(ctx, type, transA, transB, m, n, k, a, lda, b, ldb, c, ldc,
+      ltGemm(ctx, type, transA, transB, m, n, k, a, lda, b, ldb, c,
+             CUDA_R_32F, ldc,
              sumA ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA,
              biasGrad))
     return;
@@ -389,6 +427,17 @@ void gemm16Bias(Context &ctx, Storage16 storage, bool transA, bool transB,
                 int64_t m, int64_t n, int64_t k, const uint16_t *a,
                 int64_t lda, const uint16_t *b, int64_t ldb,
                 const float *bias, float *c, int64_t ldc) {
+  biasGemm(ctx, dataTypeOf(storage), transA, transB, m, n, k, a, lda, b, ldb,
+           bias, c, ldc, [&](float beta) {
+             gemm16(ctx, storage, transA, transB, m, n, k, 1.0f, a, lda, b,
+                    ldb, beta, c, ldc);
+           });
+}
+
+void gemm16Bias(Context &ctx, Storage16 storage, bool transA, bool transB,
+                int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                int64_t lda, const uint16_t *b, int64_t ldb,
+                const float *bias, uint16_t *c, int64_t ldc) {
   biasGemm(ctx, dataTypeOf(storage), transA, transB, m, n, k, a, lda, b, ldb,
            bias, c, ldc, [&](float beta) {
              gemm16(ctx, storage, transA, transB, m, n, k, 1.0f, a, lda, b,

@@ -351,3 +351,19 @@ func.func @concat_16bit_widened(%a: tensor<2x3xbf16>) {
   %y = mtc.concat %a, %a {axis = 1 : i64} : (tensor<2x3xbf16>, tensor<2x3xbf16>) -> tensor<2x6xf32>
   return
 }
+
+// -----
+
+func.func @matmul_result_format(%a: tensor<4x8xbf16>, %b: tensor<8x3xbf16>) {
+  // expected-error@+1 {{a 16-bit result must be stored as the operands are}}
+  %y = mtc.matmul %a, %b : (tensor<4x8xbf16>, tensor<8x3xbf16>) -> tensor<4x3xf16>
+  return
+}
+
+// -----
+
+func.func @matmul_16bit_batched(%a: tensor<2x4x8xbf16>, %b: tensor<2x8x3xbf16>) {
+  // expected-error@+1 {{a 16-bit result needs a 2-D b and a non-transposed a}}
+  %y = mtc.matmul %a, %b : (tensor<2x4x8xbf16>, tensor<2x8x3xbf16>) -> tensor<2x4x3xbf16>
+  return
+}

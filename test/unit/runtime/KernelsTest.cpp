@@ -1052,6 +1052,66 @@ TEST_F(Kernels, Gemm16Epilogues) {
 }
 #endif
 
+#ifdef MTC_RUNTIME_CUDA
+// gemm16 and gemm16Bias storing C in 16 bits: the float32 sums (plus the
+// bias) rounded to the operands' format, against double on the widened
+// values: within the float32 accumulation error plus the rounding (one
+// rounding through the bias epilogue; the fallback rounds the bias first,
+// then the sum).
+TEST_F(Kernels, Gemm16StoresSixteenBitResults) {
+  const int64_t m = 37, n = 29, k = 300;
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    const bool bf16 = storage == Storage16::Bf16;
+    auto narrow = [&](float v) {
+      return bf16 ? floatToBf16(v) : floatToHalf(v);
+    };
+    auto widen = [&](uint16_t h) { return storedToFloat(h, bf16); };
+    std::vector<float> wa, wb, bias(n);
+    sinCosOperands(m, n, k, wa, wb);
+    std::vector<uint16_t> a(wa.size()), b(wb.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      wa[i] = widen(a[i] = narrow(wa[i]));
+    for (size_t i = 0; i < b.size(); ++i)
+      wb[i] = widen(b[i] = narrow(wb[i]));
+    for (int64_t j = 0; j < n; ++j)
+      bias[j] = 0.25f * float(j) - 3.0f;
+    const uint16_t *da = upload<uint16_t>(a), *db = upload<uint16_t>(b);
+    // Half a unit in the last place, relative, of the 16-bit format.
+    const double halfUlp = std::ldexp(1.0, bf16 ? -8 : -11);
+    const double accumulation = double(k) * std::ldexp(double(k), -24);
+    for (bool withBias : {false, true}) {
+      uint16_t *c = upload<uint16_t>(std::vector<uint16_t>(m * n, 0x7777));
+      if (withBias)
+        gemm16Bias(ctx, storage, false, false, m, n, k, da, k, db, n,
+                   upload<float>(bias), c, n);
+      else
+        gemm16(ctx, storage, false, false, m, n, k, 1.0f, da, k, db, n, 0.0f,
+               c, n);
+      EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+      GemmReference want = gemmReference(
+          wa, wb, withBias ? bias : std::vector<float>(), false, false, m, n,
+          k, false);
+      std::vector<uint16_t> got = download(c, m * n);
+      for (int64_t i = 0; i < m * n; ++i) {
+        const double w = want.c[i];
+        const double biasRounding =
+            withBias ? halfUlp * std::abs(bias[i % n]) : 0.0;
+        const double tol = accumulation + biasRounding +
+                           halfUlp * (std::abs(w) + accumulation +
+                                      biasRounding) +
+                           1e-6;
+        EXPECT_NEAR(widen(got[i]), w, tol) << "element " << i;
+      }
+      if (withBias)
+        std::printf("gemm16Bias to 16 bits (%s): %s\n",
+                    bf16 ? "bf16" : "fp16",
+                    lastGemmUsedEpilogue(ctx) ? "cuBLASLt epilogue"
+                                              : "fallback: bias, then GEMM");
+    }
+  }
+}
+#endif
+
 TEST_F(Kernels, GradCheckFindsInfAndNaN) {
   float *scale = upload<float>({1024.0f});
   float *status = upload<float>({-1.0f, -1.0f});

@@ -150,7 +150,12 @@ int64_t GemmOp::getWorkspaceBytes() {
 }
 
 int64_t MatMulOp::getWorkspaceBytes() {
-  return widenedBytes(*this, getA(), getB());
+  // A 16-bit result of widened operands is summed in float32 first.
+  int64_t sums = isStorage16(getOutput()) &&
+                         !(*this)->hasAttr(attr::kNative16BitGemm)
+                     ? 4 * numel(getOutput())
+                     : 0;
+  return widenedBytes(*this, getA(), getB()) + sums;
 }
 
 int64_t MatMulBiasGradOp::getWorkspaceBytes() {

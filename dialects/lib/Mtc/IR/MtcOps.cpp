@@ -201,6 +201,17 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult MatMulOp::verify() {
+  Type out = elementOf(getOutput());
+  if (out.isF32())
+    return success();
+  if (out != elementOf(getA()))
+    return emitOpError("a 16-bit result must be stored as the operands are");
+  if (shapeOf(getB()).size() != 2 || getTransposeA())
+    return emitOpError("a 16-bit result needs a 2-D b and a non-transposed a");
+  return success();
+}
+
 LogicalResult LayerNormGradOp::verify() {
   if (shapeOf(getInput()) != shapeOf(getGrad()) ||
       getInputGrad().getType() != getGrad().getType())

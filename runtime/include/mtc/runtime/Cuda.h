@@ -35,6 +35,12 @@ void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
                           int64_t strideA, const uint16_t *b, int64_t ldb,
                           int64_t strideB, float beta, float *c, int64_t ldc,
                           int64_t strideC, int64_t batch);
+/// gemm16() with C stored in the operands' 16-bit format: each sum (in
+/// float32) rounded as a conversion rounds it.
+void gemm16(Context &ctx, Storage16 storage, bool transA, bool transB,
+            int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+            int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+            uint16_t *c, int64_t ldc);
 /// gemmBias() and gemmBiasGrad() (Kernels.h) on 16-bit A and B; the bias,
 /// C and the bias gradient are float32, the sums those of the 16-bit
 /// values.
@@ -42,6 +48,14 @@ void gemm16Bias(Context &ctx, Storage16 storage, bool transA, bool transB,
                 int64_t m, int64_t n, int64_t k, const uint16_t *a,
                 int64_t lda, const uint16_t *b, int64_t ldb,
                 const float *bias, float *c, int64_t ldc);
+/// gemm16Bias() with C stored in the operands' 16-bit format: the float32
+/// sum plus the bias, rounded (cuBLASLt's bias epilogue; where it offers no
+/// algorithm, C starts as the bias rounded to 16 bits and the GEMM rounds
+/// the sum onto it, rounding twice).
+void gemm16Bias(Context &ctx, Storage16 storage, bool transA, bool transB,
+                int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                int64_t lda, const uint16_t *b, int64_t ldb,
+                const float *bias, uint16_t *c, int64_t ldc);
 void gemm16BiasGrad(Context &ctx, Storage16 storage, bool transA,
                     bool transB, int64_t m, int64_t n, int64_t k,
                     const uint16_t *a, int64_t lda, const uint16_t *b,

@@ -281,6 +281,12 @@ def Mtc_MatMulOp : Mtc_DiffOp<"matmul", [InferTypeOpAdaptor,
     pass forms it from `matmul` + `add` when `b` is a 2-D weight and `a` is
     not transposed; autodiff never sees it.
 
+    The result is float32 or, with 16-bit `a` and `b`, a 2-D `b` and `a`
+    not transposed, stored in their format: the float32 sums (plus the
+    bias) rounded as a conversion rounds them. The fusion pass stores it so
+    when its readers only narrow it (attention's query, key and value
+    sliced out of one projection).
+
     Example:
 
     ```mlir
@@ -294,9 +300,17 @@ def Mtc_MatMulOp : Mtc_DiffOp<"matmul", [InferTypeOpAdaptor,
                    Optional<Mtc_FloatTensor>:$bias,
                    DefaultValuedAttr<BoolAttr, "false">:$transpose_a,
                    DefaultValuedAttr<BoolAttr, "false">:$transpose_b);
-  let results = (outs Mtc_FloatTensor:$output);
+  let results = (outs Mtc_StorageFloatTensor:$output);
   let assemblyFormat = "$a `,` $b (`,` $bias^)? attr-dict `:` "
                        "functional-type(operands, results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The result may be stored in 16 bits (see the description).
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual) {
+      return ::mtc::sameOr16BitFirst(inferred, actual);
+    }
+  }];
 }
 
 def Mtc_MatMulBiasGradOp : Mtc_ComputeOp<"matmul_bias_grad", [
@@ -635,7 +649,9 @@ def Mtc_SliceOp : Mtc_DiffOp<"slice"> {
   let summary = "Strided window of a tensor";
   let description = [{
     Result element `i` (a multi-index) is `input[starts + i * steps]`; the
-    result shape gives the window's extent. Steps are positive.
+    result shape gives the window's extent. Steps are positive. The input
+    may be stored in 16 bits (a GEMM result the fusion pass stores so); the
+    result is stored alike.
 
     Example:
 
@@ -644,9 +660,9 @@ def Mtc_SliceOp : Mtc_DiffOp<"slice"> {
            : (tensor<2x5xf32>) -> tensor<2x3xf32>
     ```
   }];
-  let arguments = (ins Mtc_AnyTensor:$input, DenseI64ArrayAttr:$starts,
+  let arguments = (ins Mtc_AnyStorageTensor:$input, DenseI64ArrayAttr:$starts,
                    DenseI64ArrayAttr:$steps);
-  let results = (outs Mtc_AnyTensor:$output);
+  let results = (outs Mtc_AnyStorageTensor:$output);
   let assemblyFormat =
       "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
