@@ -25,6 +25,14 @@
 // Every value of the chain must have no other reader: a model that returns
 // its attention weights keeps them.
 //
+// Exporters split the heads out of projections laid out [..., S, H*D] with
+// a reshape and a transpose to [..., H, S, D], and merge them back the same
+// way. When query, key and value all come from such transposes and the
+// output's one reader transposes it back, the attention takes the
+// [..., S, H, D] values as they are (`seq_major`): the four copies
+// disappear, and the kernels read and write rows where the projections put
+// them.
+//
 //===----------------------------------------------------------------------===//
 
 #include "mtc/Dialect/Mtc/IR/MtcOps.h"
@@ -110,6 +118,26 @@ Value keyFrom(OpBuilder &b, MatMulOp scores) {
     return source;
   return b.create<TransposeOp>(scores.getLoc(), source,
                                b.getDenseI64ArrayAttr(perm));
+}
+
+/// Whether `perm` swaps the last-but-one and last-but-two dims of a tensor
+/// of rank >= 3 ([..., S, H, D] <-> [..., H, S, D]) and keeps the others.
+bool swapsSeqAndHeads(ArrayRef<int64_t> perm) {
+  int64_t rank = perm.size();
+  if (rank < 3)
+    return false;
+  for (int64_t i = 0; i < rank; ++i) {
+    int64_t want = i == rank - 3 ? rank - 2 : i == rank - 2 ? rank - 3 : i;
+    if (perm[i] != want)
+      return false;
+  }
+  return true;
+}
+
+/// The [..., S, H, D] value a head split transposed into `v`, or null.
+Value seqMajorSource(Value v) {
+  auto t = v.getDefiningOp<TransposeOp>();
+  return t && swapsSeqAndHeads(t.getPerm()) ? t.getInput() : Value();
 }
 
 class AttentionFusionPass
@@ -217,16 +245,33 @@ LogicalResult AttentionFusionPass::fuse(SoftmaxOp softmax) {
   Value k = keyFrom(b, product);
   if (maskKeeps)
     mask = b.create<NotOp>(softmax.getLoc(), mask.getType(), mask);
+  // Heads split from, and merged back into, [..., S, H, D] values.
+  Value output = values.getOutput();
+  auto merge = output.hasOneUse()
+                   ? dyn_cast<TransposeOp>(*output.getUsers().begin())
+                   : TransposeOp();
+  Value q0 = seqMajorSource(q), k0 = seqMajorSource(k),
+        v0 = seqMajorSource(v);
+  bool seqMajor = q0 && k0 && v0 && merge && swapsSeqAndHeads(merge.getPerm());
   auto attention = b.create<AttentionOp>(
-      softmax.getLoc(), q, k, v, mask, b.getF32FloatAttr(scale),
-      b.getF32FloatAttr(ratio), b.getI64IntegerAttr(stream));
-  values.getOutput().replaceAllUsesWith(attention.getOutput());
+      softmax.getLoc(), seqMajor ? q0 : q, seqMajor ? k0 : k,
+      seqMajor ? v0 : v, mask, b.getF32FloatAttr(scale),
+      b.getF32FloatAttr(ratio), b.getI64IntegerAttr(stream),
+      seqMajor ? b.getUnitAttr() : UnitAttr());
+  if (seqMajor) {
+    merge.getOutput().replaceAllUsesWith(attention.getOutput());
+    merge.erase();
+  } else {
+    output.replaceAllUsesWith(attention.getOutput());
+  }
   values.erase();
   Operation *keyTranspose = product.getB().getDefiningOp<TransposeOp>();
   for (Operation *op : chain)
     op->erase();
   if (keyTranspose && keyTranspose->use_empty())
     keyTranspose->erase();
+  // With seq_major the head transposes (and the key transpose keyFrom
+  // made) are dead now: runOnOperation erases them.
   return success();
 }
 

@@ -508,8 +508,16 @@ static bool copyable(FailureOr<StridedLayout> layout) {
   return rank <= kMaxCopyRank;
 }
 
+/// Whether the attention kernels can find the rows of `v` where they are.
+static bool attentionReadable(Value v, bool seqMajor) {
+  FailureOr<StridedLayout> layout = stridedLayout(v);
+  return succeeded(layout) &&
+         succeeded(attentionRows(*layout, shapeOf(v), seqMajor));
+}
+
 /// Whether every copy reading through `v` (a reader of v, or of a reshape
-/// or view of it) can read its elements where they are.
+/// or view of it) can read its elements where they are, and every
+/// attention reading it its rows.
 static bool layoutsResolve(Value v) {
   if (!copyable(stridedLayout(v)))
     return false;
@@ -518,6 +526,12 @@ static bool layoutsResolve(Value v) {
       if (!layoutsResolve(user->getResult(0)))
         return false;
     } else if (isa<SliceOp, TransposeOp>(user) && !copyable(layoutThrough(user))) {
+      return false;
+    } else if (auto a = dyn_cast<AttentionOp>(user);
+               a && !attentionReadable(v, a.getSeqMajor())) {
+      return false;
+    } else if (auto g = dyn_cast<AttentionGradOp>(user);
+               g && !attentionReadable(v, g.getSeqMajor())) {
       return false;
     }
   }
@@ -530,7 +544,10 @@ static bool layoutsResolve(Value v) {
 /// its input, and those readers compose its strides into theirs. So
 /// attention's query, key and value, sliced out of one projection and
 /// transposed to heads, are copied once, and their gradients, transposed
-/// back and concatenated, are copied once. The view's input must be a
+/// back and concatenated, are copied once. The attention kernels read rows
+/// through strides as well: sliced out of the projection and split into
+/// heads where it is ([..., S, H, D], seq_major), or transposed to heads,
+/// query, key and value are not copied at all. The view's input must be a
 /// temporary of the step (its bytes stay as they are while
 /// the view is read: the memory plan keeps them until its last reader; not
 /// a result tied to an argument, which lives in the argument's buffer) and

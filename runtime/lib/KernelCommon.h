@@ -416,9 +416,18 @@ inline std::string attentionDimsError(const AttentionDims &a) {
   if (a.d > kMaxAttentionHeadDim || a.dv > kMaxAttentionHeadDim)
     return "attention head dims above " +
            std::to_string(kMaxAttentionHeadDim) + " are not supported";
+  if (a.batch > 0 && a.heads < 1)
+    return "attention needs at least one head per batch entry";
   if (dropoutMode(a.dropout) == DropoutMode::Invalid)
     return badDropoutRatioMessage(a.dropout);
   return "";
+}
+
+/// Where row i of head h of a tensor laid out as `l` starts.
+MTC_HOST_DEVICE inline int64_t attentionRow(const AttentionDims &a,
+                                            const AttentionLayout &l,
+                                            int64_t h, int64_t i) {
+  return (h / a.heads) * l.batch + (h % a.heads) * l.head + i * l.row;
 }
 
 /// Where head `h`'s mask starts (broadcast batch dims have stride 0).

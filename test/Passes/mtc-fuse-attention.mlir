@@ -102,3 +102,47 @@ func.func @forward(%q: tensor<4x320xf32>, %k: tensor<320x4xf32>, %v: tensor<4x8x
   %o = mtc.matmul %p, %v : (tensor<4x4xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   return %o : tensor<4x8xf32>
 }
+
+// -----
+
+// Heads split out of [B, S, H, D] query, key and value by transposes and
+// merged back by one: the attention takes the [B, S, H, D] values as they
+// are (seq_major) and its output replaces the merged one; no transpose is
+// left. The log-sum-exp stays [B, H, S] and the mask [.., H, Sq, Sk].
+// CHECK-LABEL: func.func @forward
+// CHECK-SAME: (%[[Q:.+]]: tensor<2x8x4x16xf32>, %[[K:.+]]: tensor<2x8x4x16xf32>, %[[V:.+]]: tensor<2x8x4x16xf32>, %[[M:.+]]: tensor<1x1x8x8xi1>)
+// CHECK-NEXT: %[[O:.+]], %{{.+}} = mtc.attention %[[Q]], %[[K]], %[[V]], %[[M]] {scale = 2.500000e-01 : f32, seq_major} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<1x1x8x8xi1>) -> (tensor<2x8x4x16xf32>, tensor<2x4x8xf32>)
+// CHECK-NEXT: return %[[O]]
+func.func @forward(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, %v: tensor<2x8x4x16xf32>, %mask: tensor<1x1x8x8xi1>) -> tensor<2x8x4x16xf32> {
+  %qt = mtc.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %kt = mtc.transpose %k {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x16x8xf32>
+  %vt = mtc.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %s = mtc.matmul %qt, %kt : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32>
+  %c = mtc.constant dense<0.25> : tensor<f32>
+  %scaled = mtc.mul %s, %c : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %ninf = mtc.constant dense<0xFF800000> : tensor<f32>
+  %masked = mtc.select %mask, %ninf, %scaled : (tensor<1x1x8x8xi1>, tensor<f32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %p = mtc.softmax %masked {axis = 3 : i64} : tensor<2x4x8x8xf32>
+  %o = mtc.matmul %p, %vt : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+  %ot = mtc.transpose %o {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x16xf32>) -> tensor<2x8x4x16xf32>
+  return %ot : tensor<2x8x4x16xf32>
+}
+
+// -----
+
+// The same with the output read as [B, H, S, D] (no merging transpose): the
+// attention keeps the [B, H, S, D] layout and the head transposes stay.
+// CHECK-LABEL: func.func @forward
+// CHECK: mtc.transpose
+// CHECK: mtc.attention
+// CHECK-NOT: seq_major
+// CHECK: return
+func.func @forward(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, %v: tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32> {
+  %qt = mtc.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %kt = mtc.transpose %k {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x16x8xf32>
+  %vt = mtc.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %s = mtc.matmul %qt, %kt : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32>
+  %p = mtc.softmax %s {axis = 3 : i64} : tensor<2x4x8x8xf32>
+  %o = mtc.matmul %p, %vt : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+  return %o : tensor<2x4x8x16xf32>
+}

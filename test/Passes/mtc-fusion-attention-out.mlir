@@ -102,3 +102,22 @@ func.func @train_step(%q: tensor<2x4x8x16xbf16> {mtc.role = "input"}, %k: tensor
   %n = mtc.convert %c {mtc.backward} : tensor<8x4x8x16xf32> to tensor<8x4x8x16xbf16>
   return %n : tensor<8x4x8x16xbf16>
 }
+
+// -----
+
+// Heads transposed out of a computed [B, S, H, D] value for an attention
+// that keeps the [B, H, S, D] layout: the kernels read the rows through
+// the transpose's strides, so it copies nothing. A transpose another op
+// also reads as a tensor stays a copy.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[T:.+]] = mtc.transpose {{.*}}mtc.strided_view, perm = array<i64: 0, 2, 1, 3>}
+// CHECK: %[[U:.+]] = mtc.transpose %{{[^ ]+}} {perm = array<i64: 0, 2, 1, 3>}
+// CHECK: mtc.attention %[[T]], %[[T]], %[[U]]
+func.func @train_step(%a: tensor<2x8x4x16xf32> {mtc.role = "input"}, %b: tensor<2x8x4x16xf32> {mtc.role = "input"}) -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>) {
+  %x = mtc.add %a, %b : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32>
+  %y = mtc.sub %a, %b : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32>
+  %t = mtc.transpose %x {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %u = mtc.transpose %y {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %o, %lse = mtc.attention %t, %t, %u {scale = 2.500000e-01 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+  return %o, %u : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>
+}

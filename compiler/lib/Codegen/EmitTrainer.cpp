@@ -276,10 +276,20 @@ private:
   GemmCall gemmOperands(Operation *op, Value a, Value b);
   void emitSoftmaxLike(Value in, Value aux, Value out, int64_t axis, bool log,
                        bool backward);
+  /// Where the attention kernels find the rows of `v`, read through the
+  /// views that define it: a pointer expression and the strides.
+  struct AttentionTensor {
+    std::string ptr;
+    AttentionRows rows;
+  };
+  AttentionTensor attentionTensor(Value v, bool seqMajor);
   /// The runtime's AttentionDims of a mtc.attention or mtc.attention_grad,
-  /// as an initializer list.
+  /// as an initializer list: `tensors` holds where query, key, value,
+  /// output, output gradient and the three gradients are (the forward's
+  /// last four default-constructed).
   template <typename AttentionLike>
-  std::string attentionDims(AttentionLike op) const;
+  std::string attentionDims(AttentionLike op,
+                            ArrayRef<AttentionTensor> tensors) const;
   /// `call` with a constexpr `dims` in scope.
   void emitAttentionCall(const std::string &dims, const Twine &call);
 };
@@ -730,31 +740,59 @@ void Emitter::emitUpdate(Operation *op) {
   groupedUpdates = count - 1;
 }
 
+Emitter::AttentionTensor Emitter::attentionTensor(Value v, bool seqMajor) {
+  StridedLayout layout = layoutOf(v);
+  FailureOr<AttentionRows> rows = attentionRows(layout, shapeOf(v), seqMajor);
+  if (failed(rows)) {
+    if (error.empty())
+      error = "attention reads a view whose rows are not evenly strided (the "
+              "fusion pass makes only views that are)";
+    return {ptr(v), AttentionRows()};
+  }
+  std::string at = ptr(layout.base);
+  if (rows->offset)
+    at = "(" + at + " + " + std::to_string(rows->offset) + ")";
+  return {at, *rows};
+}
+
 template <typename AttentionLike>
-std::string Emitter::attentionDims(AttentionLike op) const {
-  ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey());
-  int64_t rank = q.size(), sq = q[rank - 2], sk = k[rank - 2];
-  SmallVector<int64_t> batchDims(q.drop_back(2));
-  SmallVector<int64_t> maskStrides(rank, 0);
+std::string Emitter::attentionDims(AttentionLike op,
+                                   ArrayRef<AttentionTensor> tensors) const {
+  bool seqMajor = op.getSeqMajor();
+  AttentionShape q = attentionShape(shapeOf(op.getQuery()), seqMajor);
+  AttentionShape k = attentionShape(shapeOf(op.getKey()), seqMajor);
+  int64_t batchRank = q.batch.size(), batch = 1;
+  for (int64_t d : q.batch)
+    batch *= d;
+  SmallVector<int64_t> maskStrides(batchRank + 2, 0);
   if (Value mask = op.getMask()) {
     // Right-aligned broadcast to [batch..., sq, sk]: stride 0 where the
     // mask has no dim or a dim of 1.
     ArrayRef<int64_t> m = shapeOf(mask);
     SmallVector<int64_t> strides = contiguousStrides(m);
+    int64_t rank = batchRank + 2;
     int64_t lead = rank - static_cast<int64_t>(m.size());
     for (int64_t d = lead; d < rank; ++d)
       if (m[d - lead] != 1)
         maskStrides[d] = strides[d - lead];
   }
+  std::string layouts;
+  for (size_t i = 0; i < 8; ++i) {
+    AttentionRows r = i < tensors.size() ? tensors[i].rows : AttentionRows();
+    layouts += llvm::formatv("{0}{{{1}, {2}, {3}}", i ? ", " : "",
+                             r.batchStride, r.headStride, r.rowStride)
+                   .str();
+  }
   return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}u, {8}, {{{9}}, "
-                       "{{{10}}, {11}, {12}",
-                       numel(op.getQuery()) / (sq * q.back()), sq, sk,
-                       q.back(), shapeOf(op.getValue()).back(),
+                       "{{{10}}, {11}, {12}, {13}, {{{14}}",
+                       batch, q.seq, k.seq, q.width,
+                       attentionShape(shapeOf(op.getValue()), seqMajor).width,
                        floatLiteral(op.getScale().convertToFloat()),
                        floatLiteral(op.getDropoutRatio().convertToFloat()),
-                       op.getDropoutStream(), rank - 2, list(batchDims),
+                       op.getDropoutStream(), batchRank, list(q.batch),
                        list(ArrayRef<int64_t>(maskStrides).drop_back(2)),
-                       maskStrides[rank - 2], maskStrides[rank - 1])
+                       maskStrides[batchRank], maskStrides[batchRank + 1],
+                       tensors.front().rows.heads, layouts)
       .str();
 }
 
@@ -1352,25 +1390,32 @@ void Emitter::emitOpBody(Operation *op) {
                      .str());
       })
       .Case([&](AttentionOp a) {
+        SmallVector<AttentionTensor> t;
+        for (Value v : {a.getQuery(), a.getKey(), a.getValue(), a.getOutput()})
+          t.push_back(attentionTensor(v, a.getSeqMajor()));
         emitAttentionCall(
-            attentionDims(a),
+            attentionDims(a, t),
             llvm::formatv("attentionForward{6}(ctx, {7}dims, {0}, {1}, {2}, "
                           "{3}, {4}, {5})",
-                          ptr(a.getQuery()), ptr(a.getKey()), ptr(a.getValue()),
+                          t[0].ptr, t[1].ptr, t[2].ptr,
                           a.getMask() ? ptr(a.getMask()) : "nullptr",
-                          ptr(a.getOutput()), ptr(a.getLogsumexp()),
+                          t[3].ptr, ptr(a.getLogsumexp()),
                           suffix16(a.getQuery()), storageArg(a.getQuery())));
       })
       .Case([&](AttentionGradOp g) {
+        SmallVector<AttentionTensor> t;
+        for (Value v : {g.getQuery(), g.getKey(), g.getValue(), g.getOutput(),
+                        g.getGrad(), g.getQueryGrad(), g.getKeyGrad(),
+                        g.getValueGrad()})
+          t.push_back(attentionTensor(v, g.getSeqMajor()));
         emitAttentionCall(
-            attentionDims(g),
+            attentionDims(g, t),
             llvm::formatv("attentionBackward{10}(ctx, {11}dims, {0}, {1}, "
                           "{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9})",
-                          ptr(g.getQuery()), ptr(g.getKey()), ptr(g.getValue()),
+                          t[0].ptr, t[1].ptr, t[2].ptr,
                           g.getMask() ? ptr(g.getMask()) : "nullptr",
-                          ptr(g.getOutput()), ptr(g.getLogsumexp()),
-                          ptr(g.getGrad()), ptr(g.getQueryGrad()),
-                          ptr(g.getKeyGrad()), ptr(g.getValueGrad()),
+                          t[3].ptr, ptr(g.getLogsumexp()), t[4].ptr,
+                          t[5].ptr, t[6].ptr, t[7].ptr,
                           suffix16(g.getQuery()), storageArg(g.getQuery())));
       })
       .Case([&](DropoutOp d) {

@@ -78,30 +78,47 @@ void weightedRowSum(int64_t n, float *acc, const float *w, int64_t wStride,
 inline float widen(float x, bool) { return x; }
 inline float widen(uint16_t x, bool bf16) { return storedToFloat(x, bf16); }
 
-/// tile[x * kCols + c] = rows[c * n + x] (as float32) for the `cols` rows
-/// of width n, and 0 in the columns past them.
+/// tile[x * kCols + c] = rows[c * stride + x] (as float32) for the `cols`
+/// rows of width n, and 0 in the columns past them.
 template <typename T>
-inline void transposeTile(const T *rows, int64_t n, int64_t cols, bool bf16,
-                          float *tile) {
+inline void transposeTile(const T *rows, int64_t n, int64_t stride,
+                          int64_t cols, bool bf16, float *tile) {
   for (int64_t x = 0; x < n; ++x) {
     float *tx = tile + x * kCols;
     for (int64_t c = 0; c < cols; ++c)
-      tx[c] = widen(rows[c * n + x], bf16);
+      tx[c] = widen(rows[c * stride + x], bf16);
     std::fill(tx + cols, tx + kCols, 0.0f);
   }
 }
 
-/// `count` rows of width n as float32: the rows themselves for float32
-/// operands, else widened into `buffer`.
-inline const float *floatRows(const float *rows, int64_t, int64_t, bool,
-                              float *) {
-  return rows;
-}
-inline const float *floatRows(const uint16_t *rows, int64_t count, int64_t n,
-                              bool bf16, float *buffer) {
-  for (int64_t i = 0; i < count * n; ++i)
-    buffer[i] = storedToFloat(rows[i], bf16);
+/// `count` rows of width n, `stride` elements apart, as float32 rows n
+/// apart: the rows themselves for contiguous float32 ones, else copied
+/// (widened) into `buffer`.
+template <typename T>
+inline const float *floatRows(const T *rows, int64_t count, int64_t n,
+                              int64_t stride, bool bf16, float *buffer) {
+  if constexpr (std::is_same_v<T, float>)
+    if (stride == n)
+      return rows;
+  for (int64_t r = 0; r < count; ++r)
+    for (int64_t x = 0; x < n; ++x)
+      buffer[r * n + x] = widen(rows[r * stride + x], bf16);
   return buffer;
+}
+
+/// Stores `count` float32 rows of width n (n apart) at rows `stride`
+/// elements apart, as float32 or rounded to 16 bits (`bf16` or float16).
+inline void storeRows(const float *from, int64_t count, int64_t n,
+                      float *to, int64_t stride, bool) {
+  for (int64_t r = 0; r < count; ++r)
+    std::copy(from + r * n, from + (r + 1) * n, to + r * stride);
+}
+inline void storeRows(const float *from, int64_t count, int64_t n,
+                      uint16_t *to, int64_t stride, bool bf16) {
+  for (int64_t r = 0; r < count; ++r)
+    for (int64_t x = 0; x < n; ++x)
+      to[r * stride + x] =
+          bf16 ? floatToBf16(from[r * n + x]) : floatToHalf(from[r * n + x]);
 }
 
 /// out[c] = row . column c of a transposed tile, for all kCols columns: a
@@ -143,8 +160,6 @@ MTC_SIMD_CLONES void accumulateRows(int64_t n, float *acc, const float *w,
 /// float, or uint16_t in bfloat16 (bf16) or float16.
 template <typename T> struct Problem {
   static constexpr bool kNarrow = !std::is_same_v<T, float>;
-  /// Floats of a widening buffer of `size` (1 when nothing is widened).
-  static constexpr int64_t buffer(int64_t size) { return kNarrow ? size : 1; }
 
   const AttentionDims &a;
   const T *q, *k, *v;
@@ -165,7 +180,8 @@ template <typename T> struct Problem {
   /// receives the key tile transposed, kT[x * kCols + c].
   void scores(int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
               const float *qRows, float *kT, float *s) const {
-    transposeTile(k + (h * a.sk + j0) * a.d, a.d, cols, bf16, kT);
+    transposeTile(k + attentionRow(a, a.rows.k, h, j0), a.d, a.rows.k.row, cols, bf16,
+                  kT);
     for (int64_t r = 0; r < rows; ++r) {
       rowTimesTile(qRows + r * a.d, kT, a.d, s + r * kCols);
       for (int64_t c = 0; c < cols; ++c)
@@ -217,30 +233,23 @@ template <typename T, typename O>
 [[gnu::always_inline]] inline void forwardTile(const Problem<T> &p, int64_t h,
                                                int64_t i0, O *out,
                                                float *lse) {
-  using P = Problem<T>;
-  constexpr bool kNarrowOut = !std::is_same_v<O, float>;
   const AttentionDims &a = p.a;
   const int64_t rows = std::min(kRows, a.sq - i0);
   float kT[kMaxHeadDim * kCols], s[kRows * kCols], factor[kCols];
-  float qBuffer[P::buffer(kRows * kMaxHeadDim)];
-  float vBuffer[P::buffer(kCols * kMaxHeadDim)];
-  float oBuffer[kNarrowOut ? kRows * kMaxHeadDim : 1];
+  float qBuffer[kRows * kMaxHeadDim], vBuffer[kCols * kMaxHeadDim];
+  // The output tile, summed in float32 and stored at the end.
+  float o[kRows * kMaxHeadDim];
   float rowMax[kRows], rowSum[kRows];
   std::fill(rowMax, rowMax + rows, kNegInf);
   std::fill(rowSum, rowSum + rows, 0.0f);
-  float *o;
-  if constexpr (kNarrowOut)
-    o = oBuffer;
-  else
-    o = out + (h * a.sq + i0) * a.dv;
   std::fill(o, o + rows * a.dv, 0.0f);
-  const float *qRows =
-      floatRows(p.q + (h * a.sq + i0) * a.d, rows, a.d, p.bf16, qBuffer);
+  const float *qRows = floatRows(p.q + attentionRow(a, a.rows.q, h, i0), rows,
+                                 a.d, a.rows.q.row, p.bf16, qBuffer);
   for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
     const int64_t cols = std::min(kCols, a.sk - j0);
     p.scores(h, i0, rows, j0, cols, qRows, kT, s);
-    const float *vRows =
-        floatRows(p.v + (h * a.sk + j0) * a.dv, cols, a.dv, p.bf16, vBuffer);
+    const float *vRows = floatRows(p.v + attentionRow(a, a.rows.v, h, j0), cols,
+                                   a.dv, a.rows.v.row, p.bf16, vBuffer);
     for (int64_t r = 0; r < rows; ++r) {
       float *sr = s + r * kCols;
       float m = rowMax[r];
@@ -278,11 +287,8 @@ template <typename T, typename O>
       orow[x] *= inv;
     l = rowMax[r] + std::log(rowSum[r]);
   }
-  if constexpr (kNarrowOut) {
-    O *stored = out + (h * a.sq + i0) * a.dv;
-    for (int64_t x = 0; x < rows * a.dv; ++x)
-      stored[x] = p.bf16 ? floatToBf16(o[x]) : floatToHalf(o[x]);
-  }
+  storeRows(o, rows, a.dv, out + attentionRow(a, a.rows.o, h, i0), a.rows.o.row,
+            p.bf16);
 }
 
 /// The backward's per-tile terms: from probabilities P (in s), the
@@ -316,7 +322,7 @@ inline void rowDeltas(const AttentionDims &a, const O *out, bool bf16,
                       const float *g, int64_t h, int64_t i0, int64_t rows,
                       float *delta) {
   for (int64_t r = 0; r < rows; ++r) {
-    const O *o = out + (h * a.sq + i0 + r) * a.dv;
+    const O *o = out + attentionRow(a, a.rows.o, h, i0 + r);
     const float *gr = g + r * a.dv;
     float sum = 0.0f;
     for (int64_t x = 0; x < a.dv; ++x) {
@@ -338,53 +344,44 @@ struct Grads {
   bool narrow;
 };
 
-/// dQ, dK and dV of head h. 16-bit gradients are summed in float32 in
-/// `scratch` (resized here), then rounded.
+/// dQ, dK and dV of head h, summed in float32 in `scratch` (resized here),
+/// then stored (rounded to 16 bits if the gradients are) where their
+/// layouts put them.
 template <typename T, typename O>
 [[gnu::always_inline]] inline void
 backwardHead(const Problem<T> &p, int64_t h, const O *out,
              const float *lse, const T *dout, const Grads &grads,
              std::vector<float> &scratch) {
-  using P = Problem<T>;
   const AttentionDims &a = p.a;
   const int64_t nq = a.sq * a.d, nk = a.sk * a.d, nv = a.sk * a.dv;
-  float *gq, *gk, *gv;
-  if (grads.narrow) {
-    scratch.resize(nq + nk + nv);
-    gq = scratch.data(), gk = gq + nq, gv = gk + nk;
-  } else {
-    gq = static_cast<float *>(grads.dq) + h * nq;
-    gk = static_cast<float *>(grads.dk) + h * nk;
-    gv = static_cast<float *>(grads.dv) + h * nv;
-  }
+  scratch.resize(nq + nk + nv);
+  float *gq = scratch.data(), *gk = gq + nq, *gv = gk + nk;
   float kT[kMaxHeadDim * kCols], vT[kMaxHeadDim * kCols];
   float s[kRows * kCols], dp[kRows * kCols], dropped[kRows * kCols],
       delta[kRows];
-  float qBuffer[P::buffer(kRows * kMaxHeadDim)];
-  float gBuffer[P::buffer(kRows * kMaxHeadDim)];
-  float kBuffer[P::buffer(kCols * kMaxHeadDim)];
-  std::fill(gq, gq + nq, 0.0f);
-  std::fill(gk, gk + nk, 0.0f);
-  std::fill(gv, gv + nv, 0.0f);
+  float qBuffer[kRows * kMaxHeadDim], gBuffer[kRows * kMaxHeadDim];
+  float kBuffer[kCols * kMaxHeadDim];
+  std::fill(gq, gq + nq + nk + nv, 0.0f);
   for (int64_t i0 = 0; i0 < a.sq; i0 += kRows) {
     const int64_t rows = std::min(kRows, a.sq - i0);
-    const float *qRows =
-        floatRows(p.q + (h * a.sq + i0) * a.d, rows, a.d, p.bf16, qBuffer);
-    const float *gRows =
-        floatRows(dout + (h * a.sq + i0) * a.dv, rows, a.dv, p.bf16, gBuffer);
+    const float *qRows = floatRows(p.q + attentionRow(a, a.rows.q, h, i0), rows,
+                                   a.d, a.rows.q.row, p.bf16, qBuffer);
+    const float *gRows = floatRows(dout + attentionRow(a, a.rows.dout, h, i0),
+                                   rows, a.dv, a.rows.dout.row, p.bf16, gBuffer);
     rowDeltas(a, out, p.bf16, gRows, h, i0, rows, delta);
     for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
       const int64_t cols = std::min(kCols, a.sk - j0);
       p.scores(h, i0, rows, j0, cols, qRows, kT, s);
       p.probabilities(h, i0, rows, cols, lse, s);
       // dp[r][c] = dO_(i0+r) . V_(j0+c), through the transposed values.
-      transposeTile(p.v + (h * a.sk + j0) * a.dv, a.dv, cols, p.bf16, vT);
+      transposeTile(p.v + attentionRow(a, a.rows.v, h, j0), a.dv, a.rows.v.row, cols,
+                    p.bf16, vT);
       for (int64_t r = 0; r < rows; ++r)
         rowTimesTile(gRows + r * a.dv, vT, a.dv, dp + r * kCols);
       scoreGradients(p, h, i0, rows, j0, cols, delta, s, dp, dropped);
       // dQ_i += dS_i. K, dK_j += dS_.j Q and dV_j += dropped(P)_.j dO.
-      const float *kRowsF =
-          floatRows(p.k + (h * a.sk + j0) * a.d, cols, a.d, p.bf16, kBuffer);
+      const float *kRowsF = floatRows(p.k + attentionRow(a, a.rows.k, h, j0), cols,
+                                      a.d, a.rows.k.row, p.bf16, kBuffer);
       for (int64_t r = 0; r < rows; ++r)
         accumulateRows(a.d, gq + (i0 + r) * a.d, s + r * kCols, 1, kRowsF,
                        a.d, cols);
@@ -396,16 +393,19 @@ backwardHead(const Problem<T> &p, int64_t h, const O *out,
       }
     }
   }
-  if (grads.narrow) {
-    auto store = [&](const float *from, void *to, int64_t n) {
-      uint16_t *dst = static_cast<uint16_t *>(to) + h * n;
-      for (int64_t x = 0; x < n; ++x)
-        dst[x] = p.bf16 ? floatToBf16(from[x]) : floatToHalf(from[x]);
-    };
-    store(gq, grads.dq, nq);
-    store(gk, grads.dk, nk);
-    store(gv, grads.dv, nv);
-  }
+  auto store = [&](const float *from, void *to, const AttentionLayout &l,
+                   int64_t count, int64_t n) {
+    const int64_t at = attentionRow(a, l, h, 0);
+    if (grads.narrow)
+      storeRows(from, count, n, static_cast<uint16_t *>(to) + at, l.row,
+                p.bf16);
+    else
+      storeRows(from, count, n, static_cast<float *>(to) + at, l.row,
+                p.bf16);
+  };
+  store(gq, grads.dq, a.rows.dq, a.sq, a.d);
+  store(gk, grads.dk, a.rows.dk, a.sk, a.d);
+  store(gv, grads.dv, a.rows.dv, a.sk, a.dv);
 }
 
 // The tiles compiled per instruction set (see MTC_SIMD_CLONES).

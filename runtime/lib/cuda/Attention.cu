@@ -98,13 +98,13 @@ __device__ inline float warpSum(float v) {
 /// Copies `valid` rows of `width` contiguous floats from src into
 /// dst[row * ld + x] and zeroes rows [valid, rows), so that no lane ever
 /// reads stale or uninitialized values. Called by the whole block.
-__device__ void stageRows(float *dst, int ld, const float *src, int valid,
-                          int rows, int width) {
+__device__ void stageRows(float *dst, int ld, const float *src,
+                          int64_t stride, int valid, int rows, int width) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int r = warp; r < rows; r += kWarps) {
     float *to = dst + r * ld;
     if (r < valid) {
-      const float *from = src + static_cast<int64_t>(r) * width;
+      const float *from = src + r * stride;
       for (int x = lane; x < width; x += 32)
         to[x] = from[x];
     } else {
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kThreads)
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
     // The previous tile's readers of the shared buffers are done.
     __syncthreads();
-    stageRows(qs, d, q + (h * a.sq + i0) * a.d, rows, kTile, d);
+    stageRows(qs, d, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, kTile, d);
 
     float rowMax[R], rowSum[R], acc[R][kT];
 #pragma unroll
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kThreads)
       const int cols = countFrom(a.sk, j0, kChunk);
       const int64_t j = j0 + lane;
       __syncthreads(); // the V chunk's readers are done (and qs is written)
-      stageRows(chunk, ld, k + (h * a.sk + j0) * a.d, cols, kChunk, d);
+      stageRows(chunk, ld, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, kChunk, d);
       __syncthreads();
       float s[R];
       dotRows<R>(chunk + lane * ld, qs + warp * R * d, d, d, s);
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kThreads)
       }
 
       __syncthreads(); // everyone is done with the K chunk
-      stageRows(chunk, ld, v + (h * a.sk + j0) * a.dv, cols, kChunk, dv);
+      stageRows(chunk, ld, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, kChunk, dv);
       __syncthreads();
       accumulateRows<R, kT>(w, 1.0f, chunk, ld, cols, dv, acc);
     }
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kThreads)
       if (row >= rows)
         continue;
       const int64_t i = i0 + row;
-      float *o = out + (h * a.sq + i) * a.dv;
+      float *o = out + attentionRow(a, a.rows.o, h, i);
       const bool empty = rowSum[r] == 0.0f; // every key masked
       const float inv = empty ? 0.0f : 1.0f / rowSum[r];
 #pragma unroll
@@ -310,19 +310,20 @@ __global__ void __launch_bounds__(kThreads)
     const unsigned char *maskHead =
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
     __syncthreads(); // the previous tile's readers of qs and gs are done
-    stageRows(qs, d, q + (h * a.sq + i0) * a.d, rows, kTile, d);
-    stageRows(gs, dv, dout + (h * a.sq + i0) * a.dv, rows, kTile, dv);
+    stageRows(qs, d, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, kTile, d);
+    stageRows(gs, dv, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, kTile, dv);
 
     // delta_i = dO_i . O_i and the log-sum-exp of this warp's rows.
     float delta[R], rowLse[R], acc[R][kT];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int row = warp * R + r;
-      const int64_t base = (h * a.sq + i0 + row) * a.dv;
+      const float *g = dout + attentionRow(a, a.rows.dout, h, i0 + row);
+      const float *o = out + attentionRow(a, a.rows.o, h, i0 + row);
       float part = 0.0f;
       if (row < rows)
         for (int x = lane; x < dv; x += 32)
-          part = fmaf(dout[base + x], out[base + x], part);
+          part = fmaf(g[x], o[x], part);
       delta[r] = warpSum(part);
       rowLse[r] = row < rows ? lse[h * a.sq + i0 + row] : kNegInf;
 #pragma unroll
@@ -334,13 +335,13 @@ __global__ void __launch_bounds__(kThreads)
       const int cols = countFrom(a.sk, j0, kChunk);
       const int64_t j = j0 + lane;
       __syncthreads(); // the K chunk's readers are done (and qs, gs written)
-      stageRows(chunk, ld, v + (h * a.sk + j0) * a.dv, cols, kChunk, dv);
+      stageRows(chunk, ld, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, kChunk, dv);
       __syncthreads();
       float dp[R];
       dotRows<R>(chunk + lane * ld, gs + warp * R * dv, dv, dv, dp);
 
       __syncthreads(); // everyone is done with the V chunk
-      stageRows(chunk, ld, k + (h * a.sk + j0) * a.d, cols, kChunk, d);
+      stageRows(chunk, ld, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, kChunk, d);
       __syncthreads();
       float s[R];
       dotRows<R>(chunk + lane * ld, qs + warp * R * d, d, d, s);
@@ -367,7 +368,7 @@ __global__ void __launch_bounds__(kThreads)
       const int row = warp * R + r;
       if (row >= rows)
         continue;
-      float *g = dq + (h * a.sq + i0 + row) * a.d;
+      float *g = dq + attentionRow(a, a.rows.dq, h, i0 + row);
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
         const int x = lane + 32 * t;
@@ -410,8 +411,8 @@ __global__ void __launch_bounds__(kThreads)
     const unsigned char *maskHead =
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
     __syncthreads(); // the previous tile's readers of ks and vs are done
-    stageRows(ks, d, k + (h * a.sk + j0) * a.d, cols, kTile, d);
-    stageRows(vs, dvDim, v + (h * a.sk + j0) * a.dv, cols, kTile, dvDim);
+    stageRows(ks, d, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, kTile, d);
+    stageRows(vs, dvDim, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, kTile, dvDim);
 
     float accK[R][kT], accV[R][kT];
 #pragma unroll
@@ -426,14 +427,15 @@ __global__ void __launch_bounds__(kThreads)
       const int rows = countFrom(a.sq, i0, kChunk);
       const int64_t i = i0 + lane;
       __syncthreads(); // the dO chunk's readers are done (and ks, vs written)
-      stageRows(chunk, ld, dout + (h * a.sq + i0) * a.dv, rows, kChunk, dvDim);
+      stageRows(chunk, ld, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, kChunk, dvDim);
       // Warp w forms delta and fetches lse for queries w, w + kWarps, ...
       for (int c = warp; c < kChunk; c += kWarps) {
-        const int64_t base = (h * a.sq + i0 + c) * a.dv;
+        const float *g = dout + attentionRow(a, a.rows.dout, h, i0 + c);
+        const float *o = out + attentionRow(a, a.rows.o, h, i0 + c);
         float part = 0.0f;
         if (c < rows)
           for (int x = lane; x < dvDim; x += 32)
-            part = fmaf(dout[base + x], out[base + x], part);
+            part = fmaf(g[x], o[x], part);
         const float sum = warpSum(part);
         if (lane == 0) {
           deltaChunk[c] = sum;
@@ -446,7 +448,7 @@ __global__ void __launch_bounds__(kThreads)
       const float myLse = lseChunk[lane], myDelta = deltaChunk[lane];
 
       __syncthreads(); // everyone is done with the dO chunk
-      stageRows(chunk, ld, q + (h * a.sq + i0) * a.d, rows, kChunk, d);
+      stageRows(chunk, ld, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, kChunk, d);
       __syncthreads();
       float s[R];
       dotRows<R>(chunk + lane * ld, ks + warp * R * d, d, d, s);
@@ -470,7 +472,7 @@ __global__ void __launch_bounds__(kThreads)
       accumulateRows<R, kT>(ds, a.scale, chunk, ld, rows, d, accK);
 
       __syncthreads(); // everyone is done with the Q chunk
-      stageRows(chunk, ld, dout + (h * a.sq + i0) * a.dv, rows, kChunk, dvDim);
+      stageRows(chunk, ld, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, kChunk, dvDim);
       __syncthreads();
       accumulateRows<R, kT>(dropped, 1.0f, chunk, ld, rows, dvDim, accV);
     }
@@ -480,8 +482,8 @@ __global__ void __launch_bounds__(kThreads)
       const int col = warp * R + r;
       if (col >= cols)
         continue;
-      float *gk = dk + (h * a.sk + j0 + col) * a.d;
-      float *gv = dv + (h * a.sk + j0 + col) * a.dv;
+      float *gk = dk + attentionRow(a, a.rows.dk, h, j0 + col);
+      float *gv = dv + attentionRow(a, a.rows.dv, h, j0 + col);
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
         const int x = lane + 32 * t;
@@ -812,17 +814,19 @@ __device__ inline void storeGrad(void *grad, int64_t i, bool narrow, float x) {
 /// dst[row * ld + x] and writes zeros over the rest of the rows x padded
 /// tile (columns [width, padded), rows [valid, rows)). Called by the whole
 /// block.
-__device__ void stage16(uint16_t *dst, int ld, const uint16_t *src, int valid,
-                        int rows, int width, int padded) {
+__device__ void stage16(uint16_t *dst, int ld, const uint16_t *src,
+                        int64_t stride, int valid, int rows, int width,
+                        int padded) {
   // Rows of whole 16-byte vectors: copied 8 elements at a time.
-  if (width % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+  if (width % 8 == 0 && stride % 8 == 0 &&
+      reinterpret_cast<uintptr_t>(src) % 16 == 0) {
     const int vectors = padded / 8;
     for (int x = threadIdx.x; x < rows * vectors; x += kThreads) {
       const int r = x / vectors, c = x % vectors * 8;
       uint4 value = make_uint4(0u, 0u, 0u, 0u);
       if (r < valid && c < width)
         value = *reinterpret_cast<const uint4 *>(
-            src + static_cast<int64_t>(r) * width + c);
+            src + r * stride + c);
       *reinterpret_cast<uint4 *>(dst + r * ld + c) = value;
     }
     return;
@@ -830,7 +834,7 @@ __device__ void stage16(uint16_t *dst, int ld, const uint16_t *src, int valid,
   for (int x = threadIdx.x; x < rows * padded; x += kThreads) {
     const int r = x / padded, c = x % padded;
     dst[r * ld + c] = r < valid && c < width
-                          ? src[static_cast<int64_t>(r) * width + c]
+                          ? src[r * stride + c]
                           : static_cast<uint16_t>(0);
   }
 }
@@ -896,12 +900,13 @@ __device__ void rowTerms(const AttentionDims &a, const O *out,
                          float *deltaOut) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int r = warp; r < tileRows; r += kWarps) {
-    const int64_t base = (h * a.sq + i0 + r) * a.dv;
+    const uint16_t *g = dout + attentionRow(a, a.rows.dout, h, i0 + r);
+    const O *o = out + attentionRow(a, a.rows.o, h, i0 + r);
     float part = 0.0f;
     if (r < count)
       for (int64_t x = lane; x < a.dv; x += 32)
-        part = fmaf(storedToFloat(dout[base + x], isBf16<T>()),
-                    storedToFloat(out[base + x], isBf16<T>()), part);
+        part = fmaf(storedToFloat(g[x], isBf16<T>()),
+                    storedToFloat(o[x], isBf16<T>()), part);
     const float sum = warpSum(part);
     if (lane == 0) {
       deltaOut[r] = sum;
@@ -940,7 +945,7 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
     const unsigned char *maskHead =
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
     __syncthreads(); // the previous tile's output pass is done
-    stage16(qs, L.ldQ, q + (h * a.sq + i0) * a.d, rows, t.own,
+    stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, t.own,
             static_cast<int>(a.d), t.d16);
     zeroShared(o, t.own * L.ldO);
     for (int r = threadIdx.x; r < t.own; r += kThreads) {
@@ -951,7 +956,7 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
     for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
       const int cols = countFrom(a.sk, j0, t.step);
       __syncthreads(); // the last P V product is done with kv and P
-      stage16(kv, L.ldKV, k + (h * a.sk + j0) * a.d, cols, t.step,
+      stage16(kv, L.ldKV, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, t.step,
               static_cast<int>(a.d), t.d16);
       __syncthreads();
       for (int x = warp; x < ownTiles * stepTiles; x += kWarps) {
@@ -961,7 +966,7 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
                        L.ldKV, t.d16 / kEdge);
       }
       __syncthreads(); // S is complete; K is no longer needed
-      stage16(kv, L.ldKV, v + (h * a.sk + j0) * a.dv, cols, t.step,
+      stage16(kv, L.ldKV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, t.step,
               static_cast<int>(a.dv), t.dv16);
 
       // The online softmax, a warp per row, lane l owning columns l + 32 u.
@@ -1026,7 +1031,7 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
       const float sum = rowSum[r];
       const bool empty = sum == 0.0f; // every key masked
       const float inv = empty ? 0.0f : 1.0f / sum;
-      O *orow = out + (h * a.sq + i0 + r) * a.dv;
+      O *orow = out + attentionRow(a, a.rows.o, h, i0 + r);
       for (int x = lane; x < a.dv; x += 32)
         storeOut<T>(orow + x, empty ? 0.0f : o[r * L.ldO + x] * inv);
       if (lane == 0)
@@ -1067,9 +1072,9 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     const unsigned char *maskHead =
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
     __syncthreads(); // the previous tile's output pass is done
-    stage16(qs, L.ldQ, q + (h * a.sq + i0) * a.d, rows, t.own,
+    stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, t.own,
             static_cast<int>(a.d), t.d16);
-    stage16(gs, L.ldG, dout + (h * a.sq + i0) * a.dv, rows, t.own,
+    stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, t.own,
             static_cast<int>(a.dv), t.dv16);
     zeroShared(acc, t.own * L.ldAcc);
     rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows);
@@ -1077,9 +1082,9 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
       const int cols = countFrom(a.sk, j0, t.step);
       __syncthreads(); // the last dS K product is done with ks and ds
-      stage16(ks, L.ldK, k + (h * a.sk + j0) * a.d, cols, t.step,
+      stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, t.step,
               static_cast<int>(a.d), t.d16);
-      stage16(vs, L.ldV, v + (h * a.sk + j0) * a.dv, cols, t.step,
+      stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, t.step,
               static_cast<int>(a.dv), t.dv16);
       __syncthreads();
       // scale * dS, a 16 x 16 tile at a time from its S and dP tiles.
@@ -1118,7 +1123,7 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 
     __syncthreads(); // dQ is complete
     for (int r = warp; r < rows; r += kWarps) {
-      const int64_t g = (h * a.sq + i0 + r) * a.d;
+      const int64_t g = attentionRow(a, a.rows.dq, h, i0 + r);
       for (int x = lane; x < a.d; x += 32)
         storeGrad<T>(dq, g + x, narrowGrads, acc[r * L.ldAcc + x]);
     }
@@ -1159,9 +1164,9 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     const unsigned char *maskHead =
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
     __syncthreads(); // the previous tile's output pass is done
-    stage16(ks, L.ldK, k + (h * a.sk + j0) * a.d, cols, t.own,
+    stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, t.own,
             static_cast<int>(a.d), t.d16);
-    stage16(vs, L.ldV, v + (h * a.sk + j0) * a.dv, cols, t.own,
+    stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, t.own,
             static_cast<int>(a.dv), t.dv16);
     zeroShared(accK, t.own * L.ldAccK);
     zeroShared(accV, t.own * L.ldAccV);
@@ -1169,9 +1174,9 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     for (int64_t i0 = 0; i0 < a.sq; i0 += t.step) {
       const int rows = countFrom(a.sq, i0, t.step);
       __syncthreads(); // the last products are done with the query step
-      stage16(qs, L.ldQ, q + (h * a.sq + i0) * a.d, rows, t.step,
+      stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, t.step,
               static_cast<int>(a.d), t.d16);
-      stage16(gs, L.ldG, dout + (h * a.sq + i0) * a.dv, rows, t.step,
+      stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, t.step,
               static_cast<int>(a.dv), t.dv16);
       rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step, lseRows, deltaRows);
       __syncthreads();
@@ -1222,8 +1227,8 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 
     __syncthreads(); // dK and dV are complete
     for (int r = warp; r < cols; r += kWarps) {
-      const int64_t gk = (h * a.sk + j0 + r) * a.d;
-      const int64_t gv = (h * a.sk + j0 + r) * a.dv;
+      const int64_t gk = attentionRow(a, a.rows.dk, h, j0 + r);
+      const int64_t gv = attentionRow(a, a.rows.dv, h, j0 + r);
       for (int x = lane; x < a.d; x += 32)
         storeGrad<T>(dk, gk + x, narrowGrads, accK[r * L.ldAccK + x]);
       for (int x = lane; x < a.dv; x += 32)

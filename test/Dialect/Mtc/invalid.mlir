@@ -367,3 +367,27 @@ func.func @matmul_16bit_batched(%a: tensor<2x4x8xbf16>, %b: tensor<2x8x3xbf16>) 
   %y = mtc.matmul %a, %b : (tensor<2x4x8xbf16>, tensor<2x8x3xbf16>) -> tensor<2x4x3xbf16>
   return
 }
+
+// -----
+
+func.func @attention_seq_major_rank(%q: tensor<8x16xf32>) {
+  // expected-error@+1 {{operands must have rank >= 3}}
+  %o, %lse = mtc.attention %q, %q, %q {scale = 2.5e-01 : f32, seq_major} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_seq_major_heads(%q: tensor<2x8x3x16xf32>, %k: tensor<2x8x4x16xf32>) {
+  // expected-error@+1 {{query, key and value must share their leading dims}}
+  %o, %lse = mtc.attention %q, %k, %k {scale = 2.5e-01 : f32, seq_major} : (tensor<2x8x3x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x3x16xf32>, tensor<2x3x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_gradient_shapes(%q: tensor<2x8x16xf32>, %lse: tensor<2x8xf32>) {
+  // expected-error@+1 {{each gradient must have its operand's shape}}
+  %dq, %dk, %dv = mtc.attention_grad %q, %q, %q, %q, %q, %lse {scale = 2.5e-01 : f32} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x8xf32>)
+  return
+}

@@ -66,6 +66,12 @@ AttentionDims attentionDims(int64_t batch, int64_t sq, int64_t sk, int64_t d,
   a.maskStrides[0] = 0;
   a.maskRowStride = 0;
   a.maskColStride = 0;
+  // Every tensor contiguous, [batch, rows, width].
+  a.heads = std::max<int64_t>(batch, 1);
+  a.rows.q = a.rows.dq = contiguousAttentionLayout(a.heads, sq, d);
+  a.rows.k = a.rows.dk = contiguousAttentionLayout(a.heads, sk, d);
+  a.rows.v = a.rows.dv = contiguousAttentionLayout(a.heads, sk, dv);
+  a.rows.o = a.rows.dout = contiguousAttentionLayout(a.heads, sq, dv);
   return a;
 }
 
@@ -878,6 +884,95 @@ TEST_F(Attention, SixteenBitGradientsAreTheRoundedGradients) {
       expectRounded(wide.dk, dk, wide.dkSize, "dk");
       expectRounded(wide.dv, dv, wide.dvSize, "dv");
     }
+  }
+}
+
+TEST_F(Attention, StridedLayoutsMatchContiguous) {
+  // Query, key and value read where one projection writes them ([B, S, 3,
+  // H, D]: sliced apart, heads interleaved with the sequence); the output,
+  // its gradient and the three gradients [B, S, H, D] (seq_major). The
+  // results are bitwise the contiguous layouts', in float32 and in bf16,
+  // under a causal mask and dropout.
+  const int64_t B = 2, H = 3, S = 45, D = 24;
+  AttentionDims flat = attentionDims(B * H, S, S, D, D, 0.2f);
+  flat.dropout = 0.1f;
+  flat.stream = 3;
+  flat.maskRowStride = S;
+  flat.maskColStride = 1;
+  ctx.seed = 5;
+  ctx.batch = 1;
+  const AttentionLayout packed{S * 3 * H * D, D, 3 * H * D};
+  const AttentionLayout seqMajor{S * H * D, D, H * D};
+  AttentionDims strided = flat;
+  strided.heads = H;
+  strided.rows = {packed,   packed,   packed,   seqMajor,
+                  seqMajor, seqMajor, seqMajor, seqMajor};
+  const size_t n = B * H * S * D;
+  auto place = [&](const AttentionLayout &l, int64_t h, int64_t i) {
+    return (h / H) * l.batch + (h % H) * l.head + i * l.row;
+  };
+  // Contiguous [B * H, S, D] values to their places in `to`, from `at`.
+  auto scatter = [&](const auto &from, const AttentionLayout &l, auto &to,
+                     int64_t at) {
+    for (int64_t h = 0; h < B * H; ++h)
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t c = 0; c < D; ++c)
+          to[at + place(l, h, i) + c] = from[(h * S + i) * D + c];
+  };
+  auto gather = [&](const std::vector<float> &from) {
+    std::vector<float> to(n);
+    for (int64_t h = 0; h < B * H; ++h)
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t c = 0; c < D; ++c)
+          to[(h * S + i) * D + c] = from[place(seqMajor, h, i) + c];
+    return to;
+  };
+  auto expectSame = [&](const Result &got, const Result &want) {
+    EXPECT_EQ(gather(got.out), want.out);
+    EXPECT_EQ(got.lse, want.lse);
+    EXPECT_EQ(gather(got.dq), want.dq);
+    EXPECT_EQ(gather(got.dk), want.dk);
+    EXPECT_EQ(gather(got.dv), want.dv);
+  };
+
+  Inputs in = randomInputs(flat, 77);
+  causalMask(flat, in);
+  const unsigned char *mask = maskOf(in);
+  {
+    SCOPED_TRACE("float32");
+    Result want = run(flat, in);
+    std::vector<float> qkv(3 * n), dout(n);
+    scatter(in.q, packed, qkv, 0);
+    scatter(in.k, packed, qkv, H * D);
+    scatter(in.v, packed, qkv, 2 * H * D);
+    scatter(in.dout, seqMajor, dout, 0);
+    const float *p = upload(qkv);
+    Outputs o = outputs(flat);
+    attentionForward(ctx, strided, p, p + H * D, p + 2 * H * D, mask, o.out,
+                     o.lse);
+    attentionBackward(ctx, strided, p, p + H * D, p + 2 * H * D, mask, o.out,
+                      o.lse, upload(dout), o.dq, o.dk, o.dv);
+    EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+    expectSame(collect(o), want);
+  }
+  {
+    SCOPED_TRACE("bf16");
+    Inputs16 bits = roundInputs(in, Storage16::Bf16);
+    Result want = run16(flat, Storage16::Bf16, in, bits);
+    std::vector<uint16_t> qkv(3 * n), dout(n);
+    scatter(bits.q, packed, qkv, 0);
+    scatter(bits.k, packed, qkv, H * D);
+    scatter(bits.v, packed, qkv, 2 * H * D);
+    scatter(bits.dout, seqMajor, dout, 0);
+    const uint16_t *p = upload(qkv);
+    Outputs o = outputs(flat);
+    attentionForward16(ctx, Storage16::Bf16, strided, p, p + H * D,
+                       p + 2 * H * D, mask, o.out, o.lse);
+    attentionBackward16(ctx, Storage16::Bf16, strided, p, p + H * D,
+                        p + 2 * H * D, mask, o.out, o.lse, upload(dout), o.dq,
+                        o.dk, o.dv);
+    EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+    expectSame(collect(o), want);
   }
 }
 

@@ -252,18 +252,19 @@ static_assert(kMaxAttentionHeadDim == rt::kMaxAttentionHeadDim,
 
 /// Attention's scores (B x Sq x Sk) and its two products: Q K^T (2 D flops
 /// per score), P V (2 Dv) and the softmax (5).
-static int64_t attentionScores(Value query, Value key) {
-  return numel(query) / shapeOf(query).back() * shapeOf(key).drop_back().back();
+static int64_t attentionScores(Value query, Value key, bool seqMajor) {
+  return numel(query) / shapeOf(query).back() *
+         attentionShape(shapeOf(key), seqMajor).seq;
 }
 int64_t AttentionOp::getFlops() {
   int64_t d = shapeOf(getQuery()).back(), dv = shapeOf(getValue()).back();
-  return attentionScores(getQuery(), getKey()) * (2 * d + 2 * dv + 5);
+  return attentionScores(getQuery(), getKey(), getSeqMajor()) * (2 * d + 2 * dv + 5);
 }
 /// The backward as the kernels run it: the scores, probabilities and dO V^T
 /// twice (once for dQ, once for dK and dV), then dQ, dK (2 D each) and dV
 /// (2 Dv).
 int64_t AttentionGradOp::getFlops() {
   int64_t d = shapeOf(getQuery()).back(), dv = shapeOf(getValue()).back();
-  return attentionScores(getQuery(), getKey()) *
+  return attentionScores(getQuery(), getKey(), getSeqMajor()) *
          (2 * (2 * d + 2 * dv + 5) + 4 * d + 2 * dv);
 }

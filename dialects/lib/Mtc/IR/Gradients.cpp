@@ -491,7 +491,7 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
                 getValue().getType()},
       dy[0], getQuery(), getKey(), getValue(), getOutput(), getLogsumexp(),
       getMask(), getScaleAttr(), getDropoutRatioAttr(),
-      getDropoutStreamAttr());
+      getDropoutStreamAttr(), getSeqMajorAttr());
   dx.push_back(grad.getQueryGrad());
   dx.push_back(grad.getKeyGrad());
   dx.push_back(grad.getValueGrad());

@@ -707,56 +707,103 @@ LogicalResult LayerNormOp::verify() {
 // Attention
 //===----------------------------------------------------------------------===//
 
+AttentionShape mtc::attentionShape(ArrayRef<int64_t> shape, bool seqMajor) {
+  AttentionShape a;
+  int64_t rank = shape.size();
+  if (rank < (seqMajor ? 3 : 2))
+    return a;
+  a.width = shape.back();
+  if (seqMajor) {
+    a.batch.assign(shape.begin(), shape.end() - 3);
+    a.batch.push_back(shape[rank - 2]);
+    a.seq = shape[rank - 3];
+  } else {
+    a.batch.assign(shape.begin(), shape.end() - 2);
+    a.seq = shape[rank - 2];
+  }
+  return a;
+}
+
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {
   ArrayRef<int64_t> q = shapeOf(adaptor.getQuery()),
                     v = shapeOf(adaptor.getValue());
-  if (q.size() < 2 || v.size() != q.size())
+  bool seqMajor = adaptor.getSeqMajor();
+  if (q.size() < (seqMajor ? 3u : 2u) || v.size() != q.size())
     return emitOptionalError(loc, "attention operands must have one rank "
-                                  ">= 2");
+                                  ">= ",
+                             seqMajor ? 3 : 2);
   SmallVector<int64_t> out(q.begin(), q.end());
   out.back() = v.back();
+  AttentionShape rows = attentionShape(q, seqMajor);
+  SmallVector<int64_t> lse(rows.batch);
+  lse.push_back(rows.seq);
   Type f32 = Float32Type::get(adaptor.getQuery().getContext());
   types.push_back(tensorOf(out, f32));
-  types.push_back(tensorOf(q.drop_back(), f32));
+  types.push_back(tensorOf(lse, f32));
+  return success();
+}
+
+/// The checks forward and backward share: shapes of query, key, value and
+/// mask (the output's are the forward's result).
+template <typename AttentionLike>
+static LogicalResult verifyAttentionOperands(AttentionLike op) {
+  bool seqMajor = op.getSeqMajor();
+  ArrayRef<int64_t> qs = shapeOf(op.getQuery());
+  if (qs.size() < (seqMajor ? 3u : 2u))
+    return op.emitOpError("operands must have rank >= ") << (seqMajor ? 3 : 2);
+  AttentionShape q = attentionShape(qs, seqMajor),
+                 k = attentionShape(shapeOf(op.getKey()), seqMajor),
+                 v = attentionShape(shapeOf(op.getValue()), seqMajor);
+  if (shapeOf(op.getKey()).size() != qs.size() ||
+      shapeOf(op.getValue()).size() != qs.size() || k.batch != q.batch ||
+      v.batch != q.batch)
+    return op.emitOpError("query, key and value must share their leading dims");
+  if (k.width != q.width)
+    return op.emitOpError("query and key must have the same head dim");
+  if (v.seq != k.seq)
+    return op.emitOpError("key and value must have the same sequence length");
+  if (q.width > kMaxAttentionHeadDim || v.width > kMaxAttentionHeadDim)
+    return op.emitOpError("head dims above ")
+           << kMaxAttentionHeadDim << " are not supported";
+  if (Value mask = op.getMask()) {
+    SmallVector<int64_t> scores(q.batch);
+    scores.push_back(q.seq);
+    scores.push_back(k.seq);
+    auto shape = broadcastShapes(shapeOf(mask), scores);
+    if (failed(shape) || *shape != ArrayRef<int64_t>(scores))
+      return op.emitOpError("mask must broadcast to the scores' shape");
+  }
+  float ratio = op.getDropoutRatio().convertToFloat();
+  if (!(ratio >= 0.0f && ratio < 1.0f))
+    return op.emitOpError("dropout_ratio must lie in [0, 1)");
   return success();
 }
 
 LogicalResult AttentionOp::verify() {
-  ArrayRef<int64_t> q = shapeOf(getQuery()), k = shapeOf(getKey()),
-                    v = shapeOf(getValue());
-  if (k.size() != q.size() || k.drop_back(2) != q.drop_back(2) ||
-      v.drop_back(2) != q.drop_back(2))
-    return emitOpError("query, key and value must share their leading dims");
-  if (k.back() != q.back())
-    return emitOpError("query and key must have the same head dim");
+  if (failed(verifyAttentionOperands(*this)))
+    return failure();
   if (elementOf(getKey()) != elementOf(getQuery()) ||
       elementOf(getValue()) != elementOf(getQuery()))
     return emitOpError("query, key and value must be stored alike");
   if (Type out = elementOf(getOutput());
       !out.isF32() && out != elementOf(getQuery()))
     return emitOpError("a 16-bit output must be stored as the operands are");
-  if (v[v.size() - 2] != k[k.size() - 2])
-    return emitOpError("key and value must have the same sequence length");
-  if (q.back() > kMaxAttentionHeadDim || v.back() > kMaxAttentionHeadDim)
-    return emitOpError("head dims above ")
-           << kMaxAttentionHeadDim << " are not supported";
-  if (Value mask = getMask()) {
-    SmallVector<int64_t> scores(q.begin(), q.end());
-    scores.back() = k[k.size() - 2];
-    auto shape = broadcastShapes(shapeOf(mask), scores);
-    if (failed(shape) || *shape != ArrayRef<int64_t>(scores))
-      return emitOpError("mask must broadcast to the scores' shape");
-  }
-  float ratio = getDropoutRatio().convertToFloat();
-  if (!(ratio >= 0.0f && ratio < 1.0f))
-    return emitOpError("dropout_ratio must lie in [0, 1)");
   return success();
 }
 
 LogicalResult AttentionGradOp::verify() {
+  if (failed(verifyAttentionOperands(*this)))
+    return failure();
+  for (auto [operand, grad] :
+       llvm::zip(ValueRange{getQuery(), getKey(), getValue()},
+                 ValueRange{getQueryGrad(), getKeyGrad(), getValueGrad()}))
+    if (shapeOf(operand) != shapeOf(grad))
+      return emitOpError("each gradient must have its operand's shape");
+  if (shapeOf(getGrad()) != shapeOf(getOutput()))
+    return emitOpError("grad must have the output's shape");
   Type element = elementOf(getQuery());
   for (Value v : {getGrad(), getKey(), getValue()})
     if (elementOf(v) != element)
@@ -1052,8 +1099,59 @@ StridedCopyDims mtc::copyDims(const StridedLayout &src,
 }
 
 bool mtc::copiesThroughStrides(OpOperand &use) {
-  return isa<TransposeOp, SliceOp, PadOp, ConcatOp, SliceGradOp>(
-      use.getOwner());
+  Operation *op = use.getOwner();
+  if (isa<AttentionOp>(op))
+    return use.getOperandNumber() < 3;
+  if (isa<AttentionGradOp>(op))
+    return use.getOperandNumber() < 5;
+  return isa<TransposeOp, SliceOp, PadOp, ConcatOp, SliceGradOp>(op);
+}
+
+FailureOr<AttentionRows> mtc::attentionRows(const StridedLayout &layout,
+                                            ArrayRef<int64_t> shape,
+                                            bool seqMajor) {
+  int64_t rank = shape.size();
+  if (rank < (seqMajor ? 3 : 2) ||
+      layout.dims.size() != static_cast<size_t>(rank))
+    return failure();
+  // The stride of each dim; a dim of one element has none that matters.
+  SmallVector<int64_t> strides;
+  for (int64_t d = 0; d < rank; ++d) {
+    const auto &nest = layout.dims[d];
+    if (shape[d] == 1) {
+      strides.push_back(0);
+      continue;
+    }
+    if (nest.size() != 1)
+      return failure();
+    strides.push_back(nest.front().stride);
+  }
+  if (shape[rank - 1] > 1 && strides[rank - 1] != 1)
+    return failure();
+  AttentionRows rows;
+  rows.offset = layout.offset;
+  int64_t seqDim = seqMajor ? rank - 3 : rank - 2;
+  // The heads; -1 without batch dims. The outer batch dims precede it.
+  int64_t headDim = seqMajor ? rank - 2 : rank - 3;
+  rows.rowStride = strides[seqDim];
+  if (headDim >= 0) {
+    rows.heads = shape[headDim];
+    rows.headStride = strides[headDim];
+  }
+  // The outer batch dims, innermost first, must nest like one dim.
+  int64_t extent = 1;
+  bool first = true;
+  for (int64_t d = rank - 4; d >= 0; --d) {
+    if (shape[d] == 1)
+      continue;
+    if (first)
+      rows.batchStride = strides[d];
+    else if (strides[d] != rows.batchStride * extent)
+      return failure();
+    extent *= shape[d];
+    first = false;
+  }
+  return rows;
 }
 
 int64_t mtc::numberKernels(Block &body, DenseMap<Operation *, int64_t> &index,

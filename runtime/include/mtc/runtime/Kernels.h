@@ -288,13 +288,38 @@ void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
 // Attention
 //===----------------------------------------------------------------------===//
 
+/// Where the rows of one tensor of an attention op are: row i of head h
+/// (the flattened batch index; head h % heads of outer index h / heads)
+/// starts at element (h / heads) * batch + (h % heads) * head + i * row,
+/// and its elements are contiguous. So a tensor need not be [batch, rows,
+/// width]: heads may be interleaved with the sequence ([B, S, H, D], as a
+/// projection writes them) or be a strided slice of a wider tensor.
+struct AttentionLayout {
+  int64_t batch, head, row;
+};
+
+/// The layouts of query, key, value, output, the output's gradient and the
+/// gradients of query, key and value (the forward reads only the first
+/// four).
+struct AttentionLayouts {
+  AttentionLayout q, k, v, o, dout, dq, dk, dv;
+};
+
+/// The layout of a contiguous [outer, heads, rows, width] tensor.
+constexpr AttentionLayout contiguousAttentionLayout(int64_t heads,
+                                                    int64_t rows,
+                                                    int64_t width) {
+  return {heads * rows * width, rows * width, width};
+}
+
 /// One fused attention op: softmax(scale * Q K^T, masked) (dropped out) V
 /// over `batch` independent heads, the flattened leading dims. Q is
 /// [batch, sq, d], K [batch, sk, d], V [batch, sk, dv], the output
-/// [batch, sq, dv] and the log-sum-exp of each row of scores [batch, sq].
-/// The score matrix is never stored: the forward keeps a running maximum and
-/// sum per row (online softmax), the backward recomputes the probabilities
-/// from the saved log-sum-exp.
+/// [batch, sq, dv] and the log-sum-exp of each row of scores [batch, sq]
+/// (contiguous); where the rows of each but the log-sum-exp are is their
+/// AttentionLayout. The score matrix is never stored: the forward keeps a
+/// running maximum and sum per row (online softmax), the backward
+/// recomputes the probabilities from the saved log-sum-exp.
 struct AttentionDims {
   int64_t batch, sq, sk, d, dv;
   float scale;
@@ -312,6 +337,11 @@ struct AttentionDims {
   int64_t batchDims[kMaxRank];
   int64_t maskStrides[kMaxRank];
   int64_t maskRowStride, maskColStride;
+  /// The innermost batch dim (the heads; 1 without batch dims), which the
+  /// layouts split the flattened batch index by.
+  int64_t heads;
+  /// Where the rows of each tensor are.
+  AttentionLayouts rows;
 };
 
 /// The largest head dims (d and dv) the attention kernels take: a tile of

@@ -87,9 +87,11 @@ struct StridedCopyDims {
 StridedCopyDims copyDims(const StridedLayout &src,
                          llvm::ArrayRef<int64_t> dstStrides);
 
-/// Whether `use`'s op copies the operand through strides, so that it can
+/// Whether `use`'s op reads the operand through strides, so that it can
 /// read a strided view: the input of a transpose, slice or pad, an input of
-/// a concat, the gradient of a slice_grad.
+/// a concat, the gradient of a slice_grad (copies), or a tensor whose rows
+/// attention reads (query, key, value; the backward's output gradient and
+/// output), where the view's layout has attention rows (attentionRows).
 bool copiesThroughStrides(mlir::OpOperand &use);
 
 /// Numbers the ops of `body` (with its terminator when `withTerminator`)
@@ -119,6 +121,33 @@ bool sameOr16BitFirst(mlir::TypeRange inferred, mlir::TypeRange actual);
 /// The largest head dims (D and Dv) mtc.attention admits: what the kernels
 /// take (mtc::rt::kMaxAttentionHeadDim, asserted equal in Costs.cpp).
 constexpr int64_t kMaxAttentionHeadDim = 256;
+
+/// An attention operand ([..., S, W], or with `seqMajor` [..., S, H, W]) as
+/// the kernels see it: `batch` independent heads (the leading dims, the
+/// heads H last), each `seq` rows of `width` elements.
+struct AttentionShape {
+  llvm::SmallVector<int64_t> batch;
+  int64_t seq = 0, width = 0;
+};
+/// The AttentionShape of a tensor type of rank >= 2 (>= 3 with seqMajor).
+AttentionShape attentionShape(llvm::ArrayRef<int64_t> shape, bool seqMajor);
+
+/// Where the attention kernels find the rows of an operand or result: row
+/// i of head h (the flattened batch index, h = outer * heads + head) starts
+/// at element offset + outer * batchStride + head * headStride +
+/// i * rowStride, its elements contiguous. `heads` is the innermost batch
+/// dim (the heads; 1 without batch dims).
+struct AttentionRows {
+  int64_t offset = 0, heads = 1, batchStride = 0, headStride = 0,
+          rowStride = 0;
+};
+/// The rows of a [..., S, W] (seqMajor: [..., S, H, W]) tensor of `shape`
+/// laid out as `layout` says; failure when the layout has no such form (a
+/// dim merged from non-adjacent ones, elements of a row not contiguous,
+/// outer batch dims that do not collapse into one stride).
+mlir::FailureOr<AttentionRows> attentionRows(const StridedLayout &layout,
+                                             llvm::ArrayRef<int64_t> shape,
+                                             bool seqMajor);
 
 } // namespace mtc
 

@@ -938,6 +938,13 @@ def Mtc_AttentionOp : Mtc_DiffOp<"attention", [InferTypeOpAdaptor]> {
     (the fusion pass folds its narrowing conversions into the op, which then
     rounds each value as they would).
 
+    With `seq_major` the operands and the output are `[..., S, H, D]`
+    instead of `[..., H, S, D]`: the sequence before the heads, as the
+    projections write them (the fusion pass absorbs the transposes that
+    split and merge the heads). The log-sum-exp stays `[..., H, Sq]` and
+    the mask broadcasts to `[..., H, Sq, Sk]`; only where rows are read and
+    written changes.
+
     Example:
 
     ```mlir
@@ -952,7 +959,8 @@ def Mtc_AttentionOp : Mtc_DiffOp<"attention", [InferTypeOpAdaptor]> {
                    Optional<Mtc_BoolTensor>:$mask,
                    F32Attr:$scale,
                    DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
-                   DefaultValuedAttr<I64Attr, "0">:$dropout_stream);
+                   DefaultValuedAttr<I64Attr, "0">:$dropout_stream,
+                   UnitAttr:$seq_major);
   let results = (outs Mtc_StorageFloatTensor:$output,
                       Mtc_FloatTensor:$logsumexp);
   let assemblyFormat = "$query `,` $key `,` $value (`,` $mask^)? attr-dict "
@@ -976,7 +984,8 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
     `query`, `key` and `value` are float32 or all in one 16-bit format
     (then the products round P and dS to it). `output` is float32 or, with
     16-bit operands, stored in their format (the fusion pass folds its
-    widening conversion into the op). The gradients are float32 or, with
+    widening conversion into the op). `seq_major` is the forward's: every
+    tensor but the log-sum-exp is then `[..., S, H, D]`. The gradients are float32 or, with
     16-bit operands, all three stored in their format: summed in float32,
     then rounded as a conversion rounds them (the fusion pass folds the
     narrowing of readers that only narrow them).
@@ -997,7 +1006,8 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
                    Mtc_StorageFloatTensor:$output, Mtc_FloatTensor:$logsumexp,
                    Optional<Mtc_BoolTensor>:$mask, F32Attr:$scale,
                    DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
-                   DefaultValuedAttr<I64Attr, "0">:$dropout_stream);
+                   DefaultValuedAttr<I64Attr, "0">:$dropout_stream,
+                   UnitAttr:$seq_major);
   let results = (outs Mtc_StorageFloatTensor:$query_grad,
                       Mtc_StorageFloatTensor:$key_grad,
                       Mtc_StorageFloatTensor:$value_grad);
