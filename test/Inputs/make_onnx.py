@@ -282,6 +282,28 @@ def mod_shapes():
     return helper.make_graph(nodes, "mod_shapes", inputs, outputs, [])
 
 
+def whole_slices():
+    """GPT's causal mask cut to the sequence: Slice of the whole [1, 1, 4,
+    4] buffer (ends past the dims), then a real cut of the last dim."""
+    c = lambda name, v: helper.make_node(
+        "Constant", [], [name], name=name,
+        value=numpy_helper.from_array(np.array(v, np.int64)))
+    nodes = [
+        c("zero2", [0, 0]), c("ends", [4, np.iinfo(np.int64).max]),
+        c("axes", [2, 3]), c("zero", [0]), c("two", [2]), c("three", [3]),
+        helper.make_node("Slice", ["x", "zero2", "ends", "axes"], ["whole"],
+                         name="whole"),
+        helper.make_node("Slice", ["whole", "zero", "two", "three"], ["cut"],
+                         name="cut"),
+        helper.make_node("ReduceSum", ["cut"], ["loss"], name="sum",
+                         keepdims=0),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                            [1, 1, 4, 4])]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    return helper.make_graph(nodes, "whole_slices", inputs, outputs, [])
+
+
 def slice_to_end():
     """The flatten torch exports for `x.view(-1, x.size(-1))` with a dynamic
     batch: Shape -> Slice(starts -1, ends INT64_MAX) -> Squeeze -> Unsqueeze
@@ -358,6 +380,8 @@ def main():
         save(regressor(), path)
     elif name == "shapes":
         save(shapes(), path)
+    elif name == "whole-slices":
+        save(whole_slices(), path)
     elif name == "slice-to-end":
         save(slice_to_end(), path)
     elif name == "mod-shapes":
