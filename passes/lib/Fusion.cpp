@@ -151,6 +151,9 @@ private:
   /// Computes a softmax cross-entropy and its gradient in one op (see
   /// formLossWithGrad).
   void formLossWithGrad(func::FuncOp func);
+  /// Computes a softmax cross-entropy whose log-probabilities nothing reads
+  /// without them (see formLossOnly).
+  void formLossOnly(func::FuncOp func);
   /// Folds ReLU / clip into the batch normalization before them, and their
   /// gradients into the batch normalization backward after them.
   void foldNormActivations(func::FuncOp func);
@@ -209,6 +212,7 @@ FusedOp FusionPass::build(ArrayRef<Operation *> group) {
 
 void FusionPass::fuse(func::FuncOp func) {
   formLossWithGrad(func);
+  formLossOnly(func);
   foldNormActivations(func);
   formConcats(func);
   formEpilogues(func);
@@ -306,6 +310,30 @@ void FusionPass::formLossWithGrad(func::FuncOp func) {
     grad.erase();
     loss.erase();
     ++numLossWithGrad;
+  }
+}
+
+/// softmax_cross_entropy over [N, C] logits (mean or sum) whose
+/// log-probabilities nothing reads (evaluation) becomes
+/// softmax_cross_entropy_loss: the [N, C] log-probabilities, as large as
+/// the logits, are neither written nor planned.
+void FusionPass::formLossOnly(func::FuncOp func) {
+  SmallVector<SoftmaxCrossEntropyOp> losses;
+  func.walk([&](SoftmaxCrossEntropyOp op) { losses.push_back(op); });
+  for (SoftmaxCrossEntropyOp loss : losses) {
+    if (shapeOf(loss.getLogits()).size() != 2 ||
+        loss.getReduction() == "none" || !loss.getLogProb().use_empty())
+      continue;
+    OpBuilder b(loss);
+    auto alone = b.create<SoftmaxCrossEntropyLossOp>(
+        loss.getLoc(), loss.getLoss().getType(), loss.getLogits(),
+        loss.getLabels(), loss.getReductionAttr(), loss.getIgnoreIndexAttr());
+    for (StringRef name : kPhaseAttrs)
+      if (Attribute a = loss->getAttr(name))
+        alone->setAttr(name, a);
+    loss.getLoss().replaceAllUsesWith(alone.getLoss());
+    loss.erase();
+    ++numLossOnly;
   }
 }
 
@@ -1199,9 +1227,11 @@ static bool foldMatMulNarrowing(MatMulOp matmul) {
 /// an attention backward stores gradients that are only narrowed in 16 bits
 /// (see foldAttentionGradNarrowing).
 void FusionPass::foldConversions(func::FuncOp func) {
-  // A 16-bit saved value widened for a layer norm or attention backward:
-  // the kernel reads the 16-bit values (layerNormBackward16, the
-  // attentionBackward16 taking a 16-bit output).
+  // A 16-bit saved value widened for a layer norm or attention backward,
+  // or 16-bit logits widened for the loss: the kernel reads the 16-bit
+  // values (layerNormBackward16, the attentionBackward16 taking a 16-bit
+  // output, softmaxCrossEntropyWithGrad16 when the gradient is stored
+  // alike).
   SmallVector<ConvertOp> widenings;
   func.walk([&](ConvertOp c) {
     if (is16Bit(c.getInput()) && !is16Bit(c.getOutput()))
@@ -1214,6 +1244,9 @@ void FusionPass::foldConversions(func::FuncOp func) {
       if (auto grad = dyn_cast<AttentionGradOp>(use.getOwner()))
         return use.get() == grad.getOutput() &&
                elementType(widen.getInput()) == elementType(grad.getQuery());
+      if (auto loss = dyn_cast<SoftmaxCrossEntropyWithGradOp>(use.getOwner()))
+        return use.get() == loss.getLogits() &&
+               elementType(widen.getInput()) == elementType(loss.getDlogits());
       return false;
     });
     if (widen.getOutput().use_empty()) {

@@ -65,12 +65,15 @@ public:
     for (StringRef name : {"train_step", attr::kEvalFunction.data()})
       if (auto func = module.lookupSymbol<func::FuncOp>(name))
         convertOperands(func, low);
-    if (auto step = module.lookupSymbol<func::FuncOp>("train_step"))
+    if (auto step = module.lookupSymbol<func::FuncOp>("train_step")) {
+      roundLogits(step, low);
       storeSavedActivations(step, low);
+    }
   }
 
 private:
   void convertOperands(func::FuncOp func, Type low);
+  void roundLogits(func::FuncOp func, Type low);
   void storeSavedActivations(func::FuncOp func, Type low);
 };
 
@@ -139,6 +142,32 @@ void PrecisionPass::convertOperands(func::FuncOp func, Type low) {
     if (isa<AttentionGradOp>(op))
       for (unsigned i = 0; i < 4; ++i)
         narrow(op, op->getOpOperand(i));
+  });
+}
+
+/// The logits of a softmax cross-entropy that a GEMM of 16-bit operands
+/// computes (through reshapes: a language model's head) are rounded to 16
+/// bits before the loss, which computes in float32 on their widening: what
+/// torch.autocast does (the linear layer's output is 16-bit, the loss
+/// upcasts it). The fusion pass then stores the GEMM's result in 16 bits
+/// and lets the loss read them as stored: the largest activation of a
+/// language model, [tokens, vocabulary], is written and read at half the
+/// bytes.
+void PrecisionPass::roundLogits(func::FuncOp func, Type low) {
+  func.walk([&](SoftmaxCrossEntropyOp loss) {
+    Value logits = loss.getLogits();
+    Value source = logits;
+    while (auto reshape = source.getDefiningOp<ReshapeOp>())
+      source = reshape.getInput();
+    Operation *producer = source.getDefiningOp();
+    if (!producer || !isa<GemmOp, MatMulOp>(producer) ||
+        getElementTypeOrSelf(producer->getOperand(0)) != low)
+      return;
+    auto type = cast<RankedTensorType>(logits.getType());
+    OpBuilder b(loss);
+    Value rounded = b.create<ConvertOp>(loss.getLoc(), type.clone(low), logits);
+    Value widened = b.create<ConvertOp>(loss.getLoc(), type, rounded);
+    loss.getLogitsMutable().assign(widened);
   });
 }
 

@@ -54,3 +54,38 @@ func.func @train_step(%x: tensor<8x10xf32> {mtc.role = "input"}, %y: tensor<8xi6
   %d4 = mtc.softmax_cross_entropy_grad %seed, %p4, %y {mtc.backward} : (tensor<f32>, tensor<8x10xf32>, tensor<8xi64>) -> tensor<8x10xf32>
   return %d1, %p1, %d2, %d3, %d4 : tensor<8x10xf32>, tensor<8x10xf32>, tensor<8x10xf32>, tensor<8x10x3xf32>, tensor<8x10xf32>
 }
+
+// -----
+
+// Evaluation's loss, whose log-probabilities nothing reads: the loss alone,
+// no [N, C] result.
+// CHECK-LABEL: func.func @eval_step
+// CHECK-NEXT: %[[L:.+]] = mtc.softmax_cross_entropy_loss %{{.+}}, %{{.+}} {ignore_index = -100 : i64} : (tensor<8x10xf32>, tensor<8xi64>) -> tensor<f32>
+// CHECK-NEXT: return %[[L]]
+func.func @eval_step(%x: tensor<8x10xf32> {mtc.role = "input"}, %y: tensor<8xi64> {mtc.role = "input"}) -> tensor<f32> {
+  %loss, %logp = mtc.softmax_cross_entropy %x, %y {ignore_index = -100 : i64, reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi64>) -> (tensor<f32>, tensor<8x10xf32>)
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// Logits a bf16 GEMM computes, rounded for the loss (the precision pass):
+// the GEMM stores them in bfloat16, the loss reads them as stored and
+// writes the bfloat16 gradient; no conversion is left.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[Y:.+]] = mtc.matmul {{.*}} -> tensor<2x4x10xbf16>
+// CHECK-NEXT: %[[R:.+]] = mtc.reshape %[[Y]] : (tensor<2x4x10xbf16>) -> tensor<8x10xbf16>
+// CHECK: mtc.softmax_cross_entropy_with_grad %[[R]], {{.*}} : (tensor<8x10xbf16>, tensor<8xi64>, tensor<f32>) -> (tensor<f32>, tensor<8x10xbf16>)
+// CHECK-NOT: mtc.convert
+// CHECK: return
+func.func @train_step(%x: tensor<2x4x3xbf16> {mtc.role = "input"}, %w: tensor<3x10xbf16> {mtc.role = "input"}, %y: tensor<8xi64> {mtc.role = "input"}) -> (tensor<f32>, tensor<8x10xbf16>) {
+  %m = mtc.matmul %x, %w : (tensor<2x4x3xbf16>, tensor<3x10xbf16>) -> tensor<2x4x10xf32>
+  %r = mtc.reshape %m : (tensor<2x4x10xf32>) -> tensor<8x10xf32>
+  %n = mtc.convert %r : tensor<8x10xf32> to tensor<8x10xbf16>
+  %logits = mtc.convert %n : tensor<8x10xbf16> to tensor<8x10xf32>
+  %loss, %logp = mtc.softmax_cross_entropy %logits, %y {reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi64>) -> (tensor<f32>, tensor<8x10xf32>)
+  %one = mtc.constant {mtc.backward} dense<1.0> : tensor<f32>
+  %d = mtc.softmax_cross_entropy_grad %one, %logp, %y {mtc.backward, reduction = "mean"} : (tensor<f32>, tensor<8x10xf32>, tensor<8xi64>) -> tensor<8x10xf32>
+  %h = mtc.convert %d {mtc.backward} : tensor<8x10xf32> to tensor<8x10xbf16>
+  return %loss, %h : tensor<f32>, tensor<8x10xbf16>
+}

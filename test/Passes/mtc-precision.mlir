@@ -130,3 +130,27 @@ func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "inpu
   %l, %p = mtc.softmax_cross_entropy %3, %t : (tensor<2x5xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x5xf32>)
   return %l : tensor<f32>
 }
+
+// -----
+
+// A language model's head: the logits a 16-bit GEMM computes are rounded to
+// bfloat16 before the loss (as torch.autocast stores a linear layer's
+// output), which computes in float32 on their widening; through the
+// reshape to [tokens, vocabulary]. Only in the training step.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[Y:.+]] = mtc.matmul {{.*}} -> tensor<2x3x7xf32>
+// CHECK-NEXT: %[[R:.+]] = mtc.reshape %[[Y]] : (tensor<2x3x7xf32>) -> tensor<6x7xf32>
+// CHECK-NEXT: %[[N:.+]] = mtc.convert %[[R]] : tensor<6x7xf32> to tensor<6x7xbf16>
+// CHECK-NEXT: %[[W:.+]] = mtc.convert %[[N]] : tensor<6x7xbf16> to tensor<6x7xf32>
+// CHECK-NEXT: mtc.softmax_cross_entropy %[[W]]
+// FP32-LABEL: func.func @train_step
+// FP32-NOT: mtc.convert
+func.func @forward(%x: tensor<2x3x4xf32> {mtc.name = "input", mtc.role = "input"},
+                   %t: tensor<6xi64> {mtc.name = "target", mtc.role = "input"},
+                   %w: tensor<4x7xf32> {mtc.name = "head.weight", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.matmul %x, %w : (tensor<2x3x4xf32>, tensor<4x7xf32>) -> tensor<2x3x7xf32>
+  %1 = mtc.reshape %0 : (tensor<2x3x7xf32>) -> tensor<6x7xf32>
+  %l, %p = mtc.softmax_cross_entropy %1, %t : (tensor<6x7xf32>, tensor<6xi64>) -> (tensor<f32>, tensor<6x7xf32>)
+  return %l : tensor<f32>
+}

@@ -141,10 +141,12 @@ static cl::opt<std::string> precisionName(
     "precision",
     cl::desc("Precision of GEMM and convolution operands: fp32, or bf16 / "
              "fp16 (operands rounded to 16 bits, products accumulated in "
-             "float32, activations saved for the backward pass in 16 bits; "
-             "parameters, optimizer state, softmax, norms, reductions and "
-             "losses stay float32). auto (default): bf16 for --target cuda "
-             "on sm_80 and newer, fp32 otherwise"),
+             "float32, activations saved for the backward pass in 16 bits, "
+             "the logits a GEMM computes for a loss stored in 16 bits as "
+             "torch.autocast stores them; parameters, optimizer state, "
+             "softmax, norms, reductions and losses compute in float32). "
+             "auto (default): bf16 for --target cuda on sm_80 and newer, "
+             "fp32 otherwise"),
     cl::value_desc("auto|fp32|bf16|fp16"), cl::init("auto"),
     cl::sub(compileCmd),
     cl::sub(planCmd), cl::cat(trainCat));

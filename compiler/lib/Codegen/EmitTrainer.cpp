@@ -1262,6 +1262,21 @@ void Emitter::emitOpBody(Operation *op) {
                    ptr(o.getLabels()) + ", " + red + ", " + ignore + ", " +
                    ptr(o.getOutput()) + ")");
       })
+      .Case([&](SoftmaxCrossEntropyLossOp o) {
+        ArrayRef<int64_t> x = shapeOf(o.getLogits());
+        std::string ignore =
+            o.getIgnoreIndexAttr()
+                ? std::to_string(o.getIgnoreIndexAttr().getInt()) + "LL"
+                : "INT64_MIN";
+        emitCall(llvm::formatv("softmaxCrossEntropyLoss(ctx, {0}, {1}, {2}, "
+                               "{3}, {4}, {5}, {6}, {7})",
+                               x[0], x[1], ptr(o.getLogits()),
+                               ptr(o.getLabels()),
+                               o.getReduction() == "mean" ? "Reduction::Mean"
+                                                          : "Reduction::Sum",
+                               ignore, ptr(o.getLoss()), workspace(op))
+                     .str());
+      })
       .Case([&](SoftmaxCrossEntropyWithGradOp o) {
         ArrayRef<int64_t> x = shapeOf(o.getLogits());
         std::string ignore =
@@ -1269,6 +1284,20 @@ void Emitter::emitOpBody(Operation *op) {
                 ? std::to_string(o.getIgnoreIndexAttr().getInt()) + "LL"
                 : "INT64_MIN";
         bool narrow = isLowPrecision(o.getDlogits());
+        if (isLowPrecision(o.getLogits())) {
+          emitCall(llvm::formatv(
+                       "softmaxCrossEntropyWithGrad16(ctx, {0}, {1}, {2}, {3}, "
+                       "{4}, {5}, {6}, {7}, {8}, {9}, {10})",
+                       storage16(o.getLogits()), x[0], x[1],
+                       ptr(o.getLogits()), ptr(o.getLabels()),
+                       ptr(o.getDloss()),
+                       o.getReduction() == "mean" ? "Reduction::Mean"
+                                                  : "Reduction::Sum",
+                       ignore, ptr(o.getLoss()), ptr(o.getDlogits()),
+                       workspace(op))
+                       .str());
+          return;
+        }
         emitCall(llvm::formatv(
                      "softmaxCrossEntropyWithGrad(ctx, {0}, {1}, {2}, {3}, {4}, "
                      "{5}, {6}, {7}, {8}, {9}, {10}, {11})",

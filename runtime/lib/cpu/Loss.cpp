@@ -21,6 +21,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 namespace mtc::rt {
 
@@ -120,23 +121,34 @@ void softmaxCrossEntropyBackward(Context &, int64_t n, int64_t c, int64_t d,
 }
 
 
-void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
-                                 const float *logits, const int64_t *labels,
-                                 const float *dloss, Reduction reduction,
-                                 int64_t ignoreIndex, float *loss,
-                                 void *dlogits, bool narrow, Storage16 storage,
-                                 void *workspace) {
+namespace {
+
+/// softmaxCrossEntropyWithGrad on logits stored as T (float, or 16 bits in
+/// `storage`). 16-bit logits take a 16-bit dlogits of their format, which
+/// may be them: each row's gradient is written after the whole row is read.
+/// Without dlogits, the loss alone.
+template <typename T>
+void lossWithGrad(Context &ctx, int64_t n, int64_t c, const T *logits,
+                  const int64_t *labels, const float *dloss,
+                  Reduction reduction, int64_t ignoreIndex, float *loss,
+                  void *dlogits, bool narrow, Storage16 storage,
+                  void *workspace) {
+  const bool bf16 = storage == Storage16::Bf16;
   // Each row's maximum and log of its sum of exponentials, as
   // softmaxForward computes them; log_softmax is then (x - max) - logSum.
   float *shift = static_cast<float *>(workspace);
   const bool parallel = n * c >= cpu::kParallelGrain;
   cpu::parallelFor(0, n, parallel, [&](int64_t row) {
-    cpu::softmaxRowShift(c, logits + row * c, shift[2 * row], shift[2 * row + 1]);
+    cpu::softmaxRowShift(c, logits + row * c, bf16, shift[2 * row],
+                         shift[2 * row + 1]);
   });
   auto logProb = [&](int64_t row, int64_t i) {
-    return logits[row * c + i] - shift[2 * row] - shift[2 * row + 1];
+    return storedToFloat(logits[row * c + i], bf16) - shift[2 * row] -
+           shift[2 * row + 1];
   };
   reduceLoss(ctx, n, c, 1, labels, reduction, ignoreIndex, loss, logProb);
+  if (!dlogits)
+    return;
   const float scale =
       gradientScale(n, c, dloss, labels, reduction, ignoreIndex);
   auto gradient = [&](int64_t row, int64_t i) {
@@ -156,23 +168,54 @@ void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
                        }
                        uint16_t *dst = static_cast<uint16_t *>(dlogits) + row * c;
                        for (int64_t i = 0; i < c; ++i)
-                         dst[i] = storage == Storage16::Bf16
-                                      ? floatToBf16(gradient(row, i))
-                                      : floatToHalf(gradient(row, i));
+                         dst[i] = bf16 ? floatToBf16(gradient(row, i))
+                                       : floatToHalf(gradient(row, i));
                      });
   };
-  if (!narrow || dlogits != static_cast<const void *>(logits) || n == 0) {
+  if (!std::is_same_v<T, float> || !narrow ||
+      dlogits != static_cast<const void *>(logits) || n == 0) {
     rows(0, n, narrow);
     return;
   }
-  // In place in 16 bits: row r's 16-bit values overwrite the float32 rows
-  // r / 2 to (r + 1) / 2. Row 0 goes through float32 and narrowInPlace;
-  // then rows [1, 2), [2, 4), [4, 8)... each write only rows earlier
-  // phases have read.
+  // In place from float32 to 16 bits: row r's 16-bit values overwrite the
+  // float32 rows r / 2 to (r + 1) / 2. Row 0 goes through float32 and
+  // narrowInPlace; then rows [1, 2), [2, 4), [4, 8)... each write only rows
+  // earlier phases have read.
   rows(0, 1, false);
   narrowInPlace(ctx, storage, static_cast<float *>(dlogits), c);
   for (int64_t first = 1; first < n; first *= 2)
     rows(first, std::min(n, 2 * first), true);
+}
+
+} // namespace
+
+void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
+                                 const float *logits, const int64_t *labels,
+                                 const float *dloss, Reduction reduction,
+                                 int64_t ignoreIndex, float *loss,
+                                 void *dlogits, bool narrow, Storage16 storage,
+                                 void *workspace) {
+  lossWithGrad(ctx, n, c, logits, labels, dloss, reduction, ignoreIndex, loss,
+               dlogits, narrow, storage, workspace);
+}
+
+void softmaxCrossEntropyLoss(Context &ctx, int64_t n, int64_t c,
+                             const float *logits, const int64_t *labels,
+                             Reduction reduction, int64_t ignoreIndex,
+                             float *loss, void *workspace) {
+  lossWithGrad(ctx, n, c, logits, labels, nullptr, reduction, ignoreIndex,
+               loss, nullptr, false, Storage16::Bf16, workspace);
+}
+
+void softmaxCrossEntropyWithGrad16(Context &ctx, Storage16 storage,
+                                   int64_t n, int64_t c,
+                                   const uint16_t *logits,
+                                   const int64_t *labels, const float *dloss,
+                                   Reduction reduction, int64_t ignoreIndex,
+                                   float *loss, uint16_t *dlogits,
+                                   void *workspace) {
+  lossWithGrad(ctx, n, c, logits, labels, dloss, reduction, ignoreIndex, loss,
+               dlogits, true, storage, workspace);
 }
 
 } // namespace mtc::rt

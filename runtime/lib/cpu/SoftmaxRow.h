@@ -16,28 +16,41 @@
 #include <cmath>
 #include <cstdint>
 
+#include "mtc/runtime/Half.h"
+
 namespace mtc::rt::cpu {
 
 /// The maximum of the `dim` values at x (stride `stride`) and the sum of
 /// exp(x_i - max), in double. An infinite maximum is replaced (by 0 when
-/// it is -inf) so that exp() stays finite for every row.
-inline double softmaxRowSum(int64_t dim, const float *x, int64_t stride,
-                            float &maxValue) {
+/// it is -inf) so that exp() stays finite for every row. The values are
+/// stored as T: float, or 16 bits (`bf16` or float16), widened as they are
+/// read.
+template <typename T>
+inline double softmaxRowSum(int64_t dim, const T *x, int64_t stride,
+                            bool bf16, float &maxValue) {
   maxValue = -INFINITY;
   for (int64_t i = 0; i < dim; ++i)
-    maxValue = std::max(maxValue, x[i * stride]);
+    maxValue = std::max(maxValue, storedToFloat(x[i * stride], bf16));
   if (std::isinf(maxValue))
     maxValue = maxValue > 0 ? maxValue : 0.0f;
   double sum = 0.0;
   for (int64_t i = 0; i < dim; ++i)
-    sum += std::exp(x[i * stride] - maxValue);
+    sum += std::exp(storedToFloat(x[i * stride], bf16) - maxValue);
   return sum;
 }
 
+/// The same over float32 values.
+inline double softmaxRowSum(int64_t dim, const float *x, int64_t stride,
+                            float &maxValue) {
+  return softmaxRowSum(dim, x, stride, false, maxValue);
+}
+
 /// The row's maximum and the log of its sum of exponentials as float.
-inline void softmaxRowShift(int64_t dim, const float *x, float &maxValue,
-                            float &logSum) {
-  logSum = static_cast<float>(std::log(softmaxRowSum(dim, x, 1, maxValue)));
+template <typename T>
+inline void softmaxRowShift(int64_t dim, const T *x, bool bf16,
+                            float &maxValue, float &logSum) {
+  logSum =
+      static_cast<float>(std::log(softmaxRowSum(dim, x, 1, bf16, maxValue)));
 }
 
 } // namespace mtc::rt::cpu

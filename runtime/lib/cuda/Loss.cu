@@ -19,6 +19,7 @@
 #include "Launch.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
@@ -157,44 +158,52 @@ __device__ inline float blockMax(float value, float *scratch) {
 /// softmaxCrossEntropyWithGrad's rows [first, last), a block per row: the
 /// row's maximum and sum of exponentials (as softmaxForwardKernel), its
 /// loss term into rowLoss, then the gradient as ceBackwardKernel writes
-/// it, as float (Out = float) or rounded to 16 bits (Out = uint16_t).
-template <typename Out>
+/// it, as float (Out = float) or rounded to 16 bits (Out = uint16_t). The
+/// logits are float32 or (In = uint16_t) 16 bits in the same format.
+template <typename In, typename Out>
 __global__ void
 ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c,
-                     const float *logits, const int64_t *labels,
+                     const In *logits, const int64_t *labels,
                      const float *dloss, bool mean, int64_t ignoreIndex,
                      float *rowLoss, Out *dlogits, bool bf16,
                      cuda::DeviceErrorRecord *errors) {
   __shared__ float scratch[kRowThreads];
-  float scale = dloss[0];
+  // Without dlogits, the loss alone (dloss is then null).
+  float scale = dlogits ? dloss[0] : 0.0f;
   if (mean) {
     long long count = gValidLabels;
     scale = count > 0 ? scale / static_cast<float>(count) : 0.0f;
   }
   for (int64_t row = first + blockIdx.x; row < last; row += gridDim.x) {
-    const float *src = logits + row * c;
+    const In *src = logits + row * c;
+    auto at = [&](int64_t i) { return storedToFloat(src[i], bf16); };
     float maxValue = -INFINITY;
     for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
-      maxValue = fmaxf(maxValue, src[i]);
+      maxValue = fmaxf(maxValue, at(i));
     maxValue = blockMax(maxValue, scratch);
     if (isinf(maxValue) && maxValue < 0)
       maxValue = 0.0f;
     float sum = 0.0f;
     for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
-      sum += expf(src[i] - maxValue);
-    const float logSum = logf(cuda::blockSum(sum, scratch));
+      sum += expf(at(i) - maxValue);
     const long long label = labels[row];
     const bool valid = isValidLabel(label, c, ignoreIndex);
+    // The label's logit, read before the reduction below synchronizes the
+    // block: after it the row may be overwritten.
+    const float labelLogit = threadIdx.x == 0 && valid ? at(label) : 0.0f;
+    const float logSum = logf(cuda::blockSum(sum, scratch));
     if (threadIdx.x == 0) {
       if (!valid && label != ignoreIndex)
         recordBadLabel(errors, label, row, c, 1);
-      rowLoss[row] = valid ? -(src[label] - maxValue - logSum) : 0.0f;
+      rowLoss[row] = valid ? -(labelLogit - maxValue - logSum) : 0.0f;
     }
+    if (!dlogits)
+      continue;
     // Every thread has read the whole row (the reductions synchronize)
     // before any writes over it.
     Out *dst = dlogits + row * c;
     for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
-      float g = valid ? scale * (expf(src[i] - maxValue - logSum) -
+      float g = valid ? scale * (expf(at(i) - maxValue - logSum) -
                                  (i == label ? 1.0f : 0.0f))
                       : 0.0f;
       if constexpr (sizeof(Out) == sizeof(float))
@@ -261,12 +270,17 @@ void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c, int64_t d,
   checkLaunch(ctx, "ceBackwardKernel");
 }
 
-void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
-                                 const float *logits, const int64_t *labels,
-                                 const float *dloss, Reduction reduction,
-                                 int64_t ignoreIndex, float *loss,
-                                 void *dlogits, bool narrow, Storage16 storage,
-                                 void *workspace) {
+namespace {
+
+/// softmaxCrossEntropyWithGrad on logits stored as In (float, or 16 bits in
+/// `storage`, then with dlogits in the same format, in place or not).
+/// Without dlogits, the loss alone.
+template <typename In>
+void lossWithGrad(Context &ctx, int64_t n, int64_t c, const In *logits,
+                  const int64_t *labels, const float *dloss,
+                  Reduction reduction, int64_t ignoreIndex, float *loss,
+                  void *dlogits, bool narrow, Storage16 storage,
+                  void *workspace) {
   cuda::DeviceErrorRecord *errors = cuda::deviceErrorRecord(ctx);
   const bool mean = reduction == Reduction::Mean;
   const bool bf16 = storage == Storage16::Bf16;
@@ -279,16 +293,19 @@ void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
       return;
     unsigned grid = static_cast<unsigned>(std::min<int64_t>(last - first, 65536));
     if (to16)
-      ceWithGradRowsKernel<uint16_t><<<grid, kRowThreads, 0, ctx.stream>>>(
+      ceWithGradRowsKernel<In, uint16_t><<<grid, kRowThreads, 0, ctx.stream>>>(
           first, last, c, logits, labels, dloss, mean, ignoreIndex, rowLoss,
           static_cast<uint16_t *>(dlogits), bf16, errors);
     else
-      ceWithGradRowsKernel<float><<<grid, kRowThreads, 0, ctx.stream>>>(
+      ceWithGradRowsKernel<In, float><<<grid, kRowThreads, 0, ctx.stream>>>(
           first, last, c, logits, labels, dloss, mean, ignoreIndex, rowLoss,
           static_cast<float *>(dlogits), bf16, errors);
     checkLaunch(ctx, "ceWithGradRowsKernel");
   };
-  if (!narrow || dlogits != static_cast<const void *>(logits) || n == 0) {
+  // 16-bit logits are overwritten by a 16-bit dlogits row by row (each
+  // block reads its whole row before writing it).
+  if (!std::is_same_v<In, float> || !narrow ||
+      dlogits != static_cast<const void *>(logits) || n == 0) {
     rows(0, n, narrow);
   } else {
     // In place in 16 bits: as on the CPU, row 0 through float32 and
@@ -301,6 +318,37 @@ void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
   ceRowLossReduceKernel<<<1, kReduceThreads, 0, ctx.stream>>>(n, rowLoss, mean,
                                                               loss);
   checkLaunch(ctx, "ceRowLossReduceKernel");
+}
+
+} // namespace
+
+void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
+                                 const float *logits, const int64_t *labels,
+                                 const float *dloss, Reduction reduction,
+                                 int64_t ignoreIndex, float *loss,
+                                 void *dlogits, bool narrow, Storage16 storage,
+                                 void *workspace) {
+  lossWithGrad(ctx, n, c, logits, labels, dloss, reduction, ignoreIndex, loss,
+               dlogits, narrow, storage, workspace);
+}
+
+void softmaxCrossEntropyLoss(Context &ctx, int64_t n, int64_t c,
+                             const float *logits, const int64_t *labels,
+                             Reduction reduction, int64_t ignoreIndex,
+                             float *loss, void *workspace) {
+  lossWithGrad(ctx, n, c, logits, labels, nullptr, reduction, ignoreIndex,
+               loss, nullptr, false, Storage16::Bf16, workspace);
+}
+
+void softmaxCrossEntropyWithGrad16(Context &ctx, Storage16 storage,
+                                   int64_t n, int64_t c,
+                                   const uint16_t *logits,
+                                   const int64_t *labels, const float *dloss,
+                                   Reduction reduction, int64_t ignoreIndex,
+                                   float *loss, uint16_t *dlogits,
+                                   void *workspace) {
+  lossWithGrad(ctx, n, c, logits, labels, dloss, reduction, ignoreIndex, loss,
+               dlogits, true, storage, workspace);
 }
 
 } // namespace mtc::rt

@@ -391,3 +391,19 @@ func.func @attention_grad_gradient_shapes(%q: tensor<2x8x16xf32>, %lse: tensor<2
   %dq, %dk, %dv = mtc.attention_grad %q, %q, %q, %q, %q, %lse {scale = 2.5e-01 : f32} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x8xf32>)
   return
 }
+
+// -----
+
+func.func @loss_16bit_logits(%x: tensor<8x10xbf16>, %y: tensor<8xi64>, %d: tensor<f32>) {
+  // expected-error@+1 {{16-bit logits need dlogits stored alike}}
+  %loss, %g = mtc.softmax_cross_entropy_with_grad %x, %y, %d : (tensor<8x10xbf16>, tensor<8xi64>, tensor<f32>) -> (tensor<f32>, tensor<8x10xf32>)
+  return
+}
+
+// -----
+
+func.func @loss_alone_rank(%x: tensor<8x10x2xf32>, %y: tensor<8x2xi64>) {
+  // expected-error@+1 {{needs logits [N, C] and labels [N]}}
+  %loss = mtc.softmax_cross_entropy_loss %x, %y : (tensor<8x10x2xf32>, tensor<8x2xi64>) -> tensor<f32>
+  return
+}

@@ -756,6 +756,14 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGradMatchesTheTwoKernels) {
                                     -100, fusedLoss, out, narrow, storage, ws);
         EXPECT_FALSE(hasError(ctx));
         const float l = download(fusedLoss, 1)[0];
+        if (!inPlace) {
+          // The loss alone (evaluation) is the same number.
+          float *aloneLoss = upload<float>({0});
+          softmaxCrossEntropyLoss(ctx, n, c, in, labels, reduction, -100,
+                                  aloneLoss, ws);
+          EXPECT_FALSE(hasError(ctx));
+          EXPECT_EQ(download(aloneLoss, 1)[0], l);
+        }
         std::vector<float> g(n * c);
         if (narrow) {
           std::vector<uint16_t> h =
@@ -788,6 +796,51 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGradMatchesTheTwoKernels) {
           ASSERT_EQ(g[i], want) << "at " << i;
         }
 #endif
+      }
+    }
+  }
+}
+
+TEST_F(Kernels, SoftmaxCrossEntropyWithGrad16ReadsTheStoredLogits) {
+  // 16-bit logits (a GEMM's rounded output) give bitwise the loss and the
+  // 16-bit gradient of the float32-logits kernel run on their widening,
+  // with dlogits beside them or over them; labels include an ignored one.
+  const int64_t n = 23, c = 1031;
+  std::vector<int64_t> y(n);
+  for (int64_t r = 0; r < n; ++r)
+    y[r] = r % 7 == 5 ? -100 : (r * 389) % c;
+  const int64_t *labels = upload(y);
+  const float *dloss = upload<float>({0.5f});
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    const bool bf16 = storage == Storage16::Bf16;
+    std::vector<uint16_t> bits(n * c);
+    std::vector<float> wide(n * c);
+    for (int64_t i = 0; i < n * c; ++i) {
+      const float x = 4.0f * std::sin(0.37f * float(i)) + 0.01f * float(i % 97);
+      bits[i] = bf16 ? floatToBf16(x) : floatToHalf(x);
+      wide[i] = storedToFloat(bits[i], bf16);
+    }
+    for (Reduction reduction : {Reduction::Mean, Reduction::Sum}) {
+      void *ws = upload(std::vector<float>(
+          softmaxCrossEntropyWithGradWorkspaceBytes(n) / sizeof(float)));
+      float *wantLoss = upload<float>({0});
+      uint16_t *wantGrad = upload(std::vector<uint16_t>(n * c, 0));
+      softmaxCrossEntropyWithGrad(ctx, n, c, upload(wide), labels, dloss,
+                                  reduction, -100, wantLoss, wantGrad, true,
+                                  storage, ws);
+      for (bool inPlace : {false, true}) {
+        SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp16") +
+                     (reduction == Reduction::Mean ? ", mean" : ", sum") +
+                     (inPlace ? ", in place" : ""));
+        uint16_t *logits = upload(bits);
+        uint16_t *grad =
+            inPlace ? logits : upload(std::vector<uint16_t>(n * c, 0x7777));
+        float *loss = upload<float>({0});
+        softmaxCrossEntropyWithGrad16(ctx, storage, n, c, logits, labels,
+                                      dloss, reduction, -100, loss, grad, ws);
+        EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+        EXPECT_EQ(download(loss, 1)[0], download(wantLoss, 1)[0]);
+        EXPECT_EQ(download(grad, n * c), download(wantGrad, n * c));
       }
     }
   }

@@ -238,6 +238,18 @@ int64_t SoftmaxCrossEntropyWithGradOp::getWorkspaceBytes() {
   return static_cast<int64_t>(
       rt::softmaxCrossEntropyWithGradWorkspaceBytes(shapeOf(getLogits())[0]));
 }
+int64_t SoftmaxCrossEntropyLossOp::getFlops() {
+  return 4 * numel(getLogits());
+}
+// The logits are read once (maximum and sum of a row in the cache).
+int64_t SoftmaxCrossEntropyLossOp::getBytesMoved() {
+  return getTensorBytes(getLogits().getType()) +
+         getTensorBytes(getLabels().getType());
+}
+int64_t SoftmaxCrossEntropyLossOp::getWorkspaceBytes() {
+  return static_cast<int64_t>(
+      rt::softmaxCrossEntropyWithGradWorkspaceBytes(shapeOf(getLogits())[0]));
+}
 int64_t AccumulateGradOp::getFlops() { return numel(getGrad()); }
 int64_t CountCorrectOp::getFlops() { return numel(getLogits()); }
 

@@ -922,6 +922,21 @@ LogicalResult SoftmaxCrossEntropyWithGradOp::verify() {
     return emitOpError("dlogits must have the shape of logits");
   if (!shapeOf(getDloss()).empty() || !shapeOf(getLoss()).empty())
     return emitOpError("loss and dloss must be scalars");
+  if (Type in = elementOf(getLogits());
+      !in.isF32() && elementOf(getDlogits()) != in)
+    return emitOpError("16-bit logits need dlogits stored alike");
+  return success();
+}
+
+LogicalResult SoftmaxCrossEntropyLossOp::verify() {
+  StringRef r = getReduction();
+  if (r != "mean" && r != "sum")
+    return emitOpError("reduction must be mean or sum, got '") << r << "'";
+  ArrayRef<int64_t> x = shapeOf(getLogits());
+  if (x.size() != 2 || shapeOf(getLabels()) != ArrayRef<int64_t>{x[0]})
+    return emitOpError("needs logits [N, C] and labels [N]");
+  if (!shapeOf(getLoss()).empty())
+    return emitOpError("the loss must be a scalar");
   return success();
 }
 

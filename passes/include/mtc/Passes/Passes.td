@@ -213,7 +213,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     its gradient reads becomes, with that gradient (and its 16-bit
     conversion, if that is its one reader), one
     `softmax_cross_entropy_with_grad`: the log-probabilities are never
-    stored. A batch normalization whose output only a relu or clip reads
+    stored; one whose log-probabilities nothing reads (evaluation) becomes
+    `softmax_cross_entropy_loss`. A batch normalization whose output only a relu or clip reads
     applies it itself, and its backward applies the relu_grad or clip_grad
     whose result only it reads.
     Runs after recomputation and before the memory plan.
@@ -244,6 +245,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
               "Slices and transposes read through strides, not copied">,
     Statistic<"numLossWithGrad", "loss-with-grad",
               "Softmax cross-entropies computed with their gradient">,
+    Statistic<"numLossOnly", "loss-only",
+              "Losses computed without their log-probabilities">,
     Statistic<"numNormActivations", "norm-activations",
               "ReLU / clip (or their gradients) folded into batch norms">,
   ];

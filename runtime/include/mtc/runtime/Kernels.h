@@ -283,6 +283,23 @@ void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
                                  int64_t ignoreIndex, float *loss,
                                  void *dlogits, bool narrow, Storage16 storage,
                                  void *workspace);
+/// The loss of softmaxCrossEntropyWithGrad alone (no dloss, no dlogits):
+/// evaluation's loss, with the same workspace.
+void softmaxCrossEntropyLoss(Context &ctx, int64_t n, int64_t c,
+                             const float *logits, const int64_t *labels,
+                             Reduction reduction, int64_t ignoreIndex,
+                             float *loss, void *workspace);
+/// The same on logits stored in 16 bits (`storage`; a GEMM's output rounded
+/// as torch.autocast stores it), widened exactly as they are read, with
+/// dlogits in the same format. dlogits may be logits (each row is read
+/// before it is written over).
+void softmaxCrossEntropyWithGrad16(Context &ctx, Storage16 storage,
+                                   int64_t n, int64_t c,
+                                   const uint16_t *logits,
+                                   const int64_t *labels, const float *dloss,
+                                   Reduction reduction, int64_t ignoreIndex,
+                                   float *loss, uint16_t *dlogits,
+                                   void *workspace);
 
 //===----------------------------------------------------------------------===//
 // Attention

@@ -1193,8 +1193,11 @@ def Mtc_SoftmaxCrossEntropyWithGradOp : Mtc_ComputeOp<
     exponentials, then once more to write the gradient. The fusion pass
     forms it where the log-probabilities have no other reader. `dlogits`
     may be stored in 16 bits, rounded as a conversion of the float32
-    gradient rounds it (its one reader was such a conversion). The numbers
-    are those of the two ops.
+    gradient rounds it (its one reader was such a conversion). `logits`
+    may be stored in 16 bits too (a GEMM's output the precision pass
+    rounds, as torch.autocast does), with `dlogits` in the same format:
+    they are widened as they are read (the fusion pass folds their widening
+    conversion into the op). The numbers are those of the two ops.
 
     Example:
 
@@ -1204,13 +1207,41 @@ def Mtc_SoftmaxCrossEntropyWithGradOp : Mtc_ComputeOp<
         tensor<f32>) -> (tensor<f32>, tensor<16x10xbf16>)
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$logits, Mtc_IntTensor:$labels,
+  let arguments = (ins Mtc_StorageFloatTensor:$logits, Mtc_IntTensor:$labels,
                    Mtc_FloatTensor:$dloss,
                    DefaultValuedAttr<StrAttr, "\"mean\"">:$reduction,
                    OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs Mtc_FloatTensor:$loss, Mtc_StorageFloatTensor:$dlogits);
   let assemblyFormat = "$logits `,` $labels `,` $dloss attr-dict `:` "
                        "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_SoftmaxCrossEntropyLossOp : Mtc_ComputeOp<
+    "softmax_cross_entropy_loss", [DeclareOpInterfaceMethods<
+        Mtc_CostOpInterface, ["getBytesMoved", "getWorkspaceBytes"]>]> {
+  let summary = "Softmax cross-entropy loss alone";
+  let description = [{
+    The loss of `softmax_cross_entropy` over `logits` [N, C] and `labels`
+    [N] (reduction `mean` or `sum`) without the log-probabilities: the
+    fusion pass forms it where nothing reads them (evaluation), so no
+    [N, C] result is planned. Each row is read for its maximum and its sum
+    of exponentials; the number is the op's.
+
+    Example:
+
+    ```mlir
+    %loss = mtc.softmax_cross_entropy_loss %logits, %labels
+        {reduction = "mean"} : (tensor<16x10xf32>, tensor<16xi64>)
+        -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Mtc_FloatTensor:$logits, Mtc_IntTensor:$labels,
+                   DefaultValuedAttr<StrAttr, "\"mean\"">:$reduction,
+                   OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Mtc_FloatTensor:$loss);
+  let assemblyFormat =
+      "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 
