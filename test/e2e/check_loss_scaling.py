@@ -8,7 +8,8 @@ On an MLP exported from PyTorch:
    (--dump-grads reports them unscaled) against PyTorch running the same
    step with float16 GEMM operands (rounded by PyTorch's own float16
    conversion, float32 accumulation, the incoming gradient of each GEMM
-   rounded too) on the loss times 65536 then divided by it: within 1e-4;
+   rounded too, the logits rounded before the loss) on the loss times 65536
+   then divided by it: within 1e-4;
    and without loss scaling (--loss-scale off) against the same emulation
    unscaled. Their distances from PyTorch's float32 gradients show what the
    scaling is for (the unscaled gradients underflow), and the check requires
@@ -132,9 +133,11 @@ def same_tensors(a, b):
 
 def fp16_step_gradients(x, y, scale):
     """PyTorch gradients of (loss * scale) / scale with float16 GEMMs: each
-    GEMM reads float16-rounded operands and accumulates in float32, and
-    the gradient flowing into a GEMM is rounded to float16 before the
-    backward GEMMs read it; everything else runs in float32."""
+    GEMM reads float16-rounded operands and accumulates in float32, the
+    gradient flowing into a GEMM is rounded to float16 before the backward
+    GEMMs read it, and the logits are rounded to float16 before the loss
+    (as torch.autocast stores a linear layer's output); everything else
+    runs in float32."""
     import torch
 
     class Round(torch.autograd.Function):
@@ -163,7 +166,7 @@ def fp16_step_gradients(x, y, scale):
 
     h = torch.relu(linear(model[0], x))
     h = torch.tanh(linear(model[2], h))
-    (loss(linear(model[4], h), y) * scale).backward()
+    (loss(Round.apply(linear(model[4], h)), y) * scale).backward()
     return {"model." + n: p.grad.double().numpy() / scale
             for n, p in model.named_parameters()}
 
