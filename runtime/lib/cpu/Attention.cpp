@@ -91,19 +91,25 @@ inline void transposeTile(const T *rows, int64_t n, int64_t stride,
   }
 }
 
-/// `count` rows of width n, `stride` elements apart, as float32 rows n
-/// apart: the rows themselves for contiguous float32 ones, else copied
-/// (widened) into `buffer`.
-template <typename T>
-inline const float *floatRows(const T *rows, int64_t count, int64_t n,
-                              int64_t stride, bool bf16, float *buffer) {
-  if constexpr (std::is_same_v<T, float>)
-    if (stride == n)
-      return rows;
+/// Rows of float32 values, `stride` elements apart.
+struct Rows {
+  const float *at;
+  int64_t stride;
+  const float *row(int64_t r) const { return at + r * stride; }
+};
+
+/// `count` rows of width n, `stride` elements apart, as float32: float32
+/// rows where they are, 16-bit ones widened into `buffer` (n apart).
+inline Rows floatRows(const float *rows, int64_t, int64_t, int64_t stride,
+                      bool, float *) {
+  return {rows, stride};
+}
+inline Rows floatRows(const uint16_t *rows, int64_t count, int64_t n,
+                      int64_t stride, bool bf16, float *buffer) {
   for (int64_t r = 0; r < count; ++r)
     for (int64_t x = 0; x < n; ++x)
-      buffer[r * n + x] = widen(rows[r * stride + x], bf16);
-  return buffer;
+      buffer[r * n + x] = storedToFloat(rows[r * stride + x], bf16);
+  return {buffer, n};
 }
 
 /// Stores `count` float32 rows of width n (n apart) at rows `stride`
@@ -179,11 +185,11 @@ template <typename T> struct Problem {
   /// float32) against keys [j0, j0 + cols) of head h: s[r * kCols + c]. kT
   /// receives the key tile transposed, kT[x * kCols + c].
   void scores(int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-              const float *qRows, float *kT, float *s) const {
+              const Rows &qRows, float *kT, float *s) const {
     transposeTile(k + attentionRow(a, a.rows.k, h, j0), a.d, a.rows.k.row, cols, bf16,
                   kT);
     for (int64_t r = 0; r < rows; ++r) {
-      rowTimesTile(qRows + r * a.d, kT, a.d, s + r * kCols);
+      rowTimesTile(qRows.row(r), kT, a.d, s + r * kCols);
       for (int64_t c = 0; c < cols; ++c)
         s[r * kCols + c] *= a.scale;
     }
@@ -243,13 +249,13 @@ template <typename T, typename O>
   std::fill(rowMax, rowMax + rows, kNegInf);
   std::fill(rowSum, rowSum + rows, 0.0f);
   std::fill(o, o + rows * a.dv, 0.0f);
-  const float *qRows = floatRows(p.q + attentionRow(a, a.rows.q, h, i0), rows,
-                                 a.d, a.rows.q.row, p.bf16, qBuffer);
+  const Rows qRows = floatRows(p.q + attentionRow(a, a.rows.q, h, i0), rows,
+                               a.d, a.rows.q.row, p.bf16, qBuffer);
   for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
     const int64_t cols = std::min(kCols, a.sk - j0);
     p.scores(h, i0, rows, j0, cols, qRows, kT, s);
-    const float *vRows = floatRows(p.v + attentionRow(a, a.rows.v, h, j0), cols,
-                                   a.dv, a.rows.v.row, p.bf16, vBuffer);
+    const Rows vRows = floatRows(p.v + attentionRow(a, a.rows.v, h, j0), cols,
+                                 a.dv, a.rows.v.row, p.bf16, vBuffer);
     for (int64_t r = 0; r < rows; ++r) {
       float *sr = s + r * kCols;
       float m = rowMax[r];
@@ -271,7 +277,7 @@ template <typename T, typename O>
         // The weight of V_(j0+c), an operand of the P V product.
         sr[c] = p.operand(p.dropout ? e * factor[c] : e);
       }
-      accumulateRows(a.dv, orow, sr, 1, vRows, a.dv, cols);
+      accumulateRows(a.dv, orow, sr, 1, vRows.at, vRows.stride, cols);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -319,11 +325,11 @@ inline void scoreGradients(const Problem<T> &p, int64_t h, int64_t i0,
 /// output stored as float or in 16 bits (`bf16` or float16).
 template <typename O>
 inline void rowDeltas(const AttentionDims &a, const O *out, bool bf16,
-                      const float *g, int64_t h, int64_t i0, int64_t rows,
+                      const Rows &g, int64_t h, int64_t i0, int64_t rows,
                       float *delta) {
   for (int64_t r = 0; r < rows; ++r) {
     const O *o = out + attentionRow(a, a.rows.o, h, i0 + r);
-    const float *gr = g + r * a.dv;
+    const float *gr = g.row(r);
     float sum = 0.0f;
     for (int64_t x = 0; x < a.dv; ++x) {
       float ox;
@@ -364,10 +370,10 @@ backwardHead(const Problem<T> &p, int64_t h, const O *out,
   std::fill(gq, gq + nq + nk + nv, 0.0f);
   for (int64_t i0 = 0; i0 < a.sq; i0 += kRows) {
     const int64_t rows = std::min(kRows, a.sq - i0);
-    const float *qRows = floatRows(p.q + attentionRow(a, a.rows.q, h, i0), rows,
-                                   a.d, a.rows.q.row, p.bf16, qBuffer);
-    const float *gRows = floatRows(dout + attentionRow(a, a.rows.dout, h, i0),
-                                   rows, a.dv, a.rows.dout.row, p.bf16, gBuffer);
+    const Rows qRows = floatRows(p.q + attentionRow(a, a.rows.q, h, i0), rows,
+                                 a.d, a.rows.q.row, p.bf16, qBuffer);
+    const Rows gRows = floatRows(dout + attentionRow(a, a.rows.dout, h, i0),
+                                 rows, a.dv, a.rows.dout.row, p.bf16, gBuffer);
     rowDeltas(a, out, p.bf16, gRows, h, i0, rows, delta);
     for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
       const int64_t cols = std::min(kCols, a.sk - j0);
@@ -377,19 +383,19 @@ backwardHead(const Problem<T> &p, int64_t h, const O *out,
       transposeTile(p.v + attentionRow(a, a.rows.v, h, j0), a.dv, a.rows.v.row, cols,
                     p.bf16, vT);
       for (int64_t r = 0; r < rows; ++r)
-        rowTimesTile(gRows + r * a.dv, vT, a.dv, dp + r * kCols);
+        rowTimesTile(gRows.row(r), vT, a.dv, dp + r * kCols);
       scoreGradients(p, h, i0, rows, j0, cols, delta, s, dp, dropped);
       // dQ_i += dS_i. K, dK_j += dS_.j Q and dV_j += dropped(P)_.j dO.
-      const float *kRowsF = floatRows(p.k + attentionRow(a, a.rows.k, h, j0), cols,
-                                      a.d, a.rows.k.row, p.bf16, kBuffer);
+      const Rows kRowsF = floatRows(p.k + attentionRow(a, a.rows.k, h, j0), cols,
+                                    a.d, a.rows.k.row, p.bf16, kBuffer);
       for (int64_t r = 0; r < rows; ++r)
-        accumulateRows(a.d, gq + (i0 + r) * a.d, s + r * kCols, 1, kRowsF,
-                       a.d, cols);
+        accumulateRows(a.d, gq + (i0 + r) * a.d, s + r * kCols, 1, kRowsF.at,
+                       kRowsF.stride, cols);
       for (int64_t c = 0; c < cols; ++c) {
-        accumulateRows(a.d, gk + (j0 + c) * a.d, s + c, kCols, qRows, a.d,
-                       rows);
-        accumulateRows(a.dv, gv + (j0 + c) * a.dv, dropped + c, kCols, gRows,
-                       a.dv, rows);
+        accumulateRows(a.d, gk + (j0 + c) * a.d, s + c, kCols, qRows.at,
+                       qRows.stride, rows);
+        accumulateRows(a.dv, gv + (j0 + c) * a.dv, dropped + c, kCols,
+                       gRows.at, gRows.stride, rows);
       }
     }
   }
