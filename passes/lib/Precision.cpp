@@ -77,6 +77,28 @@ private:
   void storeSavedActivations(func::FuncOp func, Type low);
 };
 
+/// Whether `v` is a linear layer's output: a GEMM of `low` operands, or
+/// such a GEMM's one result plus a bias vector (which the fusion pass makes
+/// the GEMM's epilogue).
+bool isLinearOutput(Value v, Type low) {
+  auto gemm = [&](Value x) {
+    Operation *def = x.getDefiningOp();
+    return def && isa<GemmOp, MatMulOp>(def) &&
+           getElementTypeOrSelf(def->getOperand(0)) == low;
+  };
+  if (gemm(v))
+    return true;
+  auto add = v.getDefiningOp<AddOp>();
+  if (!add)
+    return false;
+  for (auto [product, bias] : {std::pair(add.getLhs(), add.getRhs()),
+                               std::pair(add.getRhs(), add.getLhs())})
+    if (gemm(product) && product.hasOneUse() &&
+        cast<ShapedType>(bias.getType()).getRank() == 1)
+      return true;
+  return false;
+}
+
 bool isBackwardOp(Operation *op) {
   return op->hasAttr(attr::kBackward) || op->hasAttr(attr::kOptimizer) ||
          isa<func::ReturnOp>(op);
@@ -176,7 +198,9 @@ void PrecisionPass::roundLogits(func::FuncOp func, Type low) {
 /// forward use and its first backward use: rounded after the last forward
 /// use, widened back to float32 right before the first backward use. The
 /// float32 original dies after the forward pass; the window in between holds
-/// half the bytes.
+/// half the bytes. A GEMM's result (a linear layer's output that its
+/// activation's gradient reads) is rounded right after the GEMM instead,
+/// and its forward readers read the rounded values as well.
 void PrecisionPass::storeSavedActivations(func::FuncOp func, Type low) {
   Block &body = func.getBody().front();
   DenseMap<Operation *, int64_t> index;
@@ -221,6 +245,21 @@ void PrecisionPass::storeSavedActivations(func::FuncOp func, Type low) {
       if (auto convert = dyn_cast<ConvertOp>(user))
         if (!isBackwardOp(convert) && convert.getType() == type.clone(low))
           stored = convert;
+    // A GEMM's result is rounded right away, and its forward readers read
+    // the rounded values too (torch.autocast's linear layer returns them):
+    // the GEMM can store 16 bits only (the fusion pass folds the rounding
+    // into it), and no float32 copy lives while they run.
+    Operation *def = v.getDefiningOp();
+    if (!stored && isLinearOutput(v, low)) {
+      b.setInsertionPointAfter(def);
+      stored = b.create<ConvertOp>(v.getLoc(), type.clone(low), v);
+      auto forward = b.create<ConvertOp>(v.getLoc(), type, stored);
+      v.replaceUsesWithIf(forward, [&](OpOperand &use) {
+        Operation *user = use.getOwner();
+        return user != stored.getDefiningOp() && user != forward &&
+               !isBackwardOp(user);
+      });
+    }
     if (!stored) {
       b.setInsertionPointAfter(lastForward);
       stored = b.create<ConvertOp>(v.getLoc(), type.clone(low), v);

@@ -123,7 +123,10 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
     `@train_step`, every other forward value of 4096 or more elements that
     the backward pass reads is kept in 16 bits between the passes (rounded
     after its last forward use, widened back right before its first
-    backward use). `precision=fp32` changes nothing.
+    backward use; a linear layer's output is rounded right after its GEMM
+    and read rounded by the forward too), and the logits a 16-bit GEMM
+    computes for a softmax cross-entropy are rounded before the loss (as
+    torch.autocast stores them). `precision=fp32` changes nothing.
 
     Example: `mtc-opt --mtc-precision="precision=bf16"`
   }];
