@@ -113,6 +113,16 @@ std::string list(ArrayRef<int64_t> values) {
   return s;
 }
 
+/// A loss's ignore_index as a C literal (INT64_MIN: none).
+std::string ignoreIndexLiteral(IntegerAttr ignore) {
+  return ignore ? std::to_string(ignore.getInt()) + "LL" : "INT64_MIN";
+}
+
+/// The runtime's Reduction for a mean / sum loss.
+StringRef reductionLiteral(StringRef reduction) {
+  return reduction == "mean" ? "Reduction::Mean" : "Reduction::Sum";
+}
+
 /// The body of a C string literal holding `text`.
 std::string cString(StringRef text) {
   std::string out;
@@ -1246,10 +1256,7 @@ void Emitter::emitOpBody(Operation *op) {
                           : reduction == "sum" ? "Reduction::Sum"
                                                : "Reduction::None";
         // INT64_MIN never matches a label: no ignore_index.
-        std::string ignore =
-            o.getIgnoreIndexAttr()
-                ? std::to_string(o.getIgnoreIndexAttr().getInt()) + "LL"
-                : "INT64_MIN";
+        std::string ignore = ignoreIndexLiteral(o.getIgnoreIndexAttr());
         std::string dims = llvm::formatv("{0}, {1}, {2}", x[0], x[1], d);
         if constexpr (std::is_same_v<decltype(o), SoftmaxCrossEntropyOp>)
           emitCall("softmaxCrossEntropyForward(ctx, " + dims + ", " +
@@ -1264,25 +1271,18 @@ void Emitter::emitOpBody(Operation *op) {
       })
       .Case([&](SoftmaxCrossEntropyLossOp o) {
         ArrayRef<int64_t> x = shapeOf(o.getLogits());
-        std::string ignore =
-            o.getIgnoreIndexAttr()
-                ? std::to_string(o.getIgnoreIndexAttr().getInt()) + "LL"
-                : "INT64_MIN";
+        std::string ignore = ignoreIndexLiteral(o.getIgnoreIndexAttr());
         emitCall(llvm::formatv("softmaxCrossEntropyLoss(ctx, {0}, {1}, {2}, "
                                "{3}, {4}, {5}, {6}, {7})",
                                x[0], x[1], ptr(o.getLogits()),
                                ptr(o.getLabels()),
-                               o.getReduction() == "mean" ? "Reduction::Mean"
-                                                          : "Reduction::Sum",
+                               reductionLiteral(o.getReduction()),
                                ignore, ptr(o.getLoss()), workspace(op))
                      .str());
       })
       .Case([&](SoftmaxCrossEntropyWithGradOp o) {
         ArrayRef<int64_t> x = shapeOf(o.getLogits());
-        std::string ignore =
-            o.getIgnoreIndexAttr()
-                ? std::to_string(o.getIgnoreIndexAttr().getInt()) + "LL"
-                : "INT64_MIN";
+        std::string ignore = ignoreIndexLiteral(o.getIgnoreIndexAttr());
         bool narrow = isLowPrecision(o.getDlogits());
         if (isLowPrecision(o.getLogits())) {
           emitCall(llvm::formatv(
@@ -1291,8 +1291,7 @@ void Emitter::emitOpBody(Operation *op) {
                        storage16(o.getLogits()), x[0], x[1],
                        ptr(o.getLogits()), ptr(o.getLabels()),
                        ptr(o.getDloss()),
-                       o.getReduction() == "mean" ? "Reduction::Mean"
-                                                  : "Reduction::Sum",
+                       reductionLiteral(o.getReduction()),
                        ignore, ptr(o.getLoss()), ptr(o.getDlogits()),
                        workspace(op))
                        .str());
@@ -1303,8 +1302,7 @@ void Emitter::emitOpBody(Operation *op) {
                      "{5}, {6}, {7}, {8}, {9}, {10}, {11})",
                      x[0], x[1], ptr(o.getLogits()), ptr(o.getLabels()),
                      ptr(o.getDloss()),
-                     o.getReduction() == "mean" ? "Reduction::Mean"
-                                                : "Reduction::Sum",
+                     reductionLiteral(o.getReduction()),
                      ignore, ptr(o.getLoss()), ptr(o.getDlogits()),
                      narrow ? "true" : "false",
                      narrow ? storage16(o.getDlogits()) : "Storage16::Bf16",
@@ -1314,10 +1312,7 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](CountCorrectOp cc) {
         ArrayRef<int64_t> x = shapeOf(cc.getLogits());
         int64_t d = numel(cc.getLogits()) / (x[0] * x[1]);
-        std::string ignore =
-            cc.getIgnoreIndexAttr()
-                ? std::to_string(cc.getIgnoreIndexAttr().getInt()) + "LL"
-                : "INT64_MIN";
+        std::string ignore = ignoreIndexLiteral(cc.getIgnoreIndexAttr());
         emitCall(llvm::formatv("countCorrect(ctx, {0}, {1}, {2}, {3}, {4}, "
                                "{5}, {6})",
                                x[0], x[1], d, ptr(cc.getLogits()),

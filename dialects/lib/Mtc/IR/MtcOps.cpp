@@ -911,17 +911,28 @@ bool mtc::sameOr16BitFirst(TypeRange inferred, TypeRange actual) {
            isa<BFloat16Type, Float16Type>(got.getElementType())));
 }
 
-LogicalResult SoftmaxCrossEntropyWithGradOp::verify() {
-  StringRef r = getReduction();
+/// The checks of the fused losses over [N, C] rows: a mean or sum of the
+/// rows' terms.
+template <typename RowLoss> static LogicalResult verifyRowLoss(RowLoss op) {
+  StringRef r = op.getReduction();
   if (r != "mean" && r != "sum")
-    return emitOpError("reduction must be mean or sum, got '") << r << "'";
+    return op.emitOpError("reduction must be mean or sum, got '") << r << "'";
+  ArrayRef<int64_t> x = shapeOf(op.getLogits());
+  if (x.size() != 2 || shapeOf(op.getLabels()) != ArrayRef<int64_t>{x[0]})
+    return op.emitOpError("needs logits [N, C] and labels [N]");
+  if (!shapeOf(op.getLoss()).empty())
+    return op.emitOpError("the loss must be a scalar");
+  return success();
+}
+
+LogicalResult SoftmaxCrossEntropyWithGradOp::verify() {
+  if (failed(verifyRowLoss(*this)))
+    return failure();
   ArrayRef<int64_t> x = shapeOf(getLogits());
-  if (x.size() != 2 || shapeOf(getLabels()) != ArrayRef<int64_t>{x[0]})
-    return emitOpError("needs logits [N, C] and labels [N]");
   if (shapeOf(getDlogits()) != x)
     return emitOpError("dlogits must have the shape of logits");
-  if (!shapeOf(getDloss()).empty() || !shapeOf(getLoss()).empty())
-    return emitOpError("loss and dloss must be scalars");
+  if (!shapeOf(getDloss()).empty())
+    return emitOpError("dloss must be a scalar");
   if (Type in = elementOf(getLogits());
       !in.isF32() && elementOf(getDlogits()) != in)
     return emitOpError("16-bit logits need dlogits stored alike");
@@ -929,15 +940,7 @@ LogicalResult SoftmaxCrossEntropyWithGradOp::verify() {
 }
 
 LogicalResult SoftmaxCrossEntropyLossOp::verify() {
-  StringRef r = getReduction();
-  if (r != "mean" && r != "sum")
-    return emitOpError("reduction must be mean or sum, got '") << r << "'";
-  ArrayRef<int64_t> x = shapeOf(getLogits());
-  if (x.size() != 2 || shapeOf(getLabels()) != ArrayRef<int64_t>{x[0]})
-    return emitOpError("needs logits [N, C] and labels [N]");
-  if (!shapeOf(getLoss()).empty())
-    return emitOpError("the loss must be a scalar");
-  return success();
+  return verifyRowLoss(*this);
 }
 
 Value mtc::inPlaceSource(OpResult r) {
