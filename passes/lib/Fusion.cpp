@@ -1288,6 +1288,36 @@ void FusionPass::foldConversions(func::FuncOp func) {
     op->erase();
     ++numFoldedConversions;
   }
+  // A layer norm backward's input gradient goes on down the residual path in
+  // float32 and is converted for the next GEMMs: the backward kernel stores
+  // the 16-bit copy as it writes the gradient (input_grad16), instead of a
+  // conversion reading it again.
+  SmallVector<ConvertOp> copies;
+  func.walk([&](ConvertOp c) {
+    auto grad = c.getInput().getDefiningOp<LayerNormGradOp>();
+    if (grad && c.getInput() == grad.getInputGrad() &&
+        !grad.getInputGrad16() && is16Bit(c.getOutput()) &&
+        elementType(c.getOutput()) == elementType(grad.getInput()) &&
+        samePhase(grad, c))
+      copies.push_back(c);
+  });
+  for (ConvertOp c : copies) {
+    auto grad = c.getInput().getDefiningOp<LayerNormGradOp>();
+    if (grad.getInputGrad16())
+      continue; // a second conversion of the same gradient
+    SmallVector<Type> types(grad->getResultTypes());
+    types.push_back(c.getType());
+    OpBuilder b(grad);
+    OperationState state(grad.getLoc(), grad->getName(), grad->getOperands(),
+                         types, grad->getAttrs());
+    Operation *both = b.create(state);
+    for (auto [from, into] : llvm::zip(grad->getResults(), both->getResults()))
+      from.replaceAllUsesWith(into);
+    c.getOutput().replaceAllUsesWith(both->getResult(3));
+    c.erase();
+    grad.erase();
+    ++numFoldedConversions;
+  }
   // After the transposes and concats, which narrow by now.
   SmallVector<Operation *> producers;
   func.walk([&](Operation *op) {

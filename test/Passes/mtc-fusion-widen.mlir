@@ -1,4 +1,4 @@
-// RUN: mtc-opt %s --mtc-fuse-elementwise | FileCheck %s
+// RUN: mtc-opt %s --split-input-file --mtc-fuse-elementwise | FileCheck %s
 
 // A layer norm input kept in bfloat16 for the backward pass: the layer
 // norm backward reads the 16-bit values as stored, and the widening
@@ -15,4 +15,33 @@ func.func @train_step(%dy: tensor<4x8xf32> {mtc.role = "input"}, %xh: tensor<4x8
   %x2 = mtc.convert %xh {mtc.backward} : tensor<4x8xbf16> to tensor<4x8xf32>
   %dx2, %dg2, %db2 = mtc.layer_norm_grad %dx, %x2, %g, %m, %s {axis = 1 : i64, mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
   return %dx, %dx2, %x2 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// The input gradient goes on in float32 (returned here, as it flows down
+// the residual path) and in bfloat16 for a GEMM: the layer norm backward
+// stores the 16-bit copy as it writes the gradient; no conversion is left.
+// A float16 copy of a bfloat16-stored input's gradient is not folded.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[DX:.+]], %{{.+}}, %{{.+}}, %[[DXH:.+]] = mtc.layer_norm_grad {{.*}} -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<4x8xbf16>)
+// CHECK-NEXT: mtc.matmul %[[DXH]]
+// CHECK-NOT: mtc.convert
+// CHECK: return %[[DX]]
+func.func @train_step(%dy: tensor<4x8xf32> {mtc.role = "input"}, %xh: tensor<4x8xbf16> {mtc.role = "input"}, %g: tensor<8xf32> {mtc.role = "param"}, %m: tensor<4x1xf32> {mtc.role = "input"}, %s: tensor<4x1xf32> {mtc.role = "input"}, %w: tensor<8x3xbf16> {mtc.role = "param"}) -> (tensor<4x8xf32>, tensor<4x3xf32>) {
+  %dx, %dg, %db = mtc.layer_norm_grad %dy, %xh, %g, %m, %s {axis = 1 : i64, mtc.backward} : (tensor<4x8xf32>, tensor<4x8xbf16>, tensor<8xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %h = mtc.convert %dx {mtc.backward} : tensor<4x8xf32> to tensor<4x8xbf16>
+  %y = mtc.matmul %h, %w {mtc.backward} : (tensor<4x8xbf16>, tensor<8x3xbf16>) -> tensor<4x3xf32>
+  return %dx, %y : tensor<4x8xf32>, tensor<4x3xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.layer_norm_grad {{.*}} -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+// CHECK: mtc.convert
+func.func @train_step(%dy: tensor<4x8xf32> {mtc.role = "input"}, %xh: tensor<4x8xbf16> {mtc.role = "input"}, %g: tensor<8xf32> {mtc.role = "param"}, %m: tensor<4x1xf32> {mtc.role = "input"}, %s: tensor<4x1xf32> {mtc.role = "input"}) -> (tensor<4x8xf32>, tensor<4x8xf16>) {
+  %dx, %dg, %db = mtc.layer_norm_grad %dy, %xh, %g, %m, %s {axis = 1 : i64, mtc.backward} : (tensor<4x8xf32>, tensor<4x8xbf16>, tensor<8xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %h = mtc.convert %dx {mtc.backward} : tensor<4x8xf32> to tensor<4x8xf16>
+  return %dx, %h : tensor<4x8xf32>, tensor<4x8xf16>
 }

@@ -1402,15 +1402,18 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](LayerNormGradOp g) {
         int64_t dim = numel(g.getScale());
         int64_t outer = numel(g.getInput()) / dim;
+        // The input gradient's 16-bit copy, when the op makes one.
+        std::string copy =
+            g.getInputGrad16() ? ", " + ptr(g.getInputGrad16()) : "";
         emitCall(llvm::formatv(
                      "{11}{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, "
-                     "{10})",
+                     "{10}{12})",
                      outer, dim, ptr(g.getGrad()), ptr(g.getInput()),
                      ptr(g.getScale()), ptr(g.getMean()), ptr(g.getInvstd()),
                      ptr(g.getInputGrad()), ptr(g.getScaleGrad()),
                      ptr(g.getBiasGrad()),
                      g.getAccumulate() ? ptr(g.getAccumulate()) : "nullptr",
-                     storageCall("layerNormBackward", g.getInput()))
+                     storageCall("layerNormBackward", g.getInput()), copy)
                      .str());
       })
       .Case([&](AttentionOp a) {

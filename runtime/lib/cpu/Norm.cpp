@@ -293,12 +293,14 @@ void layerNormForward16(Context &, Storage16 storage, int64_t outer,
 namespace {
 
 /// layerNormBackward with x read through `xAt(row, j)` (float32 or 16-bit
-/// storage widened exactly).
+/// storage widened exactly), and dx also stored in 16 bits (`bf16` or
+/// float16) into dx16 when it is non-null.
 template <typename XAt>
 void layerNormBackwardRows(int64_t outer, int64_t dim, const float *dy,
                            XAt xAt, const float *scale, const float *mean,
                            const float *invstd, float *dx, float *dscale,
-                           float *dbias, const float *acc) {
+                           float *dbias, const float *acc,
+                           uint16_t *dx16 = nullptr, bool bf16 = false) {
   const bool parallel = outer * dim >= cpu::kParallelGrain;
 
   // dscale and dbias sum over rows: blocks of columns accumulate whole rows
@@ -344,6 +346,11 @@ void layerNormBackwardRows(int64_t outer, int64_t dim, const float *dy,
                                     (xAt(row, j) - rowMean) * inv, f);
       dst[j] = add ? d + add[j] : d;
     }
+    if (dx16) {
+      uint16_t *copy = dx16 + row * dim;
+      for (int64_t j = 0; j < dim; ++j)
+        copy[j] = bf16 ? floatToBf16(dst[j]) : floatToHalf(dst[j]);
+    }
   });
 }
 
@@ -362,17 +369,17 @@ void layerNormBackward16(Context &, Storage16 storage, int64_t outer,
                          int64_t dim, const float *dy, const uint16_t *x,
                          const float *scale, const float *mean,
                          const float *invstd, float *dx, float *dscale,
-                         float *dbias, const float *acc) {
+                         float *dbias, const float *acc, uint16_t *dx16) {
   if (storage == Storage16::Bf16)
     layerNormBackwardRows(
         outer, dim, dy,
         [&](int64_t row, int64_t j) { return bf16ToFloat(x[row * dim + j]); },
-        scale, mean, invstd, dx, dscale, dbias, acc);
+        scale, mean, invstd, dx, dscale, dbias, acc, dx16, true);
   else
     layerNormBackwardRows(
         outer, dim, dy,
         [&](int64_t row, int64_t j) { return halfToFloat(x[row * dim + j]); },
-        scale, mean, invstd, dx, dscale, dbias, acc);
+        scale, mean, invstd, dx, dscale, dbias, acc, dx16, false);
 }
 
 } // namespace mtc::rt

@@ -234,7 +234,8 @@ template <typename X>
 __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const float *dy,
                                    const X *x, bool bf16, const float *scale,
                                    const float *mean, const float *invstd,
-                                   float *dx, const float *acc) {
+                                   float *dx, const float *acc,
+                                   uint16_t *dx16) {
   __shared__ double scratch[kReduceThreads];
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const float *grad = dy + row * dim;
@@ -255,7 +256,11 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const float *dy,
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       float d = normBackwardElement(grad[j] * scale[j],
                                     (loadX(src, j, bf16) - rowMean) * inv, f);
-      dst[j] = add ? d + add[j] : d;
+      d = add ? d + add[j] : d;
+      dst[j] = d;
+      // The 16-bit copy (its format is x's).
+      if (dx16)
+        dx16[row * dim + j] = bf16 ? floatToBf16(d) : floatToHalf(d);
     }
   }
 }
@@ -354,7 +359,8 @@ void layerNormBackwardOn(Context &ctx, int64_t outer, int64_t dim,
                          const float *dy, const X *x, bool bf16,
                          const float *scale, const float *mean,
                          const float *invstd, float *dx, float *dscale,
-                         float *dbias, const float *acc) {
+                         float *dbias, const float *acc,
+                         uint16_t *dx16 = nullptr) {
   if (dim <= 0)
     return;
   // The column sums read dy, so they run before dx overwrites it.
@@ -366,7 +372,7 @@ void layerNormBackwardOn(Context &ctx, int64_t outer, int64_t dim,
     return;
   lnBackwardDxKernel<X><<<cuda::gridFor(outer, 1), rowThreads(dim), 0,
                           ctx.stream>>>(outer, dim, dy, x, bf16, scale, mean,
-                                        invstd, dx, acc);
+                                        invstd, dx, acc, dx16);
   checkLaunch(ctx, "lnBackwardDxKernel");
 }
 
@@ -384,9 +390,9 @@ void layerNormBackward16(Context &ctx, Storage16 storage, int64_t outer,
                          int64_t dim, const float *dy, const uint16_t *x,
                          const float *scale, const float *mean,
                          const float *invstd, float *dx, float *dscale,
-                         float *dbias, const float *acc) {
+                         float *dbias, const float *acc, uint16_t *dx16) {
   layerNormBackwardOn(ctx, outer, dim, dy, x, storage == Storage16::Bf16,
-                      scale, mean, invstd, dx, dscale, dbias, acc);
+                      scale, mean, invstd, dx, dscale, dbias, acc, dx16);
 }
 
 } // namespace mtc::rt

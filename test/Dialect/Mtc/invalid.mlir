@@ -407,3 +407,11 @@ func.func @loss_alone_rank(%x: tensor<8x10x2xf32>, %y: tensor<8x2xi64>) {
   %loss = mtc.softmax_cross_entropy_loss %x, %y : (tensor<8x10x2xf32>, tensor<8x2xi64>) -> tensor<f32>
   return
 }
+
+// -----
+
+func.func @layer_norm_grad_copy_format(%dy: tensor<4x8xf32>, %x: tensor<4x8xbf16>, %g: tensor<8xf32>, %m: tensor<4x1xf32>) {
+  // expected-error@+1 {{input_grad16 must be the input gradient stored as the input is}}
+  %dx, %dg, %db, %h = mtc.layer_norm_grad %dy, %x, %g, %m, %m {axis = 1 : i64} : (tensor<4x8xf32>, tensor<4x8xbf16>, tensor<8xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<4x8xf16>)
+  return
+}

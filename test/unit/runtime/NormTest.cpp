@@ -414,6 +414,24 @@ TEST_F(Kernels, LayerNormBackward16ReadsTheStoredValues) {
       EXPECT_EQ(download(dx16, outer * dim), download(dx, outer * dim));
       EXPECT_EQ(download(dscale16, dim), download(dscale, dim));
       EXPECT_EQ(download(dbias16, dim), download(dbias, dim));
+      // With the input gradient's 16-bit copy: the same dx, and the copy is
+      // dx rounded to x's format, nothing written past it.
+      float *dxAgain = upload(std::vector<float>(outer * dim));
+      uint16_t *copy =
+          upload(std::vector<uint16_t>(outer * dim, 0x7777), 2);
+      layerNormBackward16(ctx, storage, outer, dim, dy, upload(x16), scale,
+                          mean, invstd, dxAgain, dscale16, dbias16,
+                          withAcc ? acc : nullptr, copy);
+      const std::vector<float> want = download(dx, outer * dim);
+      EXPECT_EQ(download(dxAgain, outer * dim), want);
+      std::vector<uint16_t> got = download(copy, outer * dim + 2);
+      EXPECT_EQ(got[outer * dim], static_cast<uint16_t>(kSentinel));
+      EXPECT_EQ(got[outer * dim + 1], static_cast<uint16_t>(kSentinel));
+      got.resize(outer * dim);
+      std::vector<uint16_t> rounded(outer * dim);
+      for (int64_t i = 0; i < outer * dim; ++i)
+        rounded[i] = bf16 ? floatToBf16(want[i]) : floatToHalf(want[i]);
+      EXPECT_EQ(got, rounded);
     }
   }
 }

@@ -219,6 +219,12 @@ LogicalResult LayerNormGradOp::verify() {
   if (Value acc = getAccumulate();
       acc && acc.getType() != getInputGrad().getType())
     return emitOpError("accumulate must have the input gradient's type");
+  if (Value copy = getInputGrad16();
+      copy && (shapeOf(copy) != shapeOf(getInputGrad()) ||
+               elementOf(copy).isF32() ||
+               elementOf(copy) != elementOf(getInput())))
+    return emitOpError("input_grad16 must be the input gradient stored as "
+                       "the input is");
   return success();
 }
 

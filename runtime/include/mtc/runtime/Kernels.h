@@ -508,12 +508,14 @@ void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
                        const float *acc = nullptr);
 /// The same with x stored in 16 bits (`storage`): a layer norm input the
 /// backward pass keeps in 16 bits, read as it is stored instead of widened
-/// by a conversion first.
+/// by a conversion first. With `dx16` non-null, dx is also stored there in
+/// that format, rounded as a conversion rounds it (the next GEMMs' operand).
 void layerNormBackward16(Context &ctx, Storage16 storage, int64_t outer,
                          int64_t dim, const float *dy, const uint16_t *x,
                          const float *scale, const float *mean,
                          const float *invstd, float *dx, float *dscale,
-                         float *dbias, const float *acc = nullptr);
+                         float *dbias, const float *acc = nullptr,
+                         uint16_t *dx16 = nullptr);
 
 //===----------------------------------------------------------------------===//
 // Dropout

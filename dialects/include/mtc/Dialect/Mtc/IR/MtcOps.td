@@ -890,7 +890,11 @@ def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
     the forward had none) from the saved statistics. With `accumulate`, the
     input gradient is that plus `accumulate` (the other gradient of a
     residual connection's sum, which the fusion pass folds in). `input` may
-    be stored in 16 bits (the fusion pass folds its widening conversion).
+    be stored in 16 bits (the fusion pass folds its widening conversion);
+    then the op may also return `input_grad16`, the input gradient rounded
+    to that format as a conversion rounds it (the fusion pass folds the
+    conversion that makes the next GEMMs' 16-bit operand, while the float32
+    gradient goes on down the residual path).
 
     Example:
 
@@ -907,7 +911,8 @@ def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
                    Mtc_FloatTensor:$invstd,
                    Optional<Mtc_FloatTensor>:$accumulate, I64Attr:$axis);
   let results = (outs Mtc_FloatTensor:$input_grad, Mtc_FloatTensor:$scale_grad,
-                      Mtc_FloatTensor:$bias_grad);
+                      Mtc_FloatTensor:$bias_grad,
+                      Optional<Mtc_StorageFloatTensor>:$input_grad16);
   let assemblyFormat = "$grad `,` $input `,` $scale `,` $mean `,` $invstd "
                        "(`accumulate` $accumulate^)? attr-dict `:` "
                        "functional-type(operands, results)";
