@@ -56,17 +56,6 @@ using namespace mtc;
 
 namespace {
 
-/// Elementwise ops with one floating-point result whose operands broadcast
-/// to it: what the code generator can compose into one loop.
-bool isFusable(Operation *op) {
-  if (!isa<ReluOp, TanhOp, SigmoidOp, ExpOp, LogOp, NegOp, SqrtOp, ErfOp,
-           ConvertOp, AddOp, SubOp, MulOp, DivOp, ReluGradOp, ExpandOp,
-           ClipOp, ClipGradOp, SelectOp, DropoutOp, DropoutGradOp>(op))
-    return false;
-  auto type = cast<RankedTensorType>(op->getResult(0).getType());
-  return isa<FloatType>(type.getElementType());
-}
-
 ArrayRef<int64_t> shapeOf(Value v) {
   return cast<ShapedType>(v.getType()).getShape();
 }
@@ -148,6 +137,10 @@ private:
   /// Marks slices and transposes whose readers can read them through
   /// strides (kStridedView; see formStridedViews).
   void formStridedViews(func::FuncOp func);
+  /// Marks concats of attention gradients that the attention backward
+  /// writes into the concat's result (kWrittenInPlace; see
+  /// writeConcatsInPlace).
+  void writeConcatsInPlace(func::FuncOp func);
   /// Computes a softmax cross-entropy and its gradient in one op (see
   /// formLossWithGrad).
   void formLossWithGrad(func::FuncOp func);
@@ -228,7 +221,7 @@ void FusionPass::fuse(func::FuncOp func) {
   for (Operation &op : func.getBody().front().without_terminator())
     ops.push_back(&op);
   auto continues = [&](Operation *op) {
-    return !run.empty() && isFusable(op) && continuesRun(run, op);
+    return !run.empty() && isFusableElementwise(op) && continuesRun(run, op);
   };
   for (size_t i = 0; i < ops.size(); ++i) {
     // Ops between two parts of a run that do not read it step aside
@@ -247,7 +240,7 @@ void FusionPass::fuse(func::FuncOp func) {
       continue;
     }
     close();
-    if (isFusable(ops[i]))
+    if (isFusableElementwise(ops[i]))
       run.push_back(ops[i]);
   }
   close();
@@ -257,6 +250,7 @@ void FusionPass::fuse(func::FuncOp func) {
   groupUpdates(func);
   markRowEpilogues(func);
   formStridedViews(func);
+  writeConcatsInPlace(func);
 }
 
 /// softmax_cross_entropy over [N, C] logits (mean or sum) whose
@@ -617,6 +611,39 @@ void FusionPass::formStridedViews(func::FuncOp func) {
   }
 }
 
+/// A concat of attention gradients (dQ, dK, dV back into the gradient of
+/// the projection they were sliced from), each read by nothing else, through
+/// reshapes only it reads: the attention backward writes them straight into
+/// the concat's result through row strides, and the concat copies nothing.
+/// The memory plan places each input inside the result (see
+/// mtc::concatPart), whose buffer then lives from the first of them on.
+/// Every input must be written by an attention backward whose rows the
+/// result's layout holds (contiguous rows, one stride per dim).
+void FusionPass::writeConcatsInPlace(func::FuncOp func) {
+  func.walk([&](ConcatOp concat) {
+    SmallVector<std::pair<Value, bool>> written; // value, seq_major
+    for (Value input : concat.getInputs()) {
+      Value v = input;
+      while (v.hasOneUse())
+        if (auto reshape = v.getDefiningOp<ReshapeOp>())
+          v = reshape.getInput();
+        else
+          break;
+      auto grad = v.getDefiningOp<AttentionGradOp>();
+      if (!grad || !v.hasOneUse())
+        return;
+      written.push_back({v, grad.getSeqMajor()});
+    }
+    concat->setAttr(attr::kWrittenInPlace, UnitAttr::get(concat.getContext()));
+    for (auto [v, seqMajor] : written)
+      if (!attentionReadable(v, seqMajor)) {
+        concat->removeAttr(attr::kWrittenInPlace);
+        return;
+      }
+    ++numConcatsInPlace;
+  });
+}
+
 /// A layer norm right after the fused op that computes its input (a
 /// residual add, with a dropout, a bias or the 16-bit copies beside it)
 /// runs in that op's kernel: each row is normalized as soon as it is
@@ -639,7 +666,7 @@ void FusionPass::markRowEpilogues(func::FuncOp func) {
       continue;
     // A lone elementwise op (a residual add) becomes a fused op of one.
     if (!isa<FusedOp>(prev)) {
-      if (!isFusable(prev))
+      if (!isFusableElementwise(prev))
         continue;
       build({prev});
     }
@@ -677,6 +704,15 @@ Type elementType(Value v) {
 }
 
 bool is16Bit(Value v) { return isa<BFloat16Type, Float16Type>(elementType(v)); }
+
+/// The element type `v` is stored in: its own, or the 16-bit one it is the
+/// widening of.
+static Type storedType(Value v) {
+  if (auto widen = v.getDefiningOp<ConvertOp>(); widen && !is16Bit(v))
+    if (is16Bit(widen.getInput()))
+      return elementType(widen.getInput());
+  return elementType(v);
+}
 
 /// Whether `v` has a reader at `at` or after it: reading it at `at` keeps
 /// it alive no longer than it is already.
@@ -772,7 +808,7 @@ bool RecomputePlan::add(Value v) {
   Operation *def = v.getDefiningOp();
   if (auto fused = dyn_cast_or_null<FusedOp>(def))
     return add(fused.getYielded()[cast<OpResult>(v).getResultNumber()]);
-  return def && isFusable(def) && addOp(def);
+  return def && isFusableElementwise(def) && addOp(def);
 }
 
 bool RecomputePlan::addOp(Operation *op) {
@@ -914,7 +950,7 @@ static void prune(Operation *op) {
 void FusionPass::recomputeSaved(func::FuncOp func) {
   Block &block = func.getBody().front();
   auto isKernel = [](Operation *op) {
-    return isa<FusedOp>(op) || isFusable(op);
+    return isa<FusedOp>(op) || isFusableElementwise(op);
   };
   SmallVector<Operation *> producers;
   for (Operation &op : block.without_terminator())
@@ -1239,8 +1275,13 @@ void FusionPass::foldConversions(func::FuncOp func) {
   });
   for (ConvertOp widen : widenings) {
     widen.getOutput().replaceUsesWithIf(widen.getInput(), [&](OpOperand &use) {
+      // A layer norm backward reads a 16-bit output gradient as stored when
+      // its saved input is (or will be, once its widening is folded) in
+      // the same format.
       if (auto grad = dyn_cast<LayerNormGradOp>(use.getOwner()))
-        return use.get() == grad.getInput();
+        return use.get() == grad.getInput() ||
+               (use.get() == grad.getGrad() &&
+                elementType(widen.getInput()) == storedType(grad.getInput()));
       if (auto grad = dyn_cast<AttentionGradOp>(use.getOwner()))
         return use.get() == grad.getOutput() &&
                elementType(widen.getInput()) == elementType(grad.getQuery());

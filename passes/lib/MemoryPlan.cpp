@@ -236,6 +236,9 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
     tiedTo[v] = bufferOf[arg];
   }
 
+  // Bytes into its buffer where a value starts: an input written into a
+  // concat's result (see mtc::concatPart) and views of it.
+  DenseMap<Value, int64_t> within;
   for (Operation &op : body.without_terminator()) {
     bool constant = isa<ConstantOp>(op);
     for (Value r : op.getResults()) {
@@ -249,8 +252,24 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
         unsigned shared = bufferOf[source];
         bufferOf[r] = shared;
         buffers[shared].end = lastUse(r, buffers[shared].end);
+        if (within.count(source))
+          within[r] = within[source];
         continue;
       }
+      // An input of a concat written in place lives in the concat's
+      // result, whose buffer starts with the first input computed.
+      if (ConcatPart part = concatPart(r); part.concat) {
+        Value whole = part.concat->getResult(0);
+        if (!bufferOf.count(whole))
+          addValue(whole, index[&op], /*persistent=*/false);
+        bufferOf[r] = bufferOf[whole];
+        within[r] =
+            part.offset *
+            getElementTypeOrSelf(whole.getType()).getIntOrFloatBitWidth() / 8;
+        continue;
+      }
+      if (op.hasAttr(attr::kWrittenInPlace) && bufferOf.count(r))
+        continue; // placed with its first input
       // A result written over an operand whose buffer dies here.
       if (Value source = inPlaceSource(cast<OpResult>(r));
           source && source.getDefiningOp() &&
@@ -301,7 +320,7 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
       continue;
     SmallVector<int64_t> offsets;
     for (Value r : op.getResults())
-      offsets.push_back(buffers[bufferOf[r]].offset);
+      offsets.push_back(buffers[bufferOf[r]].offset + within.lookup(r));
     op.setAttr(attr::kOffsets, b.getDenseI64ArrayAttr(offsets));
   }
   for (auto [op, i] : workspaces)

@@ -68,12 +68,14 @@ public:
     if (auto step = module.lookupSymbol<func::FuncOp>("train_step")) {
       roundLogits(step, low);
       storeSavedActivations(step, low);
+      roundInputGradients(step, low);
     }
   }
 
 private:
   void convertOperands(func::FuncOp func, Type low);
   void roundLogits(func::FuncOp func, Type low);
+  void roundInputGradients(func::FuncOp func, Type low);
   void storeSavedActivations(func::FuncOp func, Type low);
 };
 
@@ -97,6 +99,21 @@ bool isLinearOutput(Value v, Type low) {
         cast<ShapedType>(bias.getType()).getRank() == 1)
       return true;
   return false;
+}
+
+/// Whether `v` is a parameter, or a view or 16-bit copy of one.
+bool isParameterCopy(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<ConvertOp, ReshapeOp, TransposeOp>(def))
+      return false;
+    v = def->getOperand(0);
+  }
+  auto arg = cast<BlockArgument>(v);
+  auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+  auto role = func ? func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                        attr::kRole)
+                   : nullptr;
+  return role && role.getValue() == "param";
 }
 
 bool isBackwardOp(Operation *op) {
@@ -191,6 +208,77 @@ void PrecisionPass::roundLogits(func::FuncOp func, Type low) {
     Value widened = b.create<ConvertOp>(loss.getLoc(), type, rounded);
     loss.getLogitsMutable().assign(widened);
   });
+}
+
+/// The gradient a backward GEMM of 16-bit operands computes from an output
+/// gradient and a parameter's 16-bit copy (a linear layer's input gradient:
+/// dX = dY W^T) is rounded to 16 bits, and its readers read the widening:
+/// what torch.autocast's matmul backward returns. A reader that narrows it
+/// anyway (an attention backward's output gradient) reads the rounded
+/// values. The fusion pass then stores the GEMM's result in 16 bits and
+/// lets the kernels after it read it as stored: the gradient between a
+/// linear layer and its activation or norm is written and read at half the
+/// bytes. So that no kernel moves more bytes for it, only gradients whose
+/// every reader takes 16-bit values as they are stored are rounded: an
+/// elementwise kernel (it widens them as it reads), a layer norm backward
+/// whose saved input is stored in the same format, a conversion to it. A
+/// transpose, say, would need a widening kernel of its own. Weight
+/// gradients stay float32 (autocast rounds them as well, but the
+/// optimizer's parameters are float32 and lose nothing here).
+void PrecisionPass::roundInputGradients(func::FuncOp func, Type low) {
+  auto readsStored = [&](OpOperand &use) {
+    Operation *user = use.getOwner();
+    if (isFusableElementwise(user))
+      return true;
+    auto norm = dyn_cast<LayerNormGradOp>(user);
+    if (!norm || use.get() != norm.getGrad())
+      return false;
+    auto saved = norm.getInput().getDefiningOp<ConvertOp>();
+    return saved && getElementTypeOrSelf(saved.getInput()) == low;
+  };
+  SmallVector<MatMulOp> gemms;
+  func.walk([&](MatMulOp mm) {
+    // The forms a GEMM stores 16-bit results in (see MatMulOp::verify).
+    if (mm->hasAttr(attr::kBackward) && !mm->hasAttr(attr::kRecompute) &&
+        getElementTypeOrSelf(mm.getA()) == low && !mm.getTransposeA() &&
+        cast<ShapedType>(mm.getB().getType()).getRank() == 2 &&
+        isParameterCopy(mm.getB()) &&
+        llvm::all_of(mm.getOutput().getUses(), readsStored))
+      gemms.push_back(mm);
+  });
+  for (MatMulOp mm : gemms) {
+    Value v = mm.getOutput();
+    auto type = cast<RankedTensorType>(v.getType());
+    // Rounded right away; widened right before its first reader, so that
+    // the widening can join that reader's kernel.
+    Operation *first = nullptr;
+    for (Operation *user : v.getUsers())
+      if (!first || user->isBeforeInBlock(first))
+        first = user;
+    if (!first)
+      continue;
+    OpBuilder b(mm);
+    b.setInsertionPointAfter(mm);
+    auto rounded = b.create<ConvertOp>(mm.getLoc(), type.clone(low), v);
+    b.setInsertionPoint(first);
+    auto widened = b.create<ConvertOp>(mm.getLoc(), type, rounded);
+    for (Operation *made : {rounded, widened})
+      made->setAttr(attr::kBackward, b.getUnitAttr());
+    for (OpOperand &use : llvm::make_early_inc_range(v.getUses())) {
+      Operation *user = use.getOwner();
+      if (user == rounded)
+        continue;
+      if (auto narrow = dyn_cast<ConvertOp>(user);
+          narrow && narrow.getType() == rounded.getType()) {
+        narrow.replaceAllUsesWith(rounded.getOutput());
+        narrow.erase();
+        continue;
+      }
+      use.set(widened);
+    }
+    if (widened.use_empty())
+      widened.erase();
+  }
 }
 
 /// A forward value the backward pass reads (outside GEMMs and convolutions,

@@ -154,3 +154,40 @@ func.func @forward(%x: tensor<2x3x4xf32> {mtc.name = "input", mtc.role = "input"
   %l, %p = mtc.softmax_cross_entropy %1, %t : (tensor<6x7xf32>, tensor<6xi64>) -> (tensor<f32>, tensor<6x7xf32>)
   return %l : tensor<f32>
 }
+
+// -----
+
+// A linear layer's input gradient (a backward GEMM of the output gradient
+// and the weight's 16-bit copy) is rounded to bfloat16 right after the
+// GEMM, as autocast's matmul backward returns it, and widened right before
+// its reader when every reader takes 16-bit values as stored (tanh's
+// gradient, elementwise). One read by a transpose stays float32 (it would
+// need a widening kernel of its own), and so do the weight gradients.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[W:[^:]+]]: tensor<8x6xf32>
+// CHECK: %[[WH:.+]] = mtc.convert %[[W]] : tensor<8x6xf32> to tensor<8x6xbf16>
+// CHECK: %[[DTT:.+]] = mtc.matmul %{{.+}}, %[[WH]] {mtc.backward, transpose_b = true} : (tensor<4x6xbf16>, tensor<8x6xbf16>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[DW1:.+]] = mtc.matmul {{.*}} -> tensor<8x6xf32>
+// CHECK-NEXT: mtc.transpose %[[DTT]] {mtc.backward
+// CHECK: %[[DH:.+]] = mtc.matmul %{{.+}}, %[[WH]] {mtc.backward, transpose_b = true} : (tensor<4x6xbf16>, tensor<8x6xbf16>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[DHH:.+]] = mtc.convert %[[DH]] {mtc.backward} : tensor<4x8xf32> to tensor<4x8xbf16>
+// CHECK-NEXT: %[[DW2:.+]] = mtc.matmul {{.*}} -> tensor<8x6xf32>
+// CHECK-NEXT: %[[DW:.+]] = mtc.add %[[DW1]], %[[DW2]] {mtc.backward} : (tensor<8x6xf32>, tensor<8x6xf32>) -> tensor<8x6xf32>
+// CHECK: %[[WIDE:.+]] = mtc.convert %[[DHH]] {mtc.backward} : tensor<4x8xbf16> to tensor<4x8xf32>
+// CHECK-NEXT: %[[DX:.+]] = mtc.mul %[[WIDE]], %{{.+}} {mtc.backward}
+// CHECK: return %{{.+}}, %[[DX]], %{{.+}}, %[[DW]]
+// FP32-LABEL: func.func @train_step
+// FP32-NOT: mtc.convert
+func.func @forward(%x: tensor<4x8xf32> {mtc.name = "x", mtc.role = "param"},
+                   %v: tensor<8x4xf32> {mtc.name = "v", mtc.role = "param"},
+                   %w: tensor<8x6xf32> {mtc.name = "w", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %h = mtc.tanh %x : tensor<4x8xf32>
+  %z = mtc.matmul %h, %w : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+  %t = mtc.tanh %v : tensor<8x4xf32>
+  %tt = mtc.transpose %t {perm = array<i64: 1, 0>} : (tensor<8x4xf32>) -> tensor<4x8xf32>
+  %z2 = mtc.matmul %tt, %w : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+  %s = mtc.add %z, %z2 : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+  %l = mtc.reduce_sum %s {axes = array<i64: 0, 1>, keepdims = false} : (tensor<4x6xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -142,9 +142,10 @@ static cl::opt<std::string> precisionName(
     cl::desc("Precision of GEMM and convolution operands: fp32, or bf16 / "
              "fp16 (operands rounded to 16 bits, products accumulated in "
              "float32, activations saved for the backward pass in 16 bits, "
-             "the logits a GEMM computes for a loss and the linear layer "
-             "outputs saved for the backward stored in 16 bits as "
-             "torch.autocast stores them; parameters, optimizer state, "
+             "the logits a GEMM computes for a loss, the linear layer "
+             "outputs saved for the backward and the input gradients of "
+             "linear layers stored in 16 bits as torch.autocast stores "
+             "them; parameters, optimizer state, weight gradients, "
              "softmax, norms, reductions and losses compute in float32). "
              "auto (default): bf16 for --target cuda on sm_80 and newer, "
              "fp32 otherwise"),

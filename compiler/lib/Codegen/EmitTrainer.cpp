@@ -1480,6 +1480,21 @@ void Emitter::emitOpBody(Operation *op) {
                      .str());
       })
       .Case([&](ConcatOp c) {
+        // Its inputs were written into its result (mtc::concatPart) by
+        // attention backwards, the only kernels that write through strides.
+        if (c->hasAttr(attr::kWrittenInPlace)) {
+          for (Value input : c.getInputs()) {
+            Value v = input;
+            while (auto reshape = v.getDefiningOp<ReshapeOp>())
+              v = reshape.getInput();
+            if (!v.getDefiningOp<AttentionGradOp>() || !concatPart(v).concat)
+              if (error.empty())
+                error = "a concat written in place must have attention "
+                        "gradients as inputs, each read only by it";
+          }
+          s << "  // its inputs were written into it: no copy\n";
+          return;
+        }
         int64_t axis = c.getAxis();
         SmallVector<int64_t> outStrides = contiguousStrides(shapeOf(c.getOutput()));
         int64_t offset = 0;
@@ -1575,7 +1590,8 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
                  getTensorBytes(ln.getInput().getType());
         flops += lnCost.getFlops();
       }
-      if (op.hasAttr(attr::kRowEpilogue) || viewSource(&op))
+      if (op.hasAttr(attr::kRowEpilogue) || viewSource(&op) ||
+          op.hasAttr(attr::kWrittenInPlace))
         bytes = flops = 0;
       bool elementwise =
           (isa<FusedOp>(op) || elementwiseExpr(&op)) && !rowEpilogue;

@@ -292,12 +292,19 @@ void layerNormForward16(Context &, Storage16 storage, int64_t outer,
 
 namespace {
 
+/// dy[i] widened to float: float32, or 16-bit (bfloat16 when `bf16`).
+inline float widenAt(const float *p, int64_t i, bool) { return p[i]; }
+inline float widenAt(const uint16_t *p, int64_t i, bool bf16) {
+  return bf16 ? bf16ToFloat(p[i]) : halfToFloat(p[i]);
+}
+
 /// layerNormBackward with x read through `xAt(row, j)` (float32 or 16-bit
-/// storage widened exactly), and dx also stored in 16 bits (`bf16` or
-/// float16) into dx16 when it is non-null.
-template <typename XAt>
-void layerNormBackwardRows(int64_t outer, int64_t dim, const float *dy,
-                           XAt xAt, const float *scale, const float *mean,
+/// storage widened exactly), dy float32 or stored in 16 bits (`bf16` or
+/// float16, x's format), and dx also stored in 16 bits into dx16 when it is
+/// non-null.
+template <typename DY, typename XAt>
+void layerNormBackwardRows(int64_t outer, int64_t dim, const DY *dy, XAt xAt,
+                           const float *scale, const float *mean,
                            const float *invstd, float *dx, float *dscale,
                            float *dbias, const float *acc,
                            uint16_t *dx16 = nullptr, bool bf16 = false) {
@@ -314,12 +321,13 @@ void layerNormBackwardRows(int64_t outer, int64_t dim, const float *dy,
     for (int64_t j = 0; j < width; ++j)
       accScale[j] = accBias[j] = 0.0;
     for (int64_t row = 0; row < outer; ++row) {
-      const float *grad = dy + row * dim + first;
+      const DY *grad = dy + row * dim + first;
       const float rowMean = mean[row], inv = invstd[row];
       for (int64_t j = 0; j < width; ++j) {
+        float g = widenAt(grad, j, bf16);
         float xhat = (xAt(row, first + j) - rowMean) * inv;
-        accScale[j] += static_cast<double>(grad[j]) * xhat;
-        accBias[j] += grad[j];
+        accScale[j] += static_cast<double>(g) * xhat;
+        accBias[j] += g;
       }
     }
     for (int64_t j = 0; j < width; ++j) {
@@ -330,20 +338,18 @@ void layerNormBackwardRows(int64_t outer, int64_t dim, const float *dy,
   });
 
   cpu::parallelFor(0, outer, parallel, [&](int64_t row) {
-    const float *grad = dy + row * dim;
+    const DY *grad = dy + row * dim;
     float *dst = dx + row * dim;
     const float rowMean = mean[row], inv = invstd[row];
-    double sumG =
-        cpu::sumTerms(dim, [&](int64_t j) { return grad[j] * scale[j]; });
+    auto g = [&](int64_t j) { return widenAt(grad, j, bf16) * scale[j]; };
+    double sumG = cpu::sumTerms(dim, g);
     double sumGXhat = cpu::sumTerms(dim, [&](int64_t j) {
-      return static_cast<double>(grad[j] * scale[j]) *
-             ((xAt(row, j) - rowMean) * inv);
+      return static_cast<double>(g(j)) * ((xAt(row, j) - rowMean) * inv);
     });
     NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
     const float *add = acc ? acc + row * dim : nullptr;
     for (int64_t j = 0; j < dim; ++j) {
-      float d = normBackwardElement(grad[j] * scale[j],
-                                    (xAt(row, j) - rowMean) * inv, f);
+      float d = normBackwardElement(g(j), (xAt(row, j) - rowMean) * inv, f);
       dst[j] = add ? d + add[j] : d;
     }
     if (dx16) {
@@ -365,11 +371,14 @@ void layerNormBackward(Context &, int64_t outer, int64_t dim, const float *dy,
       scale, mean, invstd, dx, dscale, dbias, acc);
 }
 
-void layerNormBackward16(Context &, Storage16 storage, int64_t outer,
-                         int64_t dim, const float *dy, const uint16_t *x,
-                         const float *scale, const float *mean,
-                         const float *invstd, float *dx, float *dscale,
-                         float *dbias, const float *acc, uint16_t *dx16) {
+namespace {
+
+template <typename DY>
+void layerNormBackward16On(Storage16 storage, int64_t outer, int64_t dim,
+                           const DY *dy, const uint16_t *x, const float *scale,
+                           const float *mean, const float *invstd, float *dx,
+                           float *dscale, float *dbias, const float *acc,
+                           uint16_t *dx16) {
   if (storage == Storage16::Bf16)
     layerNormBackwardRows(
         outer, dim, dy,
@@ -380,6 +389,26 @@ void layerNormBackward16(Context &, Storage16 storage, int64_t outer,
         outer, dim, dy,
         [&](int64_t row, int64_t j) { return halfToFloat(x[row * dim + j]); },
         scale, mean, invstd, dx, dscale, dbias, acc, dx16, false);
+}
+
+} // namespace
+
+void layerNormBackward16(Context &, Storage16 storage, int64_t outer,
+                         int64_t dim, const float *dy, const uint16_t *x,
+                         const float *scale, const float *mean,
+                         const float *invstd, float *dx, float *dscale,
+                         float *dbias, const float *acc, uint16_t *dx16) {
+  layerNormBackward16On(storage, outer, dim, dy, x, scale, mean, invstd, dx,
+                        dscale, dbias, acc, dx16);
+}
+
+void layerNormBackward16(Context &, Storage16 storage, int64_t outer,
+                         int64_t dim, const uint16_t *dy, const uint16_t *x,
+                         const float *scale, const float *mean,
+                         const float *invstd, float *dx, float *dscale,
+                         float *dbias, const float *acc, uint16_t *dx16) {
+  layerNormBackward16On(storage, outer, dim, dy, x, scale, mean, invstd, dx,
+                        dscale, dbias, acc, dx16);
 }
 
 } // namespace mtc::rt

@@ -185,18 +185,20 @@ __global__ void lnForwardKernel(int64_t outer, int64_t dim, const float *x,
                        invstd ? invstd + row : nullptr, bf16, scratch);
 }
 
-/// dscale and dbias: a block of kColumns x kRowSlices threads per kColumns
-/// columns; thread (col, slice) sums rows slice, slice + kRowSlices, ...,
-/// then the slices are added in order.
-/// x[i] widened to float: float32, or 16-bit (bfloat16 when `bf16`).
+/// x[i] (or dy[i]) widened to float: float32, or 16-bit (bfloat16 when
+/// `bf16`).
 __device__ inline float loadX(const float *x, int64_t i, bool) { return x[i]; }
 __device__ inline float loadX(const uint16_t *x, int64_t i, bool bf16) {
   return bf16 ? bf16ToFloat(x[i]) : halfToFloat(x[i]);
 }
 
-template <typename X>
+/// dscale and dbias: a block of kColumns x kRowSlices threads per kColumns
+/// columns; thread (col, slice) sums rows slice, slice + kRowSlices, ...,
+/// then the slices are added in order. dy and x are float32 or 16-bit.
+
+template <typename G, typename X>
 __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
-                                       const float *dy, const X *x, bool bf16,
+                                       const G *dy, const X *x, bool bf16,
                                        const float *mean, const float *invstd,
                                        float *dscale, float *dbias) {
   __shared__ double partScale[kRowSlices][kColumns];
@@ -207,7 +209,7 @@ __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
     double accScale = 0.0, accBias = 0.0;
     if (j < dim) {
       for (int64_t row = threadIdx.y; row < outer; row += kRowSlices) {
-        float g = dy[row * dim + j];
+        float g = loadX(dy, row * dim + j, bf16);
         float xhat = (loadX(x, row * dim + j, bf16) - mean[row]) * invstd[row];
         accScale += static_cast<double>(g) * xhat;
         accBias += g;
@@ -230,21 +232,21 @@ __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
   }
 }
 
-template <typename X>
-__global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const float *dy,
+template <typename G, typename X>
+__global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
                                    const X *x, bool bf16, const float *scale,
                                    const float *mean, const float *invstd,
                                    float *dx, const float *acc,
                                    uint16_t *dx16) {
   __shared__ double scratch[kReduceThreads];
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
-    const float *grad = dy + row * dim;
+    const G *grad = dy + row * dim;
     const X *src = x + row * dim;
     float *dst = dx + row * dim;
     const float rowMean = mean[row], inv = invstd[row];
     double sumG = 0.0, sumGXhat = 0.0;
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      float g = grad[j] * scale[j];
+      float g = loadX(grad, j, bf16) * scale[j];
       float xhat = (loadX(src, j, bf16) - rowMean) * inv;
       sumG += g;
       sumGXhat += static_cast<double>(g) * xhat;
@@ -254,7 +256,7 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const float *dy,
     const NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
     const float *add = acc ? acc + row * dim : nullptr;
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      float d = normBackwardElement(grad[j] * scale[j],
+      float d = normBackwardElement(loadX(grad, j, bf16) * scale[j],
                                     (loadX(src, j, bf16) - rowMean) * inv, f);
       d = add ? d + add[j] : d;
       dst[j] = d;
@@ -354,9 +356,9 @@ void layerNormForward16(Context &ctx, Storage16 storage, int64_t outer,
 
 namespace {
 
-template <typename X>
+template <typename G, typename X>
 void layerNormBackwardOn(Context &ctx, int64_t outer, int64_t dim,
-                         const float *dy, const X *x, bool bf16,
+                         const G *dy, const X *x, bool bf16,
                          const float *scale, const float *mean,
                          const float *invstd, float *dx, float *dscale,
                          float *dbias, const float *acc,
@@ -364,13 +366,13 @@ void layerNormBackwardOn(Context &ctx, int64_t outer, int64_t dim,
   if (dim <= 0)
     return;
   // The column sums read dy, so they run before dx overwrites it.
-  lnBackwardParamsKernel<X><<<cuda::gridFor(dim, kColumns),
+  lnBackwardParamsKernel<G, X><<<cuda::gridFor(dim, kColumns),
                               dim3(kColumns, kRowSlices), 0, ctx.stream>>>(
       outer, dim, dy, x, bf16, mean, invstd, dscale, dbias);
   checkLaunch(ctx, "lnBackwardParamsKernel");
   if (outer <= 0)
     return;
-  lnBackwardDxKernel<X><<<cuda::gridFor(outer, 1), rowThreads(dim), 0,
+  lnBackwardDxKernel<G, X><<<cuda::gridFor(outer, 1), rowThreads(dim), 0,
                           ctx.stream>>>(outer, dim, dy, x, bf16, scale, mean,
                                         invstd, dx, acc, dx16);
   checkLaunch(ctx, "lnBackwardDxKernel");
@@ -388,6 +390,15 @@ void layerNormBackward(Context &ctx, int64_t outer, int64_t dim,
 
 void layerNormBackward16(Context &ctx, Storage16 storage, int64_t outer,
                          int64_t dim, const float *dy, const uint16_t *x,
+                         const float *scale, const float *mean,
+                         const float *invstd, float *dx, float *dscale,
+                         float *dbias, const float *acc, uint16_t *dx16) {
+  layerNormBackwardOn(ctx, outer, dim, dy, x, storage == Storage16::Bf16,
+                      scale, mean, invstd, dx, dscale, dbias, acc, dx16);
+}
+
+void layerNormBackward16(Context &ctx, Storage16 storage, int64_t outer,
+                         int64_t dim, const uint16_t *dy, const uint16_t *x,
                          const float *scale, const float *mean,
                          const float *invstd, float *dx, float *dscale,
                          float *dbias, const float *acc, uint16_t *dx16) {

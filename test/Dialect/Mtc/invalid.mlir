@@ -415,3 +415,19 @@ func.func @layer_norm_grad_copy_format(%dy: tensor<4x8xf32>, %x: tensor<4x8xbf16
   %dx, %dg, %db, %h = mtc.layer_norm_grad %dy, %x, %g, %m, %m {axis = 1 : i64} : (tensor<4x8xf32>, tensor<4x8xbf16>, tensor<8xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<4x8xf16>)
   return
 }
+
+// -----
+
+func.func @layer_norm_grad_16bit_grad(%dy: tensor<4x8xbf16>, %x: tensor<4x8xf32>, %g: tensor<8xf32>, %m: tensor<4x1xf32>) {
+  // expected-error@+1 {{a 16-bit grad needs the input stored alike}}
+  %dx, %dg, %db = mtc.layer_norm_grad %dy, %x, %g, %m, %m {axis = 1 : i64} : (tensor<4x8xbf16>, tensor<4x8xf32>, tensor<8xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+func.func @layer_norm_grad_16bit_formats(%dy: tensor<4x8xf16>, %x: tensor<4x8xbf16>, %g: tensor<8xf32>, %m: tensor<4x1xf32>) {
+  // expected-error@+1 {{a 16-bit grad needs the input stored alike}}
+  %dx, %dg, %db = mtc.layer_norm_grad %dy, %x, %g, %m, %m {axis = 1 : i64} : (tensor<4x8xf16>, tensor<4x8xbf16>, tensor<8xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}

@@ -974,6 +974,79 @@ TEST_F(Attention, StridedLayoutsMatchContiguous) {
     EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
     expectSame(collect(o), want);
   }
+  // The three gradients written straight into one packed [B, S, 3, H, D]
+  // buffer, where a concat would put them (the packed projection's
+  // gradient): float32, and 16-bit gradients of 16-bit operands. Each is
+  // the contiguous gradient (rounded as a conversion rounds it), and
+  // together they fill the buffer.
+  AttentionDims intoPacked = strided;
+  intoPacked.rows.dq = intoPacked.rows.dk = intoPacked.rows.dv = packed;
+  auto unpack = [&](const auto &from, int64_t at) {
+    std::vector<std::decay_t<decltype(from[0])>> to(n);
+    for (int64_t h = 0; h < B * H; ++h)
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t c = 0; c < D; ++c)
+          to[(h * S + i) * D + c] = from[at + place(packed, h, i) + c];
+    return to;
+  };
+  {
+    SCOPED_TRACE("float32 gradients packed");
+    Result want = run(flat, in);
+    std::vector<float> qkv(3 * n);
+    scatter(in.q, packed, qkv, 0);
+    scatter(in.k, packed, qkv, H * D);
+    scatter(in.v, packed, qkv, 2 * H * D);
+    std::vector<float> dout(n);
+    scatter(in.dout, seqMajor, dout, 0);
+    const float *p = upload(qkv);
+    Outputs o = outputs(flat);
+    attentionForward(ctx, strided, p, p + H * D, p + 2 * H * D, mask, o.out,
+                     o.lse);
+    float *grads = upload(std::vector<float>(3 * n, kSentinel), kGuard);
+    attentionBackward(ctx, intoPacked, p, p + H * D, p + 2 * H * D, mask,
+                      o.out, o.lse, upload(dout), grads, grads + H * D,
+                      grads + 2 * H * D);
+    EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+    std::vector<float> all = take(grads, 3 * n, "packed gradients");
+    EXPECT_EQ(unpack(all, 0), want.dq);
+    EXPECT_EQ(unpack(all, H * D), want.dk);
+    EXPECT_EQ(unpack(all, 2 * H * D), want.dv);
+    EXPECT_EQ(std::count(all.begin(), all.end(), kSentinel), 0);
+  }
+  {
+    SCOPED_TRACE("bf16 gradients packed");
+    Inputs16 bits = roundInputs(in, Storage16::Bf16);
+    Result want = run16(flat, Storage16::Bf16, in, bits);
+    std::vector<uint16_t> qkv(3 * n), dout(n);
+    scatter(bits.q, packed, qkv, 0);
+    scatter(bits.k, packed, qkv, H * D);
+    scatter(bits.v, packed, qkv, 2 * H * D);
+    scatter(bits.dout, seqMajor, dout, 0);
+    const uint16_t *p = upload(qkv);
+    Outputs o = outputs(flat);
+    attentionForward16(ctx, Storage16::Bf16, strided, p, p + H * D,
+                       p + 2 * H * D, mask, o.out, o.lse);
+    uint16_t *grads = upload(std::vector<uint16_t>(3 * n, 0x7777), kGuard);
+    attentionBackward16(ctx, Storage16::Bf16, intoPacked, p, p + H * D,
+                        p + 2 * H * D, mask, o.out, o.lse, upload(dout), grads,
+                        grads + H * D, grads + 2 * H * D);
+    EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+    std::vector<uint16_t> all = download(grads, 3 * n + kGuard);
+    for (size_t i = 3 * n; i < 3 * n + kGuard; ++i)
+      EXPECT_EQ(all[i], static_cast<uint16_t>(kSentinel))
+          << "written past the end at " << i;
+    all.resize(3 * n);
+    auto rounded = [](const std::vector<float> &f) {
+      std::vector<uint16_t> r(f.size());
+      for (size_t i = 0; i < f.size(); ++i)
+        r[i] = floatToBf16(f[i]);
+      return r;
+    };
+    EXPECT_EQ(unpack(all, 0), rounded(want.dq));
+    EXPECT_EQ(unpack(all, H * D), rounded(want.dk));
+    EXPECT_EQ(unpack(all, 2 * H * D), rounded(want.dv));
+    EXPECT_EQ(std::count(all.begin(), all.end(), uint16_t{0x7777}), 0);
+  }
 }
 
 } // namespace

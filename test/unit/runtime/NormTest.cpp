@@ -436,6 +436,66 @@ TEST_F(Kernels, LayerNormBackward16ReadsTheStoredValues) {
   }
 }
 
+TEST_F(Kernels, LayerNormBackward16ReadsAStoredGradient) {
+  // dy stored in 16 bits as well (x's format): every result is the
+  // kernel's on the widened dy, bit for bit, with and without the residual
+  // gradient and the 16-bit copy. Values of dy that bfloat16 and float16
+  // round differently make a kernel reading the wrong format fail.
+  const int64_t outer = 7, dim = 260;
+  std::vector<float> xv = randomVector(outer * dim, -3.0f, 5.0f, 31);
+  std::vector<float> dyv = randomVector(outer * dim, -1.0f, 1.0f, 32);
+  std::vector<float> accv = randomVector(outer * dim, -1.0f, 1.0f, 33);
+  std::vector<float> scalev = randomVector(dim, 0.5f, 1.5f, 34);
+  float *scale = upload(scalev), *acc = upload(accv);
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    const bool bf16 = storage == Storage16::Bf16;
+    SCOPED_TRACE(bf16 ? "bf16" : "fp16");
+    std::vector<uint16_t> x16(outer * dim), dy16(outer * dim);
+    std::vector<float> x(outer * dim), dyWidened(outer * dim);
+    for (int64_t i = 0; i < outer * dim; ++i) {
+      x16[i] = bf16 ? floatToBf16(xv[i]) : floatToHalf(xv[i]);
+      x[i] = storedToFloat(x16[i], bf16);
+      dy16[i] = bf16 ? floatToBf16(dyv[i]) : floatToHalf(dyv[i]);
+      dyWidened[i] = storedToFloat(dy16[i], bf16);
+    }
+    float *mean = upload(std::vector<float>(outer));
+    float *invstd = upload(std::vector<float>(outer));
+    float *y = upload(std::vector<float>(outer * dim));
+    layerNormForward(ctx, outer, dim, upload(x), scale, nullptr, 1e-5f, y,
+                     mean, invstd);
+    for (bool withAcc : {false, true}) {
+      const float *residual = withAcc ? acc : nullptr;
+      float *dx = upload(std::vector<float>(outer * dim));
+      float *dscale = upload(std::vector<float>(dim));
+      float *dbias = upload(std::vector<float>(dim));
+      uint16_t *copy = upload(std::vector<uint16_t>(outer * dim));
+      layerNormBackward16(ctx, storage, outer, dim, upload(dyWidened),
+                          upload(x16), scale, mean, invstd, dx, dscale, dbias,
+                          residual, copy);
+      float *dx2 = upload(std::vector<float>(outer * dim));
+      float *dscale2 = upload(std::vector<float>(dim));
+      float *dbias2 = upload(std::vector<float>(dim));
+      uint16_t *copy2 = upload(std::vector<uint16_t>(outer * dim));
+      layerNormBackward16(ctx, storage, outer, dim, upload(dy16), upload(x16),
+                          scale, mean, invstd, dx2, dscale2, dbias2, residual,
+                          copy2);
+      EXPECT_EQ(download(dx2, outer * dim), download(dx, outer * dim));
+      EXPECT_EQ(download(dscale2, dim), download(dscale, dim));
+      EXPECT_EQ(download(dbias2, dim), download(dbias, dim));
+      EXPECT_EQ(download(copy2, outer * dim), download(copy, outer * dim));
+      // And the gradient did reach the results: dbias is the column sum
+      // of the widened dy.
+      std::vector<float> bias = download(dbias2, dim);
+      for (int64_t j = 0; j < dim; j += 37) {
+        double sum = 0.0;
+        for (int64_t row = 0; row < outer; ++row)
+          sum += dyWidened[row * dim + j];
+        EXPECT_NEAR(bias[j], sum, 1e-5) << "column " << j;
+      }
+    }
+  }
+}
+
 TEST_F(Kernels, BatchNormActivationIsTheSeparateKernels) {
   // A fused ReLU or clip: y is the activation of the plain kernel's y, and
   // the backward with the activation's output is the plain backward of the

@@ -214,8 +214,10 @@ LogicalResult MatMulOp::verify() {
 
 LogicalResult LayerNormGradOp::verify() {
   if (shapeOf(getInput()) != shapeOf(getGrad()) ||
-      getInputGrad().getType() != getGrad().getType())
+      shapeOf(getInputGrad()) != shapeOf(getGrad()))
     return emitOpError("input, grad and input_grad must have one shape");
+  if (Type g = elementOf(getGrad()); !g.isF32() && g != elementOf(getInput()))
+    return emitOpError("a 16-bit grad needs the input stored alike");
   if (Value acc = getAccumulate();
       acc && acc.getType() != getInputGrad().getType())
     return emitOpError("accumulate must have the input gradient's type");
@@ -949,6 +951,15 @@ LogicalResult SoftmaxCrossEntropyLossOp::verify() {
   return verifyRowLoss(*this);
 }
 
+bool mtc::isFusableElementwise(Operation *op) {
+  if (!isa<ReluOp, TanhOp, SigmoidOp, ExpOp, LogOp, NegOp, SqrtOp, ErfOp,
+           ConvertOp, AddOp, SubOp, MulOp, DivOp, ReluGradOp, ExpandOp,
+           ClipOp, ClipGradOp, SelectOp, DropoutOp, DropoutGradOp>(op))
+    return false;
+  auto type = cast<RankedTensorType>(op->getResult(0).getType());
+  return isa<FloatType>(type.getElementType());
+}
+
 Value mtc::inPlaceSource(OpResult r) {
   if (auto convert = dyn_cast<ConvertOp>(r.getOwner())) {
     auto from = cast<ShapedType>(convert.getInput().getType());
@@ -993,10 +1004,47 @@ static StridedLayout rowMajor(Value v, ArrayRef<int64_t> shape) {
   return layout;
 }
 
+static FailureOr<StridedLayout> reshaped(const StridedLayout &in,
+                                         ArrayRef<int64_t> to);
+
+ConcatPart mtc::concatPart(Value v) {
+  Value at = v;
+  while (at.hasOneUse()) {
+    Operation *user = *at.getUsers().begin();
+    if (isa<ReshapeOp>(user)) {
+      at = user->getResult(0);
+      continue;
+    }
+    auto concat = dyn_cast<ConcatOp>(user);
+    if (!concat || !concat->hasAttr(attr::kWrittenInPlace))
+      break;
+    int64_t axis = concat.getAxis(), before = 0;
+    for (Value input : concat.getInputs()) {
+      if (input == at)
+        break;
+      before += cast<ShapedType>(input.getType()).getShape()[axis];
+    }
+    return {concat, at,
+            before * contiguousStrides(shapeOf(concat.getOutput()))[axis]};
+  }
+  return {};
+}
+
 FailureOr<StridedLayout> mtc::stridedLayout(Value v) {
   Operation *def = v.getDefiningOp();
   if (def && viewSource(def))
     return layoutThrough(def);
+  if (ConcatPart part = concatPart(v); part.concat) {
+    // The input's place in the result: the result's dims, the concat
+    // axis cut to the input's size; then read as `v`'s shape.
+    auto concat = cast<ConcatOp>(part.concat);
+    ArrayRef<int64_t> shape = shapeOf(concat.getOutput());
+    StridedLayout layout = rowMajor(concat.getOutput(), shape);
+    layout.offset = part.offset;
+    int64_t axis = concat.getAxis();
+    layout.dims[axis].front().size = shapeOf(part.input)[axis];
+    return reshaped(layout, shapeOf(v));
+  }
   return rowMajor(v, cast<ShapedType>(v.getType()).getShape());
 }
 

@@ -124,9 +124,13 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
     the backward pass reads is kept in 16 bits between the passes (rounded
     after its last forward use, widened back right before its first
     backward use; a linear layer's output is rounded right after its GEMM
-    and read rounded by the forward too), and the logits a 16-bit GEMM
-    computes for a softmax cross-entropy are rounded before the loss (as
-    torch.autocast stores them). `precision=fp32` changes nothing.
+    and read rounded by the forward too), the logits a 16-bit GEMM
+    computes for a softmax cross-entropy are rounded before the loss, and a
+    linear layer's input gradient (a backward GEMM of the output gradient
+    and a parameter's 16-bit copy) is rounded when every reader can read
+    it as stored (elementwise ops, a layer norm backward whose saved input
+    is 16-bit), all as torch.autocast stores them. `precision=fp32`
+    changes nothing.
 
     Example: `mtc-opt --mtc-precision="precision=bf16"`
   }];
@@ -212,6 +216,10 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     slice or transpose whose readers all copy through strides (transpose,
     slice, pad, concat, slice_grad, directly or through reshapes) gets
     `mtc.strided_view`: it copies nothing and its readers read its input.
+    A concat of attention gradients that nothing else reads (through
+    reshapes) gets `mtc.written_in_place`: the attention backward writes
+    them into the concat's result through row strides, and the concat
+    copies nothing.
     A softmax cross-entropy over [N, C] logits whose log-probabilities only
     its gradient reads becomes, with that gradient (and its 16-bit
     conversion, if that is its one reader), one
@@ -246,6 +254,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
               "Sums of zero pads turned into one concat">,
     Statistic<"numStridedViews", "strided-views",
               "Slices and transposes read through strides, not copied">,
+    Statistic<"numConcatsInPlace", "concats-in-place",
+              "Concats whose inputs are written into their result">,
     Statistic<"numLossWithGrad", "loss-with-grad",
               "Softmax cross-entropies computed with their gradient">,
     Statistic<"numLossOnly", "loss-only",

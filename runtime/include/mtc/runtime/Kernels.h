@@ -516,6 +516,14 @@ void layerNormBackward16(Context &ctx, Storage16 storage, int64_t outer,
                          const float *invstd, float *dx, float *dscale,
                          float *dbias, const float *acc = nullptr,
                          uint16_t *dx16 = nullptr);
+/// The same with dy stored in 16 bits as well, in x's format (the input
+/// gradient a 16-bit GEMM rounds, as torch.autocast's does), read as stored.
+void layerNormBackward16(Context &ctx, Storage16 storage, int64_t outer,
+                         int64_t dim, const uint16_t *dy, const uint16_t *x,
+                         const float *scale, const float *mean,
+                         const float *invstd, float *dx, float *dscale,
+                         float *dbias, const float *acc = nullptr,
+                         uint16_t *dx16 = nullptr);
 
 //===----------------------------------------------------------------------===//
 // Dropout

@@ -57,6 +57,11 @@ constexpr llvm::StringLiteral kRowEpilogue = "mtc.row_epilogue";
 /// strides anyway (transpose, slice, concat, pad, slice_grad; the fusion
 /// pass marks it, see mtc::stridedLayout).
 constexpr llvm::StringLiteral kStridedView = "mtc.strided_view";
+/// Op: a concat whose inputs are written straight into its result's
+/// buffer by the ops computing them (attention gradients written through
+/// row strides; the fusion pass marks it, see mtc::concatPart): it copies
+/// nothing, and the memory plan places each input inside its result.
+constexpr llvm::StringLiteral kWrittenInPlace = "mtc.written_in_place";
 /// Module: the device the step is compiled for, "cpu" or "cuda" (absent:
 /// cpu); the costs that differ per device read it (a convolution's
 /// scratch, see rt::Conv2dParams::gemmColumns).

@@ -67,10 +67,22 @@ int64_t convGemmColumns(mlir::Operation *op);
 llvm::SmallVector<int64_t> contiguousStrides(llvm::ArrayRef<int64_t> shape);
 
 /// The layout of `v` through the views that define it: strided-view slices
-/// and transposes, and reshapes of those. A value computed by any other op
-/// is its own base, row-major. Failure when a view has no such layout (see
-/// layoutThrough).
+/// and transposes, and reshapes of those. A value written into a concat's
+/// result (see concatPart) is that part of the result, reshaped to `v`'s
+/// shape. A value computed by any other op is its own base, row-major.
+/// Failure when a view has no such layout (see layoutThrough).
 mlir::FailureOr<StridedLayout> stridedLayout(mlir::Value v);
+
+/// Where `v` is written when it is an input of a concat marked
+/// attr::kWrittenInPlace, directly or through reshapes that only it reads:
+/// that concat's result, `offset` elements in (the start of `input`, the
+/// concat's operand, along the concat axis). Null concat otherwise.
+struct ConcatPart {
+  mlir::Operation *concat = nullptr;
+  mlir::Value input;
+  int64_t offset = 0;
+};
+ConcatPart concatPart(mlir::Value v);
 
 /// The layout of the result of `op` (a reshape, slice or transpose, view or
 /// not) read from its input's elements: what a copy of it reads. Failure
@@ -112,6 +124,12 @@ int64_t numberKernels(mlir::Block &body,
 /// code generator converts in phases, each writing only bytes an earlier
 /// phase has read).
 mlir::Value inPlaceSource(mlir::OpResult r);
+
+/// Whether `op` is an elementwise op with one floating-point result whose
+/// operands broadcast to it: what the code generator composes into one
+/// fused loop (a conversion included, so a fused kernel reads 16-bit
+/// values as stored).
+bool isFusableElementwise(mlir::Operation *op);
 
 /// Whether result types `actual` are the inferred ones, except that the
 /// first may store float32 in 16 bits (bf16 / f16): for ops into which the

@@ -894,7 +894,9 @@ def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
     then the op may also return `input_grad16`, the input gradient rounded
     to that format as a conversion rounds it (the fusion pass folds the
     conversion that makes the next GEMMs' 16-bit operand, while the float32
-    gradient goes on down the residual path).
+    gradient goes on down the residual path). `grad` may be stored in 16
+    bits as well when `input` is, in the same format (the input gradient a
+    16-bit GEMM rounds; the fusion pass folds its widening).
 
     Example:
 
@@ -906,7 +908,8 @@ def Mtc_LayerNormGradOp : Mtc_ComputeOp<"layer_norm_grad"> {
         tensor<32xf32>)
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_StorageFloatTensor:$input,
+  let arguments = (ins Mtc_StorageFloatTensor:$grad,
+                   Mtc_StorageFloatTensor:$input,
                    Mtc_FloatTensor:$scale, Mtc_FloatTensor:$mean,
                    Mtc_FloatTensor:$invstd,
                    Optional<Mtc_FloatTensor>:$accumulate, I64Attr:$axis);
