@@ -60,8 +60,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-/// Dynamic shared memory a kernel may use without opting in.
-constexpr size_t kDefaultSharedBytes = 48 * 1024;
+using cuda::allowSharedBytes;
+using cuda::kDefaultSharedBytes;
 
 /// Rows of the block's own side per warp for kT 32-wide accumulator slices:
 /// fewer when the head dims are large, to stay within shared memory.
@@ -521,27 +521,6 @@ int slices(int64_t dim) {
 /// same column hits 32 different banks.
 int chunkStride(const AttentionDims &a) {
   return static_cast<int>(std::max(a.d | 1, a.dv | 1));
-}
-
-/// Opts the kernel into `bytes` of dynamic shared memory when that is more
-/// than the default allows. Each kernel instance asks once per size it
-/// grows to, so a step being captured into a CUDA graph (which ran eagerly
-/// before) sets no attribute.
-template <auto kernel>
-bool allowSharedBytes(Context &ctx, size_t bytes, const char *name) {
-  static size_t granted = kDefaultSharedBytes; // per kernel
-  if (bytes <= granted)
-    return true;
-  cudaError_t error =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(bytes));
-  if (error == cudaSuccess) {
-    granted = bytes;
-    return true;
-  }
-  reportError(ctx, std::string(name) + ": cannot use " + std::to_string(bytes) +
-                       " bytes of shared memory: " + cudaGetErrorString(error));
-  return false;
 }
 
 template <int kT>

@@ -76,6 +76,24 @@ const StepCounters *stepCounters(Context &ctx) {
   return counters;
 }
 
+size_t sharedBytesOptin() {
+  constexpr int kCachedDevices = 64;
+  static int cache[kCachedDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return 0;
+  bool cached = device >= 0 && device < kCachedDevices;
+  if (cached && cache[device] > 0)
+    return static_cast<size_t>(cache[device]);
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                             device) != cudaSuccess)
+    return 0;
+  if (cached)
+    cache[device] = optin;
+  return static_cast<size_t>(optin);
+}
+
 bool checkBlas(Context &ctx, cublasStatus_t status, const char *what) {
   if (status == CUBLAS_STATUS_SUCCESS)
     return true;

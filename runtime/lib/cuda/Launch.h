@@ -20,7 +20,9 @@
 #include "mtc/runtime/Random.h"
 #include "mtc/runtime/Status.h"
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace mtc::rt::cuda {
 
@@ -90,6 +92,35 @@ __device__ inline void recordDeviceError(DeviceErrorRecord *record,
   record->inner = inner;
 }
 #endif
+
+/// Dynamic shared memory a kernel may use without opting in.
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+
+/// The most dynamic shared memory a block may opt into on the current
+/// device, 0 when it cannot be queried. Cached per device, so a step being
+/// captured into a CUDA graph (which ran eagerly before) queries nothing.
+size_t sharedBytesOptin();
+
+/// Opts `kernel` into `bytes` of dynamic shared memory when that is more
+/// than the default allows; reports to ctx and returns false when the
+/// device refuses. Each kernel instance asks once per size it grows to, so
+/// a step being captured into a CUDA graph sets no attribute.
+template <auto kernel>
+bool allowSharedBytes(Context &ctx, size_t bytes, const char *name) {
+  static size_t granted = kDefaultSharedBytes; // per kernel
+  if (bytes <= granted)
+    return true;
+  cudaError_t error =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes));
+  if (error == cudaSuccess) {
+    granted = bytes;
+    return true;
+  }
+  reportError(ctx, std::string(name) + ": cannot use " + std::to_string(bytes) +
+                       " bytes of shared memory: " + cudaGetErrorString(error));
+  return false;
+}
 
 /// Folds data errors that kernels recorded on the device (e.g. labels out
 /// of range) into ctx and clears them. The stream must be synchronized.

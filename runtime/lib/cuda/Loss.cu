@@ -159,15 +159,20 @@ __device__ inline float blockMax(float value, float *scratch) {
 /// row's maximum and sum of exponentials (as softmaxForwardKernel), its
 /// loss term into rowLoss, then the gradient as ceBackwardKernel writes
 /// it, as float (Out = float) or rounded to 16 bits (Out = uint16_t). The
-/// logits are float32 or (In = uint16_t) 16 bits in the same format.
+/// logits are float32 or (In = uint16_t) 16 bits in the same format. With
+/// `staged`, the block first copies its row into dynamic shared memory
+/// (c elements of In) and its three passes read it there: the logits are
+/// read from memory once instead of three times, and the numbers are the
+/// same.
 template <typename In, typename Out>
 __global__ void
 ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c,
                      const In *logits, const int64_t *labels,
                      const float *dloss, bool mean, int64_t ignoreIndex,
-                     float *rowLoss, Out *dlogits, bool bf16,
+                     float *rowLoss, Out *dlogits, bool bf16, bool staged,
                      cuda::DeviceErrorRecord *errors) {
   __shared__ float scratch[kRowThreads];
+  extern __shared__ __align__(16) unsigned char ceRowCache[];
   // Without dlogits, the loss alone (dloss is then null).
   float scale = dlogits ? dloss[0] : 0.0f;
   if (mean) {
@@ -176,6 +181,13 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c,
   }
   for (int64_t row = first + blockIdx.x; row < last; row += gridDim.x) {
     const In *src = logits + row * c;
+    if (staged) {
+      In *cache = reinterpret_cast<In *>(ceRowCache);
+      for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
+        cache[i] = src[i];
+      __syncthreads();
+      src = cache;
+    }
     auto at = [&](int64_t i) { return storedToFloat(src[i], bf16); };
     float maxValue = -INFINITY;
     for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
@@ -288,18 +300,33 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, const In *logits,
   ceCountKernel<<<1, kReduceThreads, 0, ctx.stream>>>(n, c, labels,
                                                       ignoreIndex);
   checkLaunch(ctx, "ceCountKernel");
+  // A row that fits the shared memory a block may opt into (with the
+  // reduction scratch) is staged there: read from memory once.
+  const size_t rowBytes = static_cast<size_t>(c) * sizeof(In);
+  const bool fits =
+      rowBytes + kRowThreads * sizeof(float) <= cuda::sharedBytesOptin();
   auto rows = [&](int64_t first, int64_t last, bool to16) {
     if (last <= first)
       return;
     unsigned grid = static_cast<unsigned>(std::min<int64_t>(last - first, 65536));
+    constexpr auto kernel16 = ceWithGradRowsKernel<In, uint16_t>;
+    constexpr auto kernel32 = ceWithGradRowsKernel<In, float>;
+    bool staged =
+        fits && (to16 ? cuda::allowSharedBytes<kernel16>(ctx, rowBytes,
+                                                         "ceWithGradRowsKernel")
+                      : cuda::allowSharedBytes<kernel32>(
+                            ctx, rowBytes, "ceWithGradRowsKernel"));
+    if (fits && !staged)
+      return; // reported
+    size_t shared = staged ? rowBytes : 0;
     if (to16)
-      ceWithGradRowsKernel<In, uint16_t><<<grid, kRowThreads, 0, ctx.stream>>>(
+      kernel16<<<grid, kRowThreads, shared, ctx.stream>>>(
           first, last, c, logits, labels, dloss, mean, ignoreIndex, rowLoss,
-          static_cast<uint16_t *>(dlogits), bf16, errors);
+          static_cast<uint16_t *>(dlogits), bf16, staged, errors);
     else
-      ceWithGradRowsKernel<In, float><<<grid, kRowThreads, 0, ctx.stream>>>(
+      kernel32<<<grid, kRowThreads, shared, ctx.stream>>>(
           first, last, c, logits, labels, dloss, mean, ignoreIndex, rowLoss,
-          static_cast<float *>(dlogits), bf16, errors);
+          static_cast<float *>(dlogits), bf16, staged, errors);
     checkLaunch(ctx, "ceWithGradRowsKernel");
   };
   // 16-bit logits are overwritten by a 16-bit dlogits row by row (each

@@ -846,6 +846,65 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGrad16ReadsTheStoredLogits) {
   }
 }
 
+TEST_F(Kernels, SoftmaxCrossEntropyWithGradLargeRows) {
+  // Rows of 60000 classes: on CUDA a bf16 row (120 KB) is staged in shared
+  // memory, a float32 one (240 KB) is more than any GPU lets a block have
+  // and is read from memory on each pass. Both match the definition in
+  // double, as the rows of the tests above do.
+  const int64_t n = 3, c = 60000;
+  std::vector<int64_t> y = {17, 59999, 31000};
+  const int64_t *labels = upload(y);
+  const float *dloss = upload<float>({1.0f});
+  std::vector<float> x(n * c);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 6.0f * std::sin(0.011f * float(i)) + 0.001f * float(i % 89);
+  for (bool sixteen : {false, true}) {
+    SCOPED_TRACE(sixteen ? "bf16" : "float32");
+    std::vector<uint16_t> bits(n * c);
+    std::vector<float> seen(x);
+    if (sixteen)
+      for (int64_t i = 0; i < n * c; ++i) {
+        bits[i] = floatToBf16(x[i]);
+        seen[i] = bf16ToFloat(bits[i]);
+      }
+    std::vector<double> want(n * c);
+    double lossSum = 0.0;
+    for (int64_t r = 0; r < n; ++r) {
+      const float *row = seen.data() + r * c;
+      double m = *std::max_element(row, row + c), sum = 0.0;
+      for (int64_t i = 0; i < c; ++i)
+        sum += std::exp(double(row[i]) - m);
+      lossSum += std::log(sum) + m - row[y[r]];
+      for (int64_t i = 0; i < c; ++i)
+        want[r * c + i] = (std::exp(double(row[i]) - m) / sum -
+                           (i == y[r] ? 1.0 : 0.0)) / n;
+    }
+    void *ws = upload(std::vector<float>(
+        softmaxCrossEntropyWithGradWorkspaceBytes(n) / sizeof(float)));
+    float *loss = upload<float>({0});
+    std::vector<float> got(n * c);
+    if (sixteen) {
+      uint16_t *grad = upload(std::vector<uint16_t>(n * c, 0x7777));
+      softmaxCrossEntropyWithGrad16(ctx, Storage16::Bf16, n, c, upload(bits),
+                                    labels, dloss, Reduction::Mean, -100, loss,
+                                    grad, ws);
+      std::vector<uint16_t> h = download(grad, n * c);
+      for (int64_t i = 0; i < n * c; ++i)
+        got[i] = bf16ToFloat(h[i]);
+    } else {
+      float *grad = upload(std::vector<float>(n * c, 9.0f));
+      softmaxCrossEntropyWithGrad(ctx, n, c, upload(x), labels, dloss,
+                                  Reduction::Mean, -100, loss, grad, false,
+                                  Storage16::Bf16, ws);
+      got = download(grad, n * c);
+    }
+    EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+    expectRelNear({download(loss, 1)[0]}, {lossSum / n}, 1e-5, 0.0);
+    // A bf16 gradient is one rounding off.
+    expectRelNear(got, want, sixteen ? 8e-3 : 1e-4, 1e-10);
+  }
+}
+
 TEST_F(Kernels, ReduceSum) {
   float *x = upload<float>({1, 2, 3, 4, 5, 6});
   float *y = upload<float>({0, 0, 0});

@@ -228,9 +228,22 @@ int64_t SoftmaxCrossEntropyOp::getFlops() { return 5 * numel(getLogits()); }
 int64_t SoftmaxCrossEntropyWithGradOp::getFlops() {
   return 8 * numel(getLogits());
 }
-// The logits are read twice (maximum and sum, then the gradient).
+// The logits are read twice (maximum and sum from the cache, then the
+// gradient); on CUDA once when a row fits the shared memory every sm_80 or
+// newer block may opt into (163 KiB, less the reduction scratch), where
+// the kernel stages it.
 int64_t SoftmaxCrossEntropyWithGradOp::getBytesMoved() {
-  return 2 * getTensorBytes(getLogits().getType()) +
+  constexpr int64_t kStagedRowBytes = (163 << 10) - 2048;
+  auto module = (*this)->getParentOfType<ModuleOp>();
+  auto target =
+      module ? module->getAttrOfType<StringAttr>(attr::kTarget) : nullptr;
+  ArrayRef<int64_t> shape = shapeOf(getLogits());
+  int64_t rowBytes = getTensorBytes(getLogits().getType()) /
+                     std::max<int64_t>(1, shape[0]);
+  int64_t reads =
+      target && target.getValue() == "cuda" && rowBytes <= kStagedRowBytes ? 1
+                                                                           : 2;
+  return reads * getTensorBytes(getLogits().getType()) +
          getTensorBytes(getLabels().getType()) +
          getTensorBytes(getDlogits().getType());
 }
