@@ -919,6 +919,17 @@ TEST_F(Attention, StridedLayoutsMatchContiguous) {
         for (int64_t c = 0; c < D; ++c)
           to[at + place(l, h, i) + c] = from[(h * S + i) * D + c];
   };
+  // Query, key and value packed as the projection writes them, and the
+  // output gradient [B, S, H, D] (float32 or 16-bit inputs).
+  auto pack = [&](const auto &values) {
+    using T = std::decay_t<decltype(values.q[0])>;
+    std::vector<T> qkv(3 * n), dout(n);
+    scatter(values.q, packed, qkv, 0);
+    scatter(values.k, packed, qkv, H * D);
+    scatter(values.v, packed, qkv, 2 * H * D);
+    scatter(values.dout, seqMajor, dout, 0);
+    return std::pair(std::move(qkv), std::move(dout));
+  };
   auto gather = [&](const std::vector<float> &from) {
     std::vector<float> to(n);
     for (int64_t h = 0; h < B * H; ++h)
@@ -941,11 +952,7 @@ TEST_F(Attention, StridedLayoutsMatchContiguous) {
   {
     SCOPED_TRACE("float32");
     Result want = run(flat, in);
-    std::vector<float> qkv(3 * n), dout(n);
-    scatter(in.q, packed, qkv, 0);
-    scatter(in.k, packed, qkv, H * D);
-    scatter(in.v, packed, qkv, 2 * H * D);
-    scatter(in.dout, seqMajor, dout, 0);
+    auto [qkv, dout] = pack(in);
     const float *p = upload(qkv);
     Outputs o = outputs(flat);
     attentionForward(ctx, strided, p, p + H * D, p + 2 * H * D, mask, o.out,
@@ -959,11 +966,7 @@ TEST_F(Attention, StridedLayoutsMatchContiguous) {
     SCOPED_TRACE("bf16");
     Inputs16 bits = roundInputs(in, Storage16::Bf16);
     Result want = run16(flat, Storage16::Bf16, in, bits);
-    std::vector<uint16_t> qkv(3 * n), dout(n);
-    scatter(bits.q, packed, qkv, 0);
-    scatter(bits.k, packed, qkv, H * D);
-    scatter(bits.v, packed, qkv, 2 * H * D);
-    scatter(bits.dout, seqMajor, dout, 0);
+    auto [qkv, dout] = pack(bits);
     const uint16_t *p = upload(qkv);
     Outputs o = outputs(flat);
     attentionForward16(ctx, Storage16::Bf16, strided, p, p + H * D,
@@ -992,12 +995,7 @@ TEST_F(Attention, StridedLayoutsMatchContiguous) {
   {
     SCOPED_TRACE("float32 gradients packed");
     Result want = run(flat, in);
-    std::vector<float> qkv(3 * n);
-    scatter(in.q, packed, qkv, 0);
-    scatter(in.k, packed, qkv, H * D);
-    scatter(in.v, packed, qkv, 2 * H * D);
-    std::vector<float> dout(n);
-    scatter(in.dout, seqMajor, dout, 0);
+    auto [qkv, dout] = pack(in);
     const float *p = upload(qkv);
     Outputs o = outputs(flat);
     attentionForward(ctx, strided, p, p + H * D, p + 2 * H * D, mask, o.out,
@@ -1017,11 +1015,7 @@ TEST_F(Attention, StridedLayoutsMatchContiguous) {
     SCOPED_TRACE("bf16 gradients packed");
     Inputs16 bits = roundInputs(in, Storage16::Bf16);
     Result want = run16(flat, Storage16::Bf16, in, bits);
-    std::vector<uint16_t> qkv(3 * n), dout(n);
-    scatter(bits.q, packed, qkv, 0);
-    scatter(bits.k, packed, qkv, H * D);
-    scatter(bits.v, packed, qkv, 2 * H * D);
-    scatter(bits.dout, seqMajor, dout, 0);
+    auto [qkv, dout] = pack(bits);
     const uint16_t *p = upload(qkv);
     Outputs o = outputs(flat);
     attentionForward16(ctx, Storage16::Bf16, strided, p, p + H * D,
