@@ -68,6 +68,7 @@ public:
     if (auto step = module.lookupSymbol<func::FuncOp>("train_step")) {
       roundLogits(step, low);
       storeSavedActivations(step, low);
+      roundLinearOutputs(step, low);
       roundInputGradients(step, low);
     }
   }
@@ -76,6 +77,7 @@ private:
   void convertOperands(func::FuncOp func, Type low);
   void roundLogits(func::FuncOp func, Type low);
   void roundInputGradients(func::FuncOp func, Type low);
+  void roundLinearOutputs(func::FuncOp func, Type low);
   void storeSavedActivations(func::FuncOp func, Type low);
 };
 
@@ -278,6 +280,60 @@ void PrecisionPass::roundInputGradients(func::FuncOp func, Type low) {
     }
     if (widened.use_empty())
       widened.erase();
+  }
+}
+
+/// A linear layer's output (a matmul of 16-bit operands, plus its bias) that
+/// only elementwise ops read in the forward pass (a residual connection's
+/// add), and the backward pass not at all, is rounded to 16 bits right
+/// after the GEMM and widened right before its first reader, as
+/// torch.autocast's linear layer returns it. The fusion pass then stores
+/// the GEMM's result in 16 bits and the fused kernel reading it widens it
+/// as it reads: written and read at half the bytes. (Outputs the backward
+/// pass reads are rounded alike by storeSavedActivations.)
+void PrecisionPass::roundLinearOutputs(func::FuncOp func, Type low) {
+  SmallVector<Value> outputs;
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    if (isBackwardOp(&op) || op.getNumResults() != 1)
+      continue;
+    Value v = op.getResult(0);
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (!type || !type.getElementType().isF32() || v.use_empty() ||
+        !isLinearOutput(v, low))
+      continue;
+    // A matmul by a weight, in the form whose result the fusion pass
+    // stores in 16 bits (see MatMulOp::verify).
+    Value product = v;
+    if (auto add = v.getDefiningOp<AddOp>())
+      product = add.getLhs().getDefiningOp<MatMulOp>() ? add.getLhs()
+                                                       : add.getRhs();
+    auto mm = product.getDefiningOp<MatMulOp>();
+    if (!mm || mm.getTransposeA() ||
+        cast<ShapedType>(mm.getB().getType()).getRank() != 2 ||
+        !isParameterCopy(mm.getB()))
+      continue;
+    // Not a GEMM's product that its bias add reads: the output is the sum.
+    if (llvm::all_of(v.getUsers(), [&](Operation *user) {
+          return !isBackwardOp(user) && !isa<ConvertOp>(user) &&
+                 isFusableElementwise(user) &&
+                 !(isa<AddOp>(user) && isLinearOutput(user->getResult(0), low));
+        }))
+      outputs.push_back(v);
+  }
+  for (Value v : outputs) {
+    Operation *first = nullptr;
+    for (Operation *user : v.getUsers())
+      if (!first || user->isBeforeInBlock(first))
+        first = user;
+    auto type = cast<RankedTensorType>(v.getType());
+    OpBuilder b(v.getContext());
+    b.setInsertionPointAfter(v.getDefiningOp());
+    auto rounded = b.create<ConvertOp>(v.getLoc(), type.clone(low), v);
+    b.setInsertionPoint(first);
+    auto widened = b.create<ConvertOp>(v.getLoc(), type, rounded);
+    v.replaceUsesWithIf(widened, [&](OpOperand &use) {
+      return use.getOwner() != rounded;
+    });
   }
 }
 

@@ -191,3 +191,28 @@ func.func @forward(%x: tensor<4x8xf32> {mtc.name = "x", mtc.role = "param"},
   %l = mtc.reduce_sum %s {axes = array<i64: 0, 1>, keepdims = false} : (tensor<4x6xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// A linear layer's output (GEMM plus bias) that only a residual add reads
+// is rounded to bfloat16 after the bias, as autocast's linear layer returns
+// it, and widened for the add; the GEMM's product itself is not rounded.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[P:.+]] = mtc.matmul {{.*}} -> tensor<4x8xf32>
+// CHECK-NEXT: %[[Y:.+]] = mtc.add %[[P]], %{{.+}} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[YH:.+]] = mtc.convert %[[Y]] : tensor<4x8xf32> to tensor<4x8xbf16>
+// CHECK-NEXT: %[[YW:.+]] = mtc.convert %[[YH]] : tensor<4x8xbf16> to tensor<4x8xf32>
+// CHECK-NEXT: mtc.add %{{.+}}, %[[YW]] : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+// FP32-LABEL: func.func @train_step
+// FP32-NOT: mtc.convert
+func.func @forward(%x: tensor<4x8xf32> {mtc.name = "x", mtc.role = "input"},
+                   %w: tensor<8x8xf32> {mtc.name = "w", mtc.role = "param"},
+                   %b: tensor<8xf32> {mtc.name = "b", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %h = mtc.tanh %x : tensor<4x8xf32>
+  %p = mtc.matmul %h, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %y = mtc.add %p, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %r = mtc.add %h, %y : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %l = mtc.reduce_sum %r {axes = array<i64: 0, 1>, keepdims = false} : (tensor<4x8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -124,8 +124,10 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
     the backward pass reads is kept in 16 bits between the passes (rounded
     after its last forward use, widened back right before its first
     backward use; a linear layer's output is rounded right after its GEMM
-    and read rounded by the forward too), the logits a 16-bit GEMM
-    computes for a softmax cross-entropy are rounded before the loss, and a
+    and read rounded by the forward too; so is a linear layer's output
+    that only elementwise ops read, a residual add), the logits a 16-bit
+    GEMM computes for a softmax cross-entropy are rounded before the loss,
+    and a
     linear layer's input gradient (a backward GEMM of the output gradient
     and a parameter's 16-bit copy) is rounded when every reader can read
     it as stored (elementwise ops, a layer norm backward whose saved input
