@@ -118,6 +118,51 @@ bool isParameterCopy(Value v) {
   return role && role.getValue() == "param";
 }
 
+/// Whether `mm` multiplies 16-bit operands by a weight (a parameter's
+/// 16-bit copy, 2-D) in the form whose result the fusion pass can store in
+/// 16 bits (see MatMulOp::verify).
+bool isWeightMatMul(MatMulOp mm, Type low) {
+  return mm && getElementTypeOrSelf(mm.getA()) == low && !mm.getTransposeA() &&
+         cast<ShapedType>(mm.getB().getType()).getRank() == 2 &&
+         isParameterCopy(mm.getB());
+}
+
+/// Rounds `v` to `low` right after its op and lets its readers read the
+/// widening, made right before the first of them (so it can join that
+/// reader's kernel); a reader converting to `low` reads the rounded values.
+/// Both conversions carry `phase` (attr::kBackward or none).
+void roundForReaders(Value v, Type low, StringRef phase) {
+  Operation *first = nullptr;
+  for (Operation *user : v.getUsers())
+    if (!first || user->isBeforeInBlock(first))
+      first = user;
+  if (!first)
+    return;
+  auto type = cast<RankedTensorType>(v.getType());
+  OpBuilder b(v.getContext());
+  b.setInsertionPointAfter(v.getDefiningOp());
+  auto rounded = b.create<ConvertOp>(v.getLoc(), type.clone(low), v);
+  b.setInsertionPoint(first);
+  auto widened = b.create<ConvertOp>(v.getLoc(), type, rounded);
+  if (!phase.empty())
+    for (Operation *made : {rounded, widened})
+      made->setAttr(phase, b.getUnitAttr());
+  for (OpOperand &use : llvm::make_early_inc_range(v.getUses())) {
+    Operation *user = use.getOwner();
+    if (user == rounded)
+      continue;
+    if (auto narrow = dyn_cast<ConvertOp>(user);
+        narrow && narrow.getType() == rounded.getType()) {
+      narrow.replaceAllUsesWith(rounded.getOutput());
+      narrow.erase();
+      continue;
+    }
+    use.set(widened);
+  }
+  if (widened.use_empty())
+    widened.erase();
+}
+
 bool isBackwardOp(Operation *op) {
   return op->hasAttr(attr::kBackward) || op->hasAttr(attr::kOptimizer) ||
          isa<func::ReturnOp>(op);
@@ -238,49 +283,15 @@ void PrecisionPass::roundInputGradients(func::FuncOp func, Type low) {
     auto saved = norm.getInput().getDefiningOp<ConvertOp>();
     return saved && getElementTypeOrSelf(saved.getInput()) == low;
   };
-  SmallVector<MatMulOp> gemms;
+  SmallVector<Value> gradients;
   func.walk([&](MatMulOp mm) {
-    // The forms a GEMM stores 16-bit results in (see MatMulOp::verify).
     if (mm->hasAttr(attr::kBackward) && !mm->hasAttr(attr::kRecompute) &&
-        getElementTypeOrSelf(mm.getA()) == low && !mm.getTransposeA() &&
-        cast<ShapedType>(mm.getB().getType()).getRank() == 2 &&
-        isParameterCopy(mm.getB()) &&
+        isWeightMatMul(mm, low) &&
         llvm::all_of(mm.getOutput().getUses(), readsStored))
-      gemms.push_back(mm);
+      gradients.push_back(mm.getOutput());
   });
-  for (MatMulOp mm : gemms) {
-    Value v = mm.getOutput();
-    auto type = cast<RankedTensorType>(v.getType());
-    // Rounded right away; widened right before its first reader, so that
-    // the widening can join that reader's kernel.
-    Operation *first = nullptr;
-    for (Operation *user : v.getUsers())
-      if (!first || user->isBeforeInBlock(first))
-        first = user;
-    if (!first)
-      continue;
-    OpBuilder b(mm);
-    b.setInsertionPointAfter(mm);
-    auto rounded = b.create<ConvertOp>(mm.getLoc(), type.clone(low), v);
-    b.setInsertionPoint(first);
-    auto widened = b.create<ConvertOp>(mm.getLoc(), type, rounded);
-    for (Operation *made : {rounded, widened})
-      made->setAttr(attr::kBackward, b.getUnitAttr());
-    for (OpOperand &use : llvm::make_early_inc_range(v.getUses())) {
-      Operation *user = use.getOwner();
-      if (user == rounded)
-        continue;
-      if (auto narrow = dyn_cast<ConvertOp>(user);
-          narrow && narrow.getType() == rounded.getType()) {
-        narrow.replaceAllUsesWith(rounded.getOutput());
-        narrow.erase();
-        continue;
-      }
-      use.set(widened);
-    }
-    if (widened.use_empty())
-      widened.erase();
-  }
+  for (Value v : gradients)
+    roundForReaders(v, low, attr::kBackward);
 }
 
 /// A linear layer's output (a matmul of 16-bit operands, plus its bias) that
@@ -301,16 +312,12 @@ void PrecisionPass::roundLinearOutputs(func::FuncOp func, Type low) {
     if (!type || !type.getElementType().isF32() || v.use_empty() ||
         !isLinearOutput(v, low))
       continue;
-    // A matmul by a weight, in the form whose result the fusion pass
-    // stores in 16 bits (see MatMulOp::verify).
+    // A matmul by a weight, plus its bias.
     Value product = v;
     if (auto add = v.getDefiningOp<AddOp>())
       product = add.getLhs().getDefiningOp<MatMulOp>() ? add.getLhs()
                                                        : add.getRhs();
-    auto mm = product.getDefiningOp<MatMulOp>();
-    if (!mm || mm.getTransposeA() ||
-        cast<ShapedType>(mm.getB().getType()).getRank() != 2 ||
-        !isParameterCopy(mm.getB()))
+    if (!isWeightMatMul(product.getDefiningOp<MatMulOp>(), low))
       continue;
     // Not a GEMM's product that its bias add reads: the output is the sum.
     if (llvm::all_of(v.getUsers(), [&](Operation *user) {
@@ -320,21 +327,8 @@ void PrecisionPass::roundLinearOutputs(func::FuncOp func, Type low) {
         }))
       outputs.push_back(v);
   }
-  for (Value v : outputs) {
-    Operation *first = nullptr;
-    for (Operation *user : v.getUsers())
-      if (!first || user->isBeforeInBlock(first))
-        first = user;
-    auto type = cast<RankedTensorType>(v.getType());
-    OpBuilder b(v.getContext());
-    b.setInsertionPointAfter(v.getDefiningOp());
-    auto rounded = b.create<ConvertOp>(v.getLoc(), type.clone(low), v);
-    b.setInsertionPoint(first);
-    auto widened = b.create<ConvertOp>(v.getLoc(), type, rounded);
-    v.replaceUsesWithIf(widened, [&](OpOperand &use) {
-      return use.getOwner() != rounded;
-    });
-  }
+  for (Value v : outputs)
+    roundForReaders(v, low, /*phase=*/"");
 }
 
 /// A forward value the backward pass reads (outside GEMMs and convolutions,
