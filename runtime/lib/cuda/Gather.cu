@@ -5,16 +5,21 @@
 //===----------------------------------------------------------------------===//
 //
 // The backward must be deterministic, so it uses no atomics: one thread owns
-// each (outer, inner) column of ddata and walks the indices in order, adding
-// dy's rows into the rows they name. That is O(count * inner) work per
-// outer index, and every element of ddata sums its contributions in index
-// order, exactly as cpu/Gather.cpp does, so the two agree bit for bit.
+// each (outer, inner) column of ddata within one part of its rows (row %
+// parts), walks the indices in order and adds dy's rows into the rows of
+// its part they name. Every element of ddata sums its contributions in
+// index order, exactly as cpu/Gather.cpp does, so the two agree bit for
+// bit. The parts give the GPU enough threads when there are few columns
+// (GPT-2's token embedding: 768 columns, 8192 indices): each thread reads
+// every index (the same for a whole warp, from the cache) but adds only
+// the 1/parts of them that name its rows.
 //
 // A thread's additions form a chain through memory (the next index may name
 // the same row), which would cost one memory round trip per index. Indices
-// are therefore taken in chunks: all loads of a chunk are issued first, and
-// an index repeated inside the chunk continues from its earlier occurrence's
-// sum instead of the stale loaded value, which keeps the index-order sum.
+// are therefore taken in chunks of those that name its rows: all loads of
+// a chunk are issued first, and an index repeated inside the chunk
+// continues from its earlier occurrence's sum instead of the stale loaded
+// value, which keeps the index-order sum.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,6 +28,7 @@
 
 #include "mtc/runtime/Kernels.h"
 
+#include <algorithm>
 #include <string>
 
 namespace mtc::rt {
@@ -31,6 +37,8 @@ namespace {
 
 /// Indices per chunk of the backward (independent loads in flight).
 constexpr int kChunk = 8;
+/// Threads the backward aims for (columns times parts of the rows).
+constexpr int64_t kBackwardThreads = 64 * 1024;
 
 __global__ void gatherForwardKernel(int64_t outer, int64_t dim, int64_t inner,
                                     const float *data, const int64_t *indices,
@@ -56,54 +64,77 @@ __global__ void gatherForwardKernel(int64_t outer, int64_t dim, int64_t inner,
   }
 }
 
+/// Adds the chunk's dy rows (ks, rows; n of them, in index order) into
+/// dst's rows.
+__device__ inline void addChunk(const int64_t (&ks)[kChunk],
+                                const int64_t (&rows)[kChunk], int n,
+                                int64_t inner, const float *src, float *dst) {
+  float add[kChunk], acc[kChunk];
+#pragma unroll
+  for (int t = 0; t < kChunk; ++t)
+    if (t < n) {
+      add[t] = src[ks[t] * inner];
+      acc[t] = dst[rows[t] * inner];
+    }
+#pragma unroll
+  for (int t = 0; t < kChunk; ++t) {
+    if (t >= n)
+      continue;
+    float base = acc[t];
+#pragma unroll
+    for (int s = 0; s < t; ++s)
+      if (rows[s] == rows[t])
+        base = acc[s];
+    acc[t] = base + add[t];
+  }
+  // In index order, so the last occurrence of a repeated row, which holds
+  // its full sum, is the one that stays.
+#pragma unroll
+  for (int t = 0; t < kChunk; ++t)
+    if (t < n)
+      dst[rows[t] * inner] = acc[t];
+}
+
+/// Thread (part, column) for part in [0, parts), column in [0, outer *
+/// inner): the column's rows r with r % parts == part.
 __global__ void gatherBackwardKernel(int64_t outer, int64_t dim, int64_t inner,
                                      const float *dy, const int64_t *indices,
-                                     int64_t count, float *ddata,
+                                     int64_t count, int64_t parts,
+                                     float *ddata,
                                      cuda::DeviceErrorRecord *errors) {
-  for (int64_t column = cuda::threadIndex(); column < outer * inner;
-       column += cuda::threadCount()) {
+  const int64_t columns = outer * inner;
+  for (int64_t at = cuda::threadIndex(); at < columns * parts;
+       at += cuda::threadCount()) {
+    const int64_t part = at / columns, column = at - part * columns;
     const int64_t o = column / inner;
     const float *src = dy + o * count * inner + (column - o * inner);
     float *dst = ddata + o * dim * inner + (column - o * inner);
-    for (int64_t k0 = 0; k0 < count; k0 += kChunk) {
-      int64_t rows[kChunk];
-      float add[kChunk], acc[kChunk];
-#pragma unroll
-      for (int t = 0; t < kChunk; ++t) {
-        rows[t] = -1;
-        if (k0 + t >= count)
-          continue;
-        const int64_t index = indices[k0 + t];
-        rows[t] = gatherRow(index, dim);
-        if (rows[t] < 0 && column == 0)
+    int64_t ks[kChunk], rows[kChunk];
+    int n = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t index = indices[k];
+      const int64_t row = gatherRow(index, dim);
+      if (row < 0) {
+        if (at == 0)
           cuda::recordDeviceError(errors, cuda::DeviceErrorKind::GatherIndex,
-                                  index, k0 + t, dim, 0);
+                                  index, k, dim, 0);
+        continue;
       }
-#pragma unroll
-      for (int t = 0; t < kChunk; ++t) {
-        if (rows[t] < 0)
-          continue;
-        add[t] = src[(k0 + t) * inner];
-        acc[t] = dst[rows[t] * inner];
-      }
-#pragma unroll
-      for (int t = 0; t < kChunk; ++t) {
-        if (rows[t] < 0)
-          continue;
-        float base = acc[t];
-#pragma unroll
-        for (int s = 0; s < t; ++s)
-          if (rows[s] == rows[t])
-            base = acc[s];
-        acc[t] = base + add[t];
-      }
-      // In index order, so the last occurrence of a repeated row, which
-      // holds its full sum, is the one that stays.
+      if (row % parts != part)
+        continue;
+      // Unrolled, so that the chunk stays in registers.
 #pragma unroll
       for (int t = 0; t < kChunk; ++t)
-        if (rows[t] >= 0)
-          dst[rows[t] * inner] = acc[t];
+        if (t == n) {
+          ks[t] = k;
+          rows[t] = row;
+        }
+      if (++n == kChunk) {
+        addChunk(ks, rows, n, inner, src, dst);
+        n = 0;
+      }
     }
+    addChunk(ks, rows, n, inner, src, dst);
   }
 }
 
@@ -137,9 +168,14 @@ void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
   if (count <= 0)
     return;
   cuda::DeviceErrorRecord *errors = cuda::deviceErrorRecord(ctx);
-  gatherBackwardKernel<<<cuda::gridFor(outer * inner), cuda::kBlock, 0,
+  // Parts of the rows, so that columns * parts threads fill the GPU; never
+  // more than there are rows.
+  const int64_t columns = outer * inner;
+  const int64_t parts =
+      std::max<int64_t>(1, std::min(dim, kBackwardThreads / columns));
+  gatherBackwardKernel<<<cuda::gridFor(columns * parts), cuda::kBlock, 0,
                          ctx.stream>>>(outer, dim, inner, dy, indices, count,
-                                       ddata, errors);
+                                       parts, ddata, errors);
   checkLaunch(ctx, "gatherBackwardKernel");
 }
 

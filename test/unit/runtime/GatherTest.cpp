@@ -72,7 +72,10 @@ TEST_F(Kernels, GatherBadIndexIsADataError) {
 TEST_F(Kernels, GatherMatchesIndexOrderSum) {
   // A large table with few indices, and a small one where every row repeats
   // many times (also within one chunk of the CUDA kernel).
-  const int64_t shapes[][4] = {{3, 50, 33, 200}, {1, 7, 5, 1000}, {2, 4, 1, 9}};
+  // The last: a token embedding's shape (few rows, many indices, each
+  // repeated; on CUDA the rows are split into parts).
+  const int64_t shapes[][4] = {
+      {3, 50, 33, 200}, {1, 7, 5, 1000}, {2, 4, 1, 9}, {1, 300, 96, 4096}};
   unsigned seed = 7;
   for (const auto &shape : shapes) {
     const int64_t outer = shape[0], dim = shape[1], inner = shape[2],
