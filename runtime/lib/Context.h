@@ -68,7 +68,9 @@ struct Context {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   /// cuBLASLt, for the GEMMs with epilogues (bias, bias gradient), and its
-  /// fixed workspace (allocated with the handle, like cuBLAS's own).
+  /// fixed workspace (allocated with the handle, like cuBLAS's own). Kernels
+  /// between GEMMs may use the workspace as scratch too (stream order keeps
+  /// them apart): the layer norm backward's partial column sums.
   cublasLtHandle_t lt = nullptr;
   void *ltWorkspace = nullptr;
   size_t ltWorkspaceBytes = 0;

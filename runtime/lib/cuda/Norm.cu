@@ -192,23 +192,32 @@ __device__ inline float loadX(const uint16_t *x, int64_t i, bool bf16) {
   return bf16 ? bf16ToFloat(x[i]) : halfToFloat(x[i]);
 }
 
-/// dscale and dbias: a block of kColumns x kRowSlices threads per kColumns
-/// columns; thread (col, slice) sums rows slice, slice + kRowSlices, ...,
-/// then the slices are added in order. dy and x are float32 or 16-bit.
-
+/// dscale and dbias, or their partial sums over one chunk of rows: a block
+/// of kColumns x kRowSlices threads per kColumns columns and chunk of
+/// rowsPerChunk rows (blockIdx.y); thread (col, slice) sums the chunk's
+/// rows slice, slice + kRowSlices, ..., then the slices are added in order.
+/// With `partials`, chunk c's sums go to partials[(2c) * dim + j] (scale)
+/// and [(2c + 1) * dim + j] (bias), which lnBackwardParamsSumKernel adds in
+/// chunk order; without, they are dscale and dbias. dy and x are float32 or
+/// 16-bit.
 template <typename G, typename X>
 __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
-                                       const G *dy, const X *x, bool bf16,
+                                       int64_t rowsPerChunk, const G *dy,
+                                       const X *x, bool bf16,
                                        const float *mean, const float *invstd,
-                                       float *dscale, float *dbias) {
+                                       float *dscale, float *dbias,
+                                       double *partials) {
   __shared__ double partScale[kRowSlices][kColumns];
   __shared__ double partBias[kRowSlices][kColumns];
   const int64_t blocks = (dim + kColumns - 1) / kColumns;
+  const int64_t first = blockIdx.y * rowsPerChunk;
+  const int64_t last =
+      first + rowsPerChunk < outer ? first + rowsPerChunk : outer;
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const int64_t j = b * kColumns + threadIdx.x;
     double accScale = 0.0, accBias = 0.0;
     if (j < dim) {
-      for (int64_t row = threadIdx.y; row < outer; row += kRowSlices) {
+      for (int64_t row = first + threadIdx.y; row < last; row += kRowSlices) {
         float g = loadX(dy, row * dim + j, bf16);
         float xhat = (loadX(x, row * dim + j, bf16) - mean[row]) * invstd[row];
         accScale += static_cast<double>(g) * xhat;
@@ -224,11 +233,32 @@ __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
         sumScale += partScale[s][threadIdx.x];
         sumBias += partBias[s][threadIdx.x];
       }
-      dscale[j] = static_cast<float>(sumScale);
-      if (dbias)
-        dbias[j] = static_cast<float>(sumBias);
+      if (partials) {
+        partials[2 * blockIdx.y * dim + j] = sumScale;
+        partials[(2 * blockIdx.y + 1) * dim + j] = sumBias;
+      } else {
+        dscale[j] = static_cast<float>(sumScale);
+        if (dbias)
+          dbias[j] = static_cast<float>(sumBias);
+      }
     }
     __syncthreads();
+  }
+}
+
+/// dscale and dbias from the chunks' partial sums, added in chunk order.
+__global__ void lnBackwardParamsSumKernel(int64_t dim, int64_t chunks,
+                                          const double *partials,
+                                          float *dscale, float *dbias) {
+  for (int64_t j = cuda::threadIndex(); j < dim; j += cuda::threadCount()) {
+    double sumScale = 0.0, sumBias = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      sumScale += partials[2 * c * dim + j];
+      sumBias += partials[(2 * c + 1) * dim + j];
+    }
+    dscale[j] = static_cast<float>(sumScale);
+    if (dbias)
+      dbias[j] = static_cast<float>(sumBias);
   }
 }
 
@@ -365,11 +395,39 @@ void layerNormBackwardOn(Context &ctx, int64_t outer, int64_t dim,
                          uint16_t *dx16 = nullptr) {
   if (dim <= 0)
     return;
-  // The column sums read dy, so they run before dx overwrites it.
-  lnBackwardParamsKernel<G, X><<<cuda::gridFor(dim, kColumns),
-                              dim3(kColumns, kRowSlices), 0, ctx.stream>>>(
-      outer, dim, dy, x, bf16, mean, invstd, dscale, dbias);
+  // The column sums read dy, so they run before dx overwrites it. Few
+  // columns (GPT-2: 768, 24 blocks) would leave most of the GPU idle while
+  // each thread walks thousands of rows: the rows are split into chunks of
+  // at least kMinChunkRows, enough for about kWantedBlocks blocks, whose
+  // partial sums wait in the context's scratch (cuBLASLt's workspace, free
+  // between GEMMs in stream order).
+  constexpr int64_t kWantedBlocks = 512, kMinChunkRows = 64;
+  const int64_t columnBlocks = (dim + kColumns - 1) / kColumns;
+  int64_t chunks = 1;
+  if (ctx.ltWorkspace) {
+    chunks = std::min({kWantedBlocks / columnBlocks,
+                       (outer + kMinChunkRows - 1) / kMinChunkRows,
+                       kMaxGridY,
+                       static_cast<int64_t>(ctx.ltWorkspaceBytes /
+                                            (2 * dim * sizeof(double)))});
+    chunks = std::max<int64_t>(chunks, 1);
+  }
+  const int64_t rowsPerChunk = std::max<int64_t>(1, (outer + chunks - 1) / chunks);
+  chunks = std::max<int64_t>(1, (outer + rowsPerChunk - 1) / rowsPerChunk);
+  double *partials =
+      chunks > 1 ? static_cast<double *>(ctx.ltWorkspace) : nullptr;
+  lnBackwardParamsKernel<G, X>
+      <<<dim3(cuda::gridFor(dim, kColumns), static_cast<unsigned>(chunks)),
+         dim3(kColumns, kRowSlices), 0, ctx.stream>>>(
+          outer, dim, rowsPerChunk, dy, x, bf16, mean, invstd, dscale, dbias,
+          partials);
   checkLaunch(ctx, "lnBackwardParamsKernel");
+  if (partials) {
+    lnBackwardParamsSumKernel<<<cuda::gridFor(dim), cuda::kBlock, 0,
+                                ctx.stream>>>(dim, chunks, partials, dscale,
+                                              dbias);
+    checkLaunch(ctx, "lnBackwardParamsSumKernel");
+  }
   if (outer <= 0)
     return;
   lnBackwardDxKernel<G, X><<<cuda::gridFor(outer, 1), rowThreads(dim), 0,
