@@ -114,6 +114,30 @@ void sinCosOperands(int64_t m, int64_t n, int64_t k, std::vector<float> &a,
     b[i] = std::cos(0.11f * float(i));
 }
 
+#ifdef MTC_RUNTIME_CUDA
+/// sinCosOperands rounded to `storage`: the 16-bit values in a16 and b16,
+/// a and b their exact widenings; and a bias of n values.
+void sinCosOperands16(Storage16 storage, int64_t m, int64_t n, int64_t k,
+                      std::vector<float> &a, std::vector<float> &b,
+                      std::vector<uint16_t> &a16, std::vector<uint16_t> &b16,
+                      std::vector<float> &bias) {
+  const bool bf16 = storage == Storage16::Bf16;
+  sinCosOperands(m, n, k, a, b);
+  auto round = [&](std::vector<float> &wide, std::vector<uint16_t> &bits) {
+    bits.resize(wide.size());
+    for (size_t i = 0; i < wide.size(); ++i) {
+      bits[i] = bf16 ? floatToBf16(wide[i]) : floatToHalf(wide[i]);
+      wide[i] = storedToFloat(bits[i], bf16);
+    }
+  };
+  round(a, a16);
+  round(b, b16);
+  bias.resize(n);
+  for (int64_t j = 0; j < n; ++j)
+    bias[j] = 0.25f * float(j) - 3.0f;
+}
+#endif
+
 TEST_F(Kernels, GemmEpiloguesOnRandomMatrices) {
   // Sizes no tile divides; k large enough for split reductions.
   const int64_t m = 37, n = 29, k = 300;
@@ -1120,21 +1144,9 @@ TEST_F(Kernels, Gemm16MatchesWidenedOperands) {
 TEST_F(Kernels, Gemm16Epilogues) {
   const int64_t m = 37, n = 29, k = 300;
   for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
-    auto narrow = [&](float v) {
-      return storage == Storage16::Bf16 ? floatToBf16(v) : floatToHalf(v);
-    };
-    auto widen = [&](uint16_t h) {
-      return storage == Storage16::Bf16 ? bf16ToFloat(h) : halfToFloat(h);
-    };
-    std::vector<float> wa, wb, bias(n);
-    sinCosOperands(m, n, k, wa, wb);
-    std::vector<uint16_t> a(wa.size()), b(wb.size());
-    for (size_t i = 0; i < a.size(); ++i)
-      wa[i] = widen(a[i] = narrow(wa[i]));
-    for (size_t i = 0; i < b.size(); ++i)
-      wb[i] = widen(b[i] = narrow(wb[i]));
-    for (int64_t j = 0; j < n; ++j)
-      bias[j] = 0.25f * float(j) - 3.0f;
+    std::vector<float> wa, wb, bias;
+    std::vector<uint16_t> a, b;
+    sinCosOperands16(storage, m, n, k, wa, wb, a, b, bias);
     const uint16_t *da = upload<uint16_t>(a), *db = upload<uint16_t>(b);
     float *c = upload<float>(std::vector<float>(m * n, 7.0f));
     gemm16Bias(ctx, storage, false, false, m, n, k, da, k, db, n,
@@ -1174,19 +1186,10 @@ TEST_F(Kernels, Gemm16StoresSixteenBitResults) {
   const int64_t m = 37, n = 29, k = 300;
   for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
     const bool bf16 = storage == Storage16::Bf16;
-    auto narrow = [&](float v) {
-      return bf16 ? floatToBf16(v) : floatToHalf(v);
-    };
     auto widen = [&](uint16_t h) { return storedToFloat(h, bf16); };
-    std::vector<float> wa, wb, bias(n);
-    sinCosOperands(m, n, k, wa, wb);
-    std::vector<uint16_t> a(wa.size()), b(wb.size());
-    for (size_t i = 0; i < a.size(); ++i)
-      wa[i] = widen(a[i] = narrow(wa[i]));
-    for (size_t i = 0; i < b.size(); ++i)
-      wb[i] = widen(b[i] = narrow(wb[i]));
-    for (int64_t j = 0; j < n; ++j)
-      bias[j] = 0.25f * float(j) - 3.0f;
+    std::vector<float> wa, wb, bias;
+    std::vector<uint16_t> a, b;
+    sinCosOperands16(storage, m, n, k, wa, wb, a, b, bias);
     const uint16_t *da = upload<uint16_t>(a), *db = upload<uint16_t>(b);
     // Half a unit in the last place, relative, of the 16-bit format.
     const double halfUlp = std::ldexp(1.0, bf16 ? -8 : -11);
