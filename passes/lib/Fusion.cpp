@@ -1081,6 +1081,11 @@ void FusionPass::formEpilogues(func::FuncOp func) {
   }
   // A layer norm's input gradient plus the residual connection's other
   // gradient: the layer norm backward adds it as it writes (accumulate).
+  // Likewise a gather's gradient plus another gradient of the same table
+  // (a tied embedding's output projection): the gather backward sums its
+  // rows and adds them to it, in place, instead of scattering into a
+  // zeroed table that the add then reads with it. Both compute what the
+  // add did, bit for bit (float32 addition commutes).
   SmallVector<AddOp> adds;
   for (Operation &op : func.getBody().front())
     if (auto add = dyn_cast<AddOp>(op))
@@ -1088,13 +1093,20 @@ void FusionPass::formEpilogues(func::FuncOp func) {
   for (AddOp add : adds) {
     for (auto [mine, other] : {std::pair(add.getLhs(), add.getRhs()),
                                std::pair(add.getRhs(), add.getLhs())}) {
-      auto grad = mine.getDefiningOp<LayerNormGradOp>();
-      if (!grad || mine != grad.getInputGrad() || grad.getAccumulate() ||
-          !mine.hasOneUse() || other.getType() != mine.getType() ||
+      Operation *grad = mine.getDefiningOp();
+      auto norm = dyn_cast_or_null<LayerNormGradOp>(grad);
+      auto gather = dyn_cast_or_null<GatherGradOp>(grad);
+      if ((!norm || mine != norm.getInputGrad() || norm.getAccumulate()) &&
+          (!gather || gather.getAccumulate()))
+        continue;
+      if (!mine.hasOneUse() || other.getType() != mine.getType() ||
           add.getType() != mine.getType() || !samePhase(grad, add) ||
           !definedBefore(other, grad))
         continue;
-      grad.getAccumulateMutable().assign(other);
+      if (norm)
+        norm.getAccumulateMutable().assign(other);
+      else
+        gather.getAccumulateMutable().assign(other);
       add.replaceAllUsesWith(mine);
       add.erase();
       ++numAccumulateEpilogues;

@@ -459,6 +459,29 @@ MTC_HOST_DEVICE inline int64_t gatherRow(int64_t index, int64_t dim) {
   return index < 0 ? index + dim : index;
 }
 
+/// gatherBackwardAccumulate's scratch (see
+/// gatherBackwardAccumulateWorkspaceBytes): firstOf[row] is the first
+/// position whose index names row (-1 for none), slotOf[k] the first
+/// position naming the row position k names (`count` for a bad index, which
+/// a scatter over `count` rows skips), and sums [outer, count, inner] the
+/// rows' index-order sums, each stored in the row of its first position.
+struct GatherAccumulateScratch {
+  int64_t *firstOf;
+  int64_t *slotOf;
+  float *sums;
+  MTC_HOST_DEVICE GatherAccumulateScratch(void *workspace, int64_t dim,
+                                          int64_t count) {
+    auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+    auto *p = static_cast<unsigned char *>(workspace);
+    firstOf = reinterpret_cast<int64_t *>(p);
+    slotOf = reinterpret_cast<int64_t *>(
+        p + aligned(static_cast<int64_t>(sizeof(int64_t)) * dim));
+    sums = reinterpret_cast<float *>(
+        p + aligned(static_cast<int64_t>(sizeof(int64_t)) * dim) +
+        aligned(static_cast<int64_t>(sizeof(int64_t)) * count));
+  }
+};
+
 /// The data error both libraries report for a bad gather index.
 inline std::string badGatherIndexMessage(int64_t index, int64_t position,
                                          int64_t dim) {

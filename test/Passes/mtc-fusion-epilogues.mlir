@@ -133,3 +133,32 @@ func.func @train_step(%dy: tensor<4x16xf32> {mtc.role = "input"}, %x: tensor<4x1
   %s = mtc.add %r, %dx {mtc.backward} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   return %s, %dg : tensor<4x16xf32>, tensor<16xf32>
 }
+
+// -----
+
+// A tied embedding: the output projection's weight gradient plus the
+// gather's gradient. The gather backward sums its rows and adds them to the
+// projection's gradient (accumulate), whichever side of the add it is on;
+// the scattered table between them is gone.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[T:.+]] = mtc.gather_grad %{{.+}}, %{{.+}} accumulate %[[W:[a-z0-9]+]] {axis = 0 : i64, mtc.backward}
+// CHECK-NOT: mtc.add
+// CHECK: return %[[T]]
+func.func @train_step(%dy: tensor<2x3x8xf32> {mtc.role = "input"}, %ids: tensor<2x3xi64> {mtc.role = "input"}, %a: tensor<6x8xf32> {mtc.role = "input"}, %b: tensor<6x10xf32> {mtc.role = "input"}) -> tensor<10x8xf32> {
+  %w = mtc.matmul %b, %a {mtc.backward, transpose_a = true} : (tensor<6x10xf32>, tensor<6x8xf32>) -> tensor<10x8xf32>
+  %g = mtc.gather_grad %dy, %ids {axis = 0 : i64, mtc.backward} : (tensor<2x3x8xf32>, tensor<2x3xi64>) -> tensor<10x8xf32>
+  %s = mtc.add %g, %w {mtc.backward} : (tensor<10x8xf32>, tensor<10x8xf32>) -> tensor<10x8xf32>
+  return %s : tensor<10x8xf32>
+}
+
+// -----
+
+// Not when the scattered table has another reader.
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.gather_grad %{{[a-z0-9]+}}, %{{[a-z0-9]+}} {axis
+// CHECK: mtc.add
+func.func @train_step(%dy: tensor<2x3x8xf32> {mtc.role = "input"}, %ids: tensor<2x3xi64> {mtc.role = "input"}, %w: tensor<10x8xf32> {mtc.role = "input"}) -> (tensor<10x8xf32>, tensor<10x8xf32>) {
+  %g = mtc.gather_grad %dy, %ids {axis = 0 : i64, mtc.backward} : (tensor<2x3x8xf32>, tensor<2x3xi64>) -> tensor<10x8xf32>
+  %s = mtc.add %w, %g {mtc.backward} : (tensor<10x8xf32>, tensor<10x8xf32>) -> tensor<10x8xf32>
+  return %s, %g : tensor<10x8xf32>, tensor<10x8xf32>
+}

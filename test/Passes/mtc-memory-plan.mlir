@@ -167,6 +167,22 @@ func.func @train_step(%dy: tensor<4x16xf32> {mtc.name = "dy", mtc.role = "input"
 
 // -----
 
+// A gather backward accumulating onto a gradient that dies there writes over
+// it, with scratch for the first position naming each of the 10 rows, each
+// position's (6) and a row of 4 sums per position, each part 256-byte
+// aligned: 3 x 256 bytes.
+// CHECK-LABEL: func.func @train_step
+// CHECK: mtc.exp {{.*}}mtc.offsets = array<i64: [[W:[0-9]+]]>
+// CHECK: mtc.gather_grad {{.*}} accumulate {{.*}}mtc.offsets = array<i64: [[W]]>, mtc.workspace = array<i64: {{[0-9]+}}, 768>
+func.func @train_step(%dy: tensor<2x3x4xf32> {mtc.name = "dy", mtc.role = "input"}, %ids: tensor<2x3xi64> {mtc.name = "ids", mtc.role = "input"}, %x: tensor<10x4xf32> {mtc.name = "x", mtc.role = "input"})
+    -> (tensor<10x4xf32> {mtc.role = "loss"}) {
+  %w = mtc.exp %x : tensor<10x4xf32>
+  %t = mtc.gather_grad %dy, %ids accumulate %w {axis = 0 : i64} : (tensor<2x3x4xf32>, tensor<2x3xi64>, tensor<10x4xf32>) -> tensor<10x4xf32>
+  return %t : tensor<10x4xf32>
+}
+
+// -----
+
 // A backward-pass conversion to 16 bits whose float32 input dies at it, read
 // only by GEMMs that multiply 16-bit operands as stored, writes over the
 // input (the code generator converts in phases). Its own bytes otherwise:

@@ -452,7 +452,10 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   int64_t rows = rowEpilogue ? n / dim : 0;
   int64_t perRow = grouped ? dim / kGroup : dim;
   if (rowEpilogue && cuda()) {
-    k << "__global__ void " << kernel << "(" << params << ") {\n"
+    // Launched with up to kNormRowThreads threads: the bound keeps the
+    // compiler's register use within what such a block may have.
+    k << "__global__ void __launch_bounds__(mtc::rt::cuda::kNormRowThreads) "
+      << kernel << "(" << params << ") {\n"
       << "  __shared__ double lnScratch[mtc::rt::cuda::kNormRowThreads];\n"
       << "  for (int64_t row = blockIdx.x; row < " << rows
       << "; row += gridDim.x) {\n"
@@ -1471,13 +1474,21 @@ void Emitter::emitOpBody(Operation *op) {
           outer *= shape[i];
         for (size_t i = axis + 1; i < shape.size(); ++i)
           inner *= shape[i];
-        emitCall(llvm::formatv("{0}(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7})",
-                               forward ? "gatherForward" : "gatherBackward",
-                               outer, shape[axis], inner,
-                               ptr(forward ? data : other),
-                               ptr(g.getIndices()), numel(g.getIndices()),
-                               ptr(forward ? other : data))
-                     .str());
+        std::string call =
+            llvm::formatv("(ctx, {0}, {1}, {2}, {3}, {4}, {5}", outer,
+                          shape[axis], inner, ptr(forward ? data : other),
+                          ptr(g.getIndices()), numel(g.getIndices()))
+                .str();
+        Value accumulate;
+        if constexpr (!std::is_same_v<decltype(g), GatherOp>)
+          accumulate = g.getAccumulate();
+        if (accumulate)
+          emitCall("gatherBackwardAccumulate" + call + ", " +
+                   ptr(accumulate) + ", " + ptr(data) + ", " + workspace(op) +
+                   ")");
+        else
+          emitCall((forward ? "gatherForward" : "gatherBackward") + call +
+                   ", " + ptr(forward ? other : data) + ")");
       })
       .Case([&](ConcatOp c) {
         // Its inputs were written into its result (mtc::concatPart) by

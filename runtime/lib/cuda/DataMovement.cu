@@ -55,7 +55,12 @@ __global__ void stridedCopyKernel(StridedCopyArgs<Index> args, int64_t total,
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
     Index rest = static_cast<Index>(idx), srcAt = 0, dstAt = 0;
-    for (int d = args.rank - 1; d >= 0; --d) {
+    // Unrolled over every possible dim so that args is indexed by
+    // constants (a runtime index would copy it to local memory).
+#pragma unroll
+    for (int d = kMaxRank - 1; d >= 0; --d) {
+      if (d >= args.rank)
+        continue;
       Index i = rest % args.shape[d];
       rest /= args.shape[d];
       srcAt += i * args.srcStrides[d];

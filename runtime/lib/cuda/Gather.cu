@@ -21,6 +21,10 @@
 // continues from its earlier occurrence's sum instead of the stale loaded
 // value, which keeps the index-order sum.
 //
+// gatherBackwardAccumulate runs the same scatter into a scratch row per
+// first position of each named row (found by atomicMin, an order-free
+// result), then adds the sums to base in one pass: cpu/Gather.cpp's bits.
+//
 //===----------------------------------------------------------------------===//
 
 #include "KernelCommon.h"
@@ -96,7 +100,8 @@ __device__ inline void addChunk(const int64_t (&ks)[kChunk],
 }
 
 /// Thread (part, column) for part in [0, parts), column in [0, outer *
-/// inner): the column's rows r with r % parts == part.
+/// inner): the column's rows r with r % parts == part (parts a power of
+/// two).
 __global__ void gatherBackwardKernel(int64_t outer, int64_t dim, int64_t inner,
                                      const float *dy, const int64_t *indices,
                                      int64_t count, int64_t parts,
@@ -120,7 +125,8 @@ __global__ void gatherBackwardKernel(int64_t outer, int64_t dim, int64_t inner,
                                   index, k, dim, 0);
         continue;
       }
-      if (row % parts != part)
+      // parts is a power of two: no 64-bit division per index.
+      if ((row & (parts - 1)) != part)
         continue;
       // Unrolled, so that the chunk stays in registers.
 #pragma unroll
@@ -136,6 +142,85 @@ __global__ void gatherBackwardKernel(int64_t outer, int64_t dim, int64_t inner,
     }
     addChunk(ks, rows, n, inner, src, dst);
   }
+}
+
+/// firstOf[row] = the first position whose index names row, by atomicMin
+/// over firstOf set to all ones (-1 as int64_t: none): the same value in
+/// whatever order the threads run.
+__global__ void gatherFirstKernel(int64_t dim, const int64_t *indices,
+                                  int64_t count,
+                                  unsigned long long *firstOf,
+                                  cuda::DeviceErrorRecord *errors) {
+  for (int64_t k = cuda::threadIndex(); k < count; k += cuda::threadCount()) {
+    const int64_t row = gatherRow(indices[k], dim);
+    if (row < 0) {
+      cuda::recordDeviceError(errors, cuda::DeviceErrorKind::GatherIndex,
+                              indices[k], k, dim, 0);
+      continue;
+    }
+    atomicMin(firstOf + row, static_cast<unsigned long long>(k));
+  }
+}
+
+/// slotOf[k] = the first position naming the row k names, or count (a row
+/// a scatter over count rows skips) for a bad index.
+__global__ void gatherSlotKernel(int64_t dim, const int64_t *indices,
+                                 int64_t count, const int64_t *firstOf,
+                                 int64_t *slotOf) {
+  for (int64_t k = cuda::threadIndex(); k < count; k += cuda::threadCount()) {
+    const int64_t row = gatherRow(indices[k], dim);
+    slotOf[k] = row < 0 ? count : firstOf[row];
+  }
+}
+
+/// ddata = base + the sum of each named row (in the row of its first
+/// position), base + 0 elsewhere; in place, only the elements whose bits
+/// that changes are written.
+__global__ void gatherAddSumsKernel(int64_t outer, int64_t dim, int64_t inner,
+                                    int64_t count, const int64_t *firstOf,
+                                    const float *sums, const float *base,
+                                    float *ddata) {
+  const int64_t total = outer * dim * inner;
+  const bool inPlace = ddata == base;
+  for (int64_t at = cuda::threadIndex(); at < total;
+       at += cuda::threadCount()) {
+    const int64_t row = at / inner, j = at - row * inner;
+    const int64_t o = row / dim, first = firstOf[row - o * dim];
+    const float b = base[at];
+    if (first >= 0)
+      ddata[at] = b + sums[(o * count + first) * inner + j];
+    else if (!inPlace)
+      ddata[at] = b + 0.0f;
+    else if (b == 0.0f && signbit(b))
+      ddata[at] = 0.0f;
+  }
+}
+
+/// gatherBackwardKernel's launch: parts of the rows, so that columns *
+/// parts threads fill the GPU; a power of two, never more than there are
+/// rows.
+void launchScatter(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
+                   const float *dy, const int64_t *indices, int64_t count,
+                   float *ddata, cuda::DeviceErrorRecord *errors) {
+  const int64_t columns = outer * inner;
+  const int64_t most = std::min(dim, kBackwardThreads / columns);
+  int64_t parts = 1;
+  while (parts * 2 <= most)
+    parts *= 2;
+  gatherBackwardKernel<<<cuda::gridFor(columns * parts), cuda::kBlock, 0,
+                         ctx.stream>>>(outer, dim, inner, dy, indices, count,
+                                       parts, ddata, errors);
+  checkLaunch(ctx, "gatherBackwardKernel");
+}
+
+/// cudaMemsetAsync on the context's stream; false (reported) on failure.
+bool memsetOn(Context &ctx, void *p, int value, size_t bytes,
+              const char *what) {
+  cudaError_t error = cudaMemsetAsync(p, value, bytes, ctx.stream);
+  if (error == cudaSuccess)
+    return true;
+  reportError(ctx, std::string(what) + ": " + cudaGetErrorString(error));
+  return false;
 }
 
 } // namespace
@@ -156,27 +241,49 @@ void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
                     const float *dy, const int64_t *indices, int64_t count,
                     float *ddata) {
   const int64_t size = outer * dim * inner;
+  if (size <= 0 || !memsetOn(ctx, ddata, 0,
+                             sizeof(float) * static_cast<size_t>(size),
+                             "gatherBackward"))
+    return;
+  if (count > 0)
+    launchScatter(ctx, outer, dim, inner, dy, indices, count, ddata,
+                  cuda::deviceErrorRecord(ctx));
+}
+
+void gatherBackwardAccumulate(Context &ctx, int64_t outer, int64_t dim,
+                              int64_t inner, const float *dy,
+                              const int64_t *indices, int64_t count,
+                              const float *base, float *ddata,
+                              void *workspace) {
+  const int64_t size = outer * dim * inner;
   if (size <= 0)
     return;
-  cudaError_t error = cudaMemsetAsync(
-      ddata, 0, sizeof(float) * static_cast<size_t>(size), ctx.stream);
-  if (error != cudaSuccess) {
-    reportError(ctx,
-                std::string("gatherBackward: ") + cudaGetErrorString(error));
+  GatherAccumulateScratch scratch(workspace, dim, count);
+  if (!memsetOn(ctx, scratch.firstOf, 0xff,
+                sizeof(int64_t) * static_cast<size_t>(dim),
+                "gatherBackwardAccumulate"))
     return;
+  if (count > 0) {
+    gatherFirstKernel<<<cuda::gridFor(count), cuda::kBlock, 0, ctx.stream>>>(
+        dim, indices, count,
+        reinterpret_cast<unsigned long long *>(scratch.firstOf),
+        cuda::deviceErrorRecord(ctx));
+    checkLaunch(ctx, "gatherFirstKernel");
+    gatherSlotKernel<<<cuda::gridFor(count), cuda::kBlock, 0, ctx.stream>>>(
+        dim, indices, count, scratch.firstOf, scratch.slotOf);
+    checkLaunch(ctx, "gatherSlotKernel");
+    // Each named row's sum, in index order from +0 as gatherBackward forms
+    // it, in the row of its first position (bad indices were reported).
+    if (!memsetOn(ctx, scratch.sums, 0,
+                  sizeof(float) * static_cast<size_t>(outer * count * inner),
+                  "gatherBackwardAccumulate"))
+      return;
+    launchScatter(ctx, outer, count, inner, dy, scratch.slotOf, count,
+                  scratch.sums, nullptr);
   }
-  if (count <= 0)
-    return;
-  cuda::DeviceErrorRecord *errors = cuda::deviceErrorRecord(ctx);
-  // Parts of the rows, so that columns * parts threads fill the GPU; never
-  // more than there are rows.
-  const int64_t columns = outer * inner;
-  const int64_t parts =
-      std::max<int64_t>(1, std::min(dim, kBackwardThreads / columns));
-  gatherBackwardKernel<<<cuda::gridFor(columns * parts), cuda::kBlock, 0,
-                         ctx.stream>>>(outer, dim, inner, dy, indices, count,
-                                       parts, ddata, errors);
-  checkLaunch(ctx, "gatherBackwardKernel");
+  gatherAddSumsKernel<<<cuda::gridFor(size), cuda::kBlock, 0, ctx.stream>>>(
+      outer, dim, inner, count, scratch.firstOf, scratch.sums, base, ddata);
+  checkLaunch(ctx, "gatherAddSumsKernel");
 }
 
 } // namespace mtc::rt

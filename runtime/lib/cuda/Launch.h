@@ -102,12 +102,23 @@ constexpr size_t kDefaultSharedBytes = 48 * 1024;
 size_t sharedBytesOptin();
 
 /// Opts `kernel` into `bytes` of dynamic shared memory when that is more
-/// than the default allows; reports to ctx and returns false when the
-/// device refuses. Each kernel instance asks once per size it grows to, so
-/// a step being captured into a CUDA graph sets no attribute.
+/// than the default allows (kDefaultSharedBytes less the kernel's static
+/// shared memory: without opting in, the two together stay within it);
+/// reports to ctx and returns false when the device refuses. Each kernel
+/// instance asks once per size it grows to, so a step being captured into
+/// a CUDA graph sets no attribute.
 template <auto kernel>
 bool allowSharedBytes(Context &ctx, size_t bytes, const char *name) {
-  static size_t granted = kDefaultSharedBytes; // per kernel
+  static size_t granted = [] { // per kernel
+    cudaFuncAttributes attributes = {};
+    if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+      (void)cudaGetLastError(); // not sticky: opt in every time instead
+      return size_t(0);
+    }
+    return attributes.sharedSizeBytes < kDefaultSharedBytes
+               ? kDefaultSharedBytes - attributes.sharedSizeBytes
+               : size_t(0);
+  }();
   if (bytes <= granted)
     return true;
   cudaError_t error =

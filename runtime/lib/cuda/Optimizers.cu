@@ -24,7 +24,8 @@ namespace mtc::rt {
 namespace {
 
 // The loss-scaling status lives on the device (written by gradCheck on the
-// same stream), so the skip decision needs no host synchronization.
+// same stream), so the skip decision needs no host synchronization; it is
+// the same for every thread of a launch, so a block returns as a whole.
 __global__ void sgdKernel(int64_t n, float *p, const float *g, float *buf,
                           SgdScalars s, const float *status,
                           const StepCounters *counters) {
@@ -36,13 +37,25 @@ __global__ void sgdKernel(int64_t n, float *p, const float *g, float *buf,
     sgdElement(p[i], g[i] * unscale, buf ? buf + i : nullptr, s);
 }
 
+/// The step's AdamW scalars, formed once per block (in double: two pow,
+/// a sqrt, divisions) rather than by every thread. Every thread of the
+/// block must call it.
+__device__ inline AdamwScalars blockAdamwScalars(
+    const StepCounters *counters, const AdamwHyperparameters &h) {
+  __shared__ AdamwScalars shared;
+  if (threadIdx.x == 0)
+    shared = adamwScalars(counters->optimizerStep, h);
+  __syncthreads();
+  return shared;
+}
+
 __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
                             float *v, AdamwHyperparameters h,
                             const float *status,
                             const StepCounters *counters) {
   if (skipsStep(status))
     return;
-  const AdamwScalars s = adamwScalars(counters->optimizerStep, h);
+  const AdamwScalars s = blockAdamwScalars(counters, h);
   const float unscale = gradUnscale(status);
   for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
     adamwElement(p[i], g[i] * unscale, m[i], v[i], s);
@@ -97,7 +110,7 @@ __global__ void adamwMultiKernel(AdamwTensors tensors,
   if (skipsStep(status))
     return;
   const float unscale = gradUnscale(status);
-  const AdamwScalars s = adamwScalars(counters->optimizerStep, h);
+  const AdamwScalars s = blockAdamwScalars(counters, h);
   const AdamwTensor &t = tensors.t[blockIdx.y];
   for (int64_t i = cuda::threadIndex(); i < t.n; i += cuda::threadCount())
     adamwElement(t.param[i], t.grad[i] * unscale, t.expAvg[i], t.expAvgSq[i],

@@ -431,3 +431,11 @@ func.func @layer_norm_grad_16bit_formats(%dy: tensor<4x8xf16>, %x: tensor<4x8xbf
   %dx, %dg, %db = mtc.layer_norm_grad %dy, %x, %g, %m, %m {axis = 1 : i64} : (tensor<4x8xf16>, tensor<4x8xbf16>, tensor<8xf32>, tensor<4x1xf32>, tensor<4x1xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
   return
 }
+
+// -----
+
+func.func @gather_grad_accumulate_type(%dy: tensor<2x3x8xf32>, %ids: tensor<2x3xi64>, %w: tensor<10x4xf32>) -> tensor<10x8xf32> {
+  // expected-error @+1 {{accumulate must have the result's type}}
+  %g = mtc.gather_grad %dy, %ids accumulate %w {axis = 0 : i64} : (tensor<2x3x8xf32>, tensor<2x3xi64>, tensor<10x4xf32>) -> tensor<10x8xf32>
+  return %g : tensor<10x8xf32>
+}

@@ -130,6 +130,8 @@ func.func @real_model_ops(%x: tensor<2x8x4x4xf32>, %g: tensor<8xf32>, %m: tensor
   %e = mtc.gather %t, %ids {axis = 0 : i64} : (tensor<50x32xf32>, tensor<2x8xi64>) -> tensor<2x8x32xf32>
   // CHECK: mtc.gather_grad
   %de = mtc.gather_grad %e, %ids {axis = 0 : i64} : (tensor<2x8x32xf32>, tensor<2x8xi64>) -> tensor<50x32xf32>
+  // CHECK: mtc.gather_grad {{.*}} accumulate
+  %dt = mtc.gather_grad %e, %ids accumulate %de {axis = 0 : i64} : (tensor<2x8x32xf32>, tensor<2x8xi64>, tensor<50x32xf32>) -> tensor<50x32xf32>
   // CHECK: mtc.layer_norm {{.*}} -> (tensor<2x8x32xf32>, tensor<2x8x1xf32>, tensor<2x8x1xf32>)
   %ln, %lm, %li = mtc.layer_norm %e, %s32, %s32 {axis = 2 : i64, epsilon = 1.0e-05 : f32} : (tensor<2x8x32xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x1xf32>, tensor<2x8x1xf32>)
   // CHECK: mtc.dropout {{.*}}stream = 3

@@ -16,7 +16,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace mtc::rt;
@@ -117,6 +121,93 @@ TEST_F(Kernels, GatherMatchesIndexOrderSum) {
     EXPECT_EQ(download(ddatad, ddata.size()), ddata);
     EXPECT_FALSE(hasError(ctx));
   }
+}
+
+TEST_F(Kernels, GatherBackwardAccumulateIsScatterThenAdd) {
+  // What gatherBackward into a zeroed table and an add give, bit for bit,
+  // written beside base and over it. Base holds -0 and +0 in rows no index
+  // names (base + 0 turns -0 into +0) and values of every size in the
+  // others; the scratch starts as garbage. Shapes: a tied embedding's (few
+  // rows, many repeated indices), outer > 1 with negative indices, and no
+  // index at all.
+  const int64_t shapes[][4] = {
+      {1, 300, 96, 4096}, {3, 50, 33, 200}, {2, 4, 1, 9}, {1, 6, 5, 0}};
+  unsigned seed = 11;
+  for (const auto &shape : shapes) {
+    const int64_t outer = shape[0], dim = shape[1], inner = shape[2],
+                  count = shape[3];
+    SCOPED_TRACE(
+        "outer=" + std::to_string(outer) + " dim=" + std::to_string(dim) +
+        " inner=" + std::to_string(inner) + " count=" + std::to_string(count));
+    std::mt19937 gen(seed++);
+    // Indices in the first two thirds of the rows: the rest are named by
+    // none.
+    std::uniform_int_distribution<int64_t> pick(-dim, 2 * dim / 3 - dim - 1);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::vector<int64_t> idx(count);
+    for (int64_t &i : idx)
+      i = pick(gen) + (gen() % 2 ? dim : 0);
+    std::vector<float> basev(outer * dim * inner), dyv(outer * count * inner);
+    for (size_t i = 0; i < basev.size(); ++i)
+      basev[i] = i % 3 == 0 ? (i % 2 ? -0.0f : 0.0f)
+                            : value(gen) * std::ldexp(1.0f, int(i % 40) - 20);
+    for (float &v : dyv)
+      v = value(gen);
+
+    std::vector<float> sum(basev.size(), 0.0f), expected(basev.size());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < count; ++k) {
+        int64_t row = idx[k] < 0 ? idx[k] + dim : idx[k];
+        for (int64_t i = 0; i < inner; ++i)
+          sum[(o * dim + row) * inner + i] += dyv[(o * count + k) * inner + i];
+      }
+    for (size_t i = 0; i < basev.size(); ++i)
+      expected[i] = basev[i] + sum[i];
+
+    const uint64_t wsBytes =
+        gatherBackwardAccumulateWorkspaceBytes(outer, dim, inner, count);
+    auto *workspace = upload(std::vector<unsigned char>(wsBytes, 0x7f));
+    float *dy = upload(dyv.empty() ? std::vector<float>{0.0f} : dyv);
+    int64_t *indices = upload(idx.empty() ? std::vector<int64_t>{0} : idx);
+    float *base = upload(basev);
+    float *ddata = upload(std::vector<float>(basev.size(), 9.0f), 2);
+    gatherBackwardAccumulate(ctx, outer, dim, inner, dy, indices, count, base,
+                             ddata, workspace);
+    std::vector<float> beside = download(ddata, basev.size() + 2);
+    EXPECT_EQ(beside[basev.size()], kSentinel);
+    beside.resize(basev.size());
+    gatherBackwardAccumulate(ctx, outer, dim, inner, dy, indices, count, base,
+                             base, workspace);
+    std::vector<float> over = download(base, basev.size());
+    // Bits, so that -0 and +0 differ.
+    auto bits = [](const std::vector<float> &v) {
+      std::vector<uint32_t> b(v.size());
+      std::memcpy(b.data(), v.data(), sizeof(float) * v.size());
+      return b;
+    };
+    EXPECT_EQ(bits(beside), bits(expected));
+    EXPECT_EQ(bits(over), bits(expected));
+    EXPECT_FALSE(hasError(ctx));
+  }
+}
+
+TEST_F(Kernels, GatherBackwardAccumulateSkipsBadIndices) {
+  float *dy = upload<float>({1, 10, 100, 1000});
+  int64_t *indices = upload<int64_t>({0, 3, -4, 2});
+  float *base = upload<float>({0.5f, -0.0f, 0.25f});
+  auto *workspace = upload(std::vector<unsigned char>(
+      gatherBackwardAccumulateWorkspaceBytes(1, 3, 1, 4), 0));
+  gatherBackwardAccumulate(ctx, 1, 3, 1, dy, indices, 4, base, base,
+                           workspace);
+  std::vector<float> out = download(base, 3);
+  expectNear(out, {1.5f, 0.0f, 1000.25f});
+  EXPECT_FALSE(std::signbit(out[1]));
+  ASSERT_TRUE(hasError(ctx));
+  std::string message = takeError(ctx).message;
+  EXPECT_TRUE(
+      message.find("gather index 3 at position 1") != std::string::npos ||
+      message.find("gather index -4 at position 2") != std::string::npos)
+      << message;
 }
 
 } // namespace

@@ -270,7 +270,21 @@ int64_t BatchNormTrainOp::getFlops() { return 8 * numel(getInput()); }
 int64_t BatchNormTrainGradOp::getFlops() { return 10 * numel(getInput()); }
 int64_t LayerNormOp::getFlops() { return 8 * numel(getInput()); }
 int64_t LayerNormGradOp::getFlops() { return 10 * numel(getInput()); }
-int64_t GatherGradOp::getFlops() { return numel(getGrad()); }
+int64_t GatherGradOp::getFlops() {
+  return numel(getGrad()) + (getAccumulate() ? numel(getOutput()) : 0);
+}
+int64_t GatherGradOp::getWorkspaceBytes() {
+  if (!getAccumulate())
+    return 0;
+  ArrayRef<int64_t> shape = shapeOf(getOutput());
+  int64_t axis = getAxis(), outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i)
+    outer *= shape[i];
+  for (size_t i = axis + 1; i < shape.size(); ++i)
+    inner *= shape[i];
+  return static_cast<int64_t>(rt::gatherBackwardAccumulateWorkspaceBytes(
+      outer, shape[axis], inner, numel(getIndices())));
+}
 
 static_assert(kMaxAttentionHeadDim == rt::kMaxAttentionHeadDim,
               "the verifier and the fusion pass admit what the kernels take");

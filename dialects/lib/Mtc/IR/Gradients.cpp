@@ -510,7 +510,7 @@ LogicalResult DropoutOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
 LogicalResult GatherOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
                                       SmallVectorImpl<Value> &dx) {
   dx.push_back(b.create<GatherGradOp>(getLoc(), getData().getType(), dy[0],
-                                      getIndices(), getAxisAttr()));
+                                      getIndices(), Value(), getAxisAttr()));
   dx.push_back(Value());
   return success();
 }

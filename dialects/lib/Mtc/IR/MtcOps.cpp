@@ -230,6 +230,12 @@ LogicalResult LayerNormGradOp::verify() {
   return success();
 }
 
+LogicalResult GatherGradOp::verify() {
+  if (Value acc = getAccumulate(); acc && acc.getType() != getType())
+    return emitOpError("accumulate must have the result's type");
+  return success();
+}
+
 LogicalResult MatMulBiasGradOp::verify() {
   ArrayRef<int64_t> a = shapeOf(getA()), b = shapeOf(getB());
   if (a.size() != 2 || b.size() != 2)
@@ -978,6 +984,8 @@ Value mtc::inPlaceSource(OpResult r) {
     return r == fused.getDlogits() ? fused.getLogits() : nullptr;
   if (auto grad = dyn_cast<LayerNormGradOp>(r.getOwner()))
     return r == grad.getInputGrad() ? grad.getAccumulate() : nullptr;
+  if (auto grad = dyn_cast<GatherGradOp>(r.getOwner()))
+    return grad.getAccumulate();
   return nullptr;
 }
 

@@ -243,7 +243,7 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     Statistic<"numBiasGradEpilogues", "bias-grad-epilogues",
               "Bias-gradient sums folded into a weight-gradient GEMM">,
     Statistic<"numAccumulateEpilogues", "accumulate-epilogues",
-              "Residual gradient adds folded into a layer norm backward">,
+              "Gradient adds folded into a layer norm or gather backward">,
     Statistic<"numRowEpilogues", "row-epilogues",
               "Layer norms run in the kernel computing their input">,
     Statistic<"numFoldedConversions", "folded-conversions",

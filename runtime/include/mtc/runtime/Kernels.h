@@ -566,6 +566,33 @@ void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
                     const float *dy, const int64_t *indices, int64_t count,
                     float *ddata);
 
+/// Scratch of gatherBackwardAccumulate: the first position naming each row
+/// ([dim]), each position's first position ([count]), and a row of sums per
+/// position ([outer, count, inner] floats), each part 256-byte aligned.
+inline uint64_t gatherBackwardAccumulateWorkspaceBytes(int64_t outer,
+                                                       int64_t dim,
+                                                       int64_t inner,
+                                                       int64_t count) {
+  auto aligned = [](uint64_t bytes) { return (bytes + 255) / 256 * 256; };
+  return aligned(sizeof(int64_t) * static_cast<uint64_t>(dim)) +
+         aligned(sizeof(int64_t) * static_cast<uint64_t>(count)) +
+         aligned(sizeof(float) * static_cast<uint64_t>(outer * count * inner));
+}
+/// ddata = base + the scatter-add gatherBackward would write, with the same
+/// bits as gatherBackward into a zeroed tensor followed by that addition
+/// (each row's contributions are summed in index order first, then added to
+/// base once): a tied embedding's two gradients without a [outer, dim,
+/// inner] tensor in between. ddata may be base; then only the elements
+/// whose bits change are written (the rows the indices name, and -0 in the
+/// others, which becomes +0 as base + 0 gives). Bad indices are reported
+/// as by gatherBackward and contribute nothing. `workspace` holds
+/// gatherBackwardAccumulateWorkspaceBytes(outer, dim, inner, count) bytes.
+void gatherBackwardAccumulate(Context &ctx, int64_t outer, int64_t dim,
+                              int64_t inner, const float *dy,
+                              const int64_t *indices, int64_t count,
+                              const float *base, float *ddata,
+                              void *workspace);
+
 /// Stores in count[0] the number of positions whose first maximum over the
 /// c classes equals the label and in count[1] the number of positions
 /// counted (labels equal to ignoreIndex are not); logits [n, c, d], labels

@@ -119,7 +119,8 @@ int64_t numberKernels(mlir::Block &body,
 /// last reader is `r`'s op (the kernel reads each element before writing
 /// it there), or null: softmax_cross_entropy's log-probabilities overwrite
 /// its logits, its gradient overwrites the log-probabilities, a layer
-/// norm backward's input gradient the gradient it accumulates onto, and a
+/// norm backward's input gradient the gradient it accumulates onto (and a
+/// gather backward's result the one it accumulates onto), and a
 /// conversion from float32 to 16 bits its input (in half the bytes; the
 /// code generator converts in phases, each writing only bytes an earlier
 /// phase has read).

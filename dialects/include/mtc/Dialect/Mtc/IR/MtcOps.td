@@ -1088,24 +1088,35 @@ def Mtc_GatherOp : Mtc_DiffOp<"gather", [InferTypeOpAdaptor]> {
                        "functional-type(operands, results)";
 }
 
-def Mtc_GatherGradOp : Mtc_ComputeOp<"gather_grad"> {
+def Mtc_GatherGradOp : Mtc_ComputeOp<"gather_grad", [
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
   let summary = "Gradient of gather: scatter-add into a zero tensor";
   let description = [{
     Adds each slice of `grad` into the row of the result its index names;
-    the result has the gathered data's shape.
+    the result has the gathered data's shape. With `accumulate` (which the
+    fusion pass folds in from an add of another gradient of the same table,
+    e.g. a tied embedding's output projection) the result is `accumulate`
+    plus that scatter-add, each row's slices summed in index order before
+    the one addition, as the separate add computes it; the result may be
+    written over `accumulate`, and the op needs scratch for a row of sums
+    per index.
 
     Example:
 
     ```mlir
     %d = mtc.gather_grad %dy, %ids {axis = 0 : i64} : (tensor<2x8x32xf32>,
            tensor<2x8xi64>) -> tensor<50x32xf32>
+    %t = mtc.gather_grad %dy, %ids accumulate %dw {axis = 0 : i64}
+           : (tensor<2x8x32xf32>, tensor<2x8xi64>, tensor<50x32xf32>)
+           -> tensor<50x32xf32>
     ```
   }];
   let arguments = (ins Mtc_FloatTensor:$grad, Mtc_IntTensor:$indices,
-                   I64Attr:$axis);
+                   Optional<Mtc_FloatTensor>:$accumulate, I64Attr:$axis);
   let results = (outs Mtc_FloatTensor:$output);
-  let assemblyFormat = "$grad `,` $indices attr-dict `:` "
-                       "functional-type(operands, results)";
+  let assemblyFormat = "$grad `,` $indices (`accumulate` $accumulate^)? "
+                       "attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def Mtc_ConcatOp : Mtc_DiffOp<"concat", [InferTypeOpAdaptor]> {
