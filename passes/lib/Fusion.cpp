@@ -1400,8 +1400,14 @@ static FailureOr<Value> updateStatus(Operation *op) {
 /// Whether two updates can share one multi-tensor update: the same kind,
 /// hyperparameters, loss-scaling status and place in the step.
 static bool sameUpdate(Operation *a, Operation *b) {
-  return a->getName() == b->getName() &&
-         a->getAttrDictionary() == b->getAttrDictionary() &&
+  // Hyperparameters and marks; not which optional operands each has (an
+  // AdamW update writing a 16-bit copy joins one that does not).
+  auto attrs = [](Operation *op) {
+    NamedAttrList list(op->getAttrDictionary());
+    list.erase("operandSegmentSizes");
+    return list.getDictionary(op->getContext());
+  };
+  return a->getName() == b->getName() && attrs(a) == attrs(b) &&
          *updateStatus(a) == *updateStatus(b);
 }
 

@@ -70,6 +70,9 @@ public:
       storeSavedActivations(step, low);
       roundLinearOutputs(step, low);
       roundInputGradients(step, low);
+      // Last: the steps above find parameters through their conversions.
+      if (parameterCopies)
+        keepParameterCopies(step, low);
     }
   }
 
@@ -79,6 +82,7 @@ private:
   void roundInputGradients(func::FuncOp func, Type low);
   void roundLinearOutputs(func::FuncOp func, Type low);
   void storeSavedActivations(func::FuncOp func, Type low);
+  void keepParameterCopies(func::FuncOp func, Type low);
 };
 
 /// Whether `v` is a linear layer's output: a GEMM of `low` operands, or
@@ -409,6 +413,91 @@ void PrecisionPass::storeSavedActivations(func::FuncOp func, Type low) {
       return use.getOwner() != stored.getDefiningOp() &&
              use.getOwner() != widened && isBackwardOp(use.getOwner());
     });
+  }
+}
+
+/// A parameter that the step converts to `low` (for its GEMMs) gets a
+/// 16-bit copy beside it, an argument of its own (role param_copy) that the
+/// GEMMs read instead of a conversion made every step: its AdamW update
+/// writes the new parameter rounded into it (new_param16, tied to the copy,
+/// after the copy's last reader), a frozen parameter's copy is formed once
+/// by the trainer at start-up. The numbers do not change: the copy holds
+/// what the conversion computed. Each step then reads 4 and writes 2 bytes
+/// less per such parameter element (the conversion's pass; the update
+/// writes 2 more), and runs one kernel less per parameter; the copies live
+/// through the whole step instead of from their first forward use to their
+/// last backward use. Parameters updated by SGD keep their conversions.
+void PrecisionPass::keepParameterCopies(func::FuncOp func, Type low) {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  const unsigned numArgs = func.getNumArguments();
+  for (unsigned i = 0; i < numArgs; ++i) {
+    BlockArgument param = func.getArgument(i);
+    auto role = func.getArgAttrOfType<StringAttr>(i, attr::kRole);
+    if (!role || role.getValue() != attr::role::kParam)
+      continue;
+    SmallVector<ConvertOp> converts;
+    AdamWUpdateOp update;
+    bool otherUpdate = false;
+    for (Operation *user : param.getUsers()) {
+      if (auto convert = dyn_cast<ConvertOp>(user);
+          convert && getElementTypeOrSelf(convert.getType()) == low)
+        converts.push_back(convert);
+      else if (auto adamw = dyn_cast<AdamWUpdateOp>(user);
+               adamw && adamw.getParam() == param && !adamw.getParam16())
+        update = adamw;
+      else if (user->hasAttr(attr::kOptimizer))
+        otherUpdate = true;
+    }
+    if (converts.empty() || otherUpdate)
+      continue;
+
+    OpBuilder b(func.getContext());
+    auto type = cast<RankedTensorType>(param.getType()).clone(low);
+    auto name = func.getArgAttrOfType<StringAttr>(i, attr::kName);
+    NamedAttribute attrs[] = {
+        b.getNamedAttr(attr::kRole, b.getStringAttr(attr::role::kParamCopy)),
+        b.getNamedAttr(attr::kOwner, b.getI64IntegerAttr(i)),
+        b.getNamedAttr(attr::kName,
+                       b.getStringAttr((name ? name.getValue() : StringRef()) +
+                                       (low.isBF16() ? ".bf16" : ".f16")))};
+    unsigned index = func.getNumArguments();
+    (void)func.insertArgument(index, type, b.getDictionaryAttr(attrs),
+                              param.getLoc());
+    BlockArgument copy = func.getArgument(index);
+    for (ConvertOp convert : converts) {
+      convert.replaceAllUsesWith(copy);
+      convert.erase();
+    }
+    if (!update)
+      continue;
+
+    b.setInsertionPoint(update);
+    auto rewritten = b.create<AdamWUpdateOp>(
+        update.getLoc(),
+        TypeRange{param.getType(), param.getType(), param.getType(), type},
+        param, update.getGrad(), update.getExpAvg(), update.getExpAvgSq(),
+        update.getGradStatus(), copy, update.getLrAttr(),
+        update.getBeta1Attr(), update.getBeta2Attr(), update.getEpsAttr(),
+        update.getWeightDecayAttr());
+    for (NamedAttribute a : update->getDiscardableAttrs())
+      rewritten->setAttr(a.getName(), a.getValue());
+    for (unsigned r = 0; r < 3; ++r)
+      update->getResult(r).replaceAllUsesWith(rewritten->getResult(r));
+    update.erase();
+    // It overwrites the copy: after the copy's last reader (the input
+    // gradient's GEMM may come after the weight gradient's).
+    for (Operation *user : copy.getUsers())
+      if (user != rewritten && user->getBlock() == &body &&
+          rewritten->isBeforeInBlock(user))
+        rewritten->moveAfter(user);
+    unsigned result = func.getNumResults();
+    ret->insertOperands(ret.getNumOperands(), rewritten.getNewParam16());
+    func.insertResult(
+        result, type,
+        b.getDictionaryAttr(
+            {b.getNamedAttr(attr::kRole, b.getStringAttr(attr::role::kUpdate)),
+             b.getNamedAttr(attr::kTied, b.getI64IntegerAttr(index))}));
   }
 }
 

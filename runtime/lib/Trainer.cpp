@@ -22,6 +22,7 @@
 #include "LossScaler.h"
 #include "Metrics.h"
 
+#include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Npy.h"
 #include "mtc/runtime/Safetensors.h"
 
@@ -59,7 +60,10 @@ double secondsSince(Clock::time_point start) {
 //===----------------------------------------------------------------------===//
 
 uint64_t dtypeBytes(DType dtype) {
-  return dtype == DType::I64 ? 8 : dtype == DType::Bool ? 1 : 4;
+  return dtype == DType::I64                              ? 8
+         : dtype == DType::Bool                           ? 1
+         : dtype == DType::BF16 || dtype == DType::F16 ? 2
+                                                          : 4;
 }
 
 const char *dtypeDescription(DType dtype) {
@@ -380,9 +384,12 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
     std::string what = "tensor '" + name + "': ";
     if (t.rank < 0 || t.rank > 8)
       return bug(what + "rank " + std::to_string(t.rank));
+    const bool dtype16 = t.dtype == DType::BF16 || t.dtype == DType::F16;
     if (t.dtype != DType::F32 && t.dtype != DType::I64 &&
-        t.dtype != DType::Bool)
+        t.dtype != DType::Bool && !dtype16)
       return bug(what + "unknown dtype");
+    if (dtype16 != (t.role == Role::ParamCopy))
+      return bug(what + "only parameter copies are stored in 16 bits");
     uint64_t bytes = dtypeBytes(t.dtype);
     for (int d = 0; d < t.rank; ++d) {
       if (t.shape[d] < 0)
@@ -421,6 +428,16 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
           desc.tensors[t.owner].role != Role::Param)
         return bug(what + "an accumulator must belong to a parameter");
       break;
+    case Role::ParamCopy: {
+      if (t.owner < 0 || t.owner >= desc.numTensors ||
+          desc.tensors[t.owner].role != Role::Param)
+        return bug(what + "a parameter copy must belong to a parameter");
+      const TensorDesc &p = desc.tensors[t.owner];
+      if (p.rank != t.rank ||
+          std::memcmp(p.shape, t.shape, sizeof(int64_t) * t.rank) != 0)
+        return bug(what + "shape differs from its parameter");
+      break;
+    }
     case Role::EvalLoss:
       if (t.dtype != DType::F32 || t.bytes != 4)
         return bug(what + "the evaluation loss must be a float32 scalar");
@@ -632,6 +649,26 @@ Status loadInitialValues(Context &ctx, const ModelDesc &desc,
       return s;
     dropReadOnlyPages(init.data(*entry), t.bytes);
   }
+  return Status::success();
+}
+
+/// Forms each 16-bit parameter copy from its parameter (after the
+/// parameters were loaded), rounded as the step's conversions round.
+Status refreshParameterCopies(Context &ctx, const ModelDesc &desc,
+                              unsigned char *arena) {
+  for (int i = 0; i < desc.numTensors; ++i) {
+    const TensorDesc &t = desc.tensors[i];
+    if (t.role != Role::ParamCopy)
+      continue;
+    const TensorDesc &p = desc.tensors[t.owner];
+    const int64_t n = static_cast<int64_t>(t.bytes / 2), one = 1;
+    stridedCopyTo16(ctx, t.dtype == DType::BF16 ? Storage16::Bf16 : Storage16::F16,
+                    1, &n, reinterpret_cast<const float *>(arena + p.offset),
+                    0, &one, reinterpret_cast<uint16_t *>(arena + t.offset), 0,
+                    &one);
+  }
+  if (hasError(ctx))
+    return Status::error("parameter copies: " + takeError(ctx).message);
   return Status::success();
 }
 
@@ -1073,6 +1110,10 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
     }
     std::printf("mtc trainer: loaded %s (step %" PRId64 ")\n",
                 opts.loadPath.c_str(), startStep);
+  }
+  if (Status s = refreshParameterCopies(ctx, desc, arena); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
   }
 
   MetricsWriter metrics;

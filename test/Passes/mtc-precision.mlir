@@ -1,4 +1,4 @@
-// RUN: mtc-opt %s --split-input-file --mtc-autodiff --mtc-precision="precision=bf16" | FileCheck %s
+// RUN: mtc-opt %s --split-input-file --mtc-autodiff --mtc-precision="precision=bf16 parameter-copies=false" | FileCheck %s
 // RUN: mtc-opt %s --split-input-file --mtc-autodiff --mtc-precision="precision=fp32" | FileCheck %s --check-prefix=FP32
 
 // Both operands of every GEMM, forward and backward, go to bfloat16; each

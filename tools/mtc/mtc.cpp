@@ -231,6 +231,14 @@ static cl::opt<bool> noFlashAttention(
              "fused op whose memory is linear in the sequence length (for "
              "comparisons)"),
     cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
+static cl::opt<bool> noParameterCopies(
+    "no-param-copies",
+    cl::desc("With --precision bf16 / fp16, convert each weight to 16 bits "
+             "every step where the step first reads it, instead of keeping a "
+             "16-bit copy beside it that its AdamW update rewrites (for "
+             "comparisons: the numbers are the same; a --mem-budget plan "
+             "always converts, so that the copies can be recomputed)"),
+    cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> verbose("v", cl::desc("Print the build commands"),
                              cl::sub(compileCmd), cl::cat(buildCat));
 
@@ -514,6 +522,8 @@ int runCompile(MLIRContext &context) {
   // cuBLAS multiplies 16-bit operands on the tensor cores; the CPU's BLAS
   // needs them widened.
   pipeline.precision.nativeGemm = target == Target::Cuda;
+  // Under a budget the conversions stay: recomputation may free them.
+  pipeline.precision.parameterCopies = !noParameterCopies && memBudget.empty();
   if (lossScale != "auto" && lossScale != "dynamic" && lossScale != "off")
     return fail("unknown --loss-scale '" + lossScale +
                 "' (expected auto, dynamic or off)");

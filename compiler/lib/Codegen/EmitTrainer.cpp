@@ -707,6 +707,9 @@ void Emitter::emitUpdate(Operation *op) {
   auto d = [](FloatAttr a) { return doubleLiteral(a.getValueAsDouble()); };
   // Per tensor: its size and pointers; then the shared hyperparameters.
   std::string tensors, function, hyper;
+  // A 16-bit copy of a parameter written by its update goes through the
+  // multi-tensor entry point, whose tensors carry it.
+  bool copies = false;
   Operation *member = op;
   for (int64_t i = 0; i < count; ++i, member = member->getNextNode()) {
     if (i)
@@ -734,6 +737,10 @@ void Emitter::emitUpdate(Operation *op) {
                                    numel(u.getParam()), ptr(u.getParam()),
                                    ptr(u.getGrad()), ptr(u.getExpAvg()),
                                    ptr(u.getExpAvgSq()));
+          if (Value copy = u.getParam16()) {
+            tensors += ", " + ptr(copy) + ", " + storage16(copy).str();
+            copies = true;
+          }
           function = "adamwUpdate";
           hyper = d(u.getLrAttr()) + ", " + d(u.getBeta1Attr()) + ", " +
                   d(u.getBeta2Attr()) + ", " + d(u.getEpsAttr()) + ", " +
@@ -742,7 +749,7 @@ void Emitter::emitUpdate(Operation *op) {
         })
         .Default([&](Operation *) {});
   }
-  if (count == 1) {
+  if (count == 1 && !copies) {
     emitCall(function + "(ctx, " + tensors + ", " + hyper + ")");
     return;
   }
@@ -1563,6 +1570,8 @@ const char *roleEnum(StringRef role) {
     return "Role::Accumulator";
   if (role == attr::role::kLossScale)
     return "Role::LossScale";
+  if (role == attr::role::kParamCopy)
+    return "Role::ParamCopy";
   return "Role::Input";
 }
 
@@ -1647,7 +1656,11 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
     SmallVector<int64_t> padded(shape);
     padded.resize(8, 0);
     t << "    {\"" << cString(name) << "\", " << role << ", "
-      << (isFloat(v) ? "DType::F32" : isBool(v) ? "DType::Bool" : "DType::I64")
+      << (isLowPrecision(v) ? (getElementTypeOrSelf(v).isBF16() ? "DType::BF16"
+                                                                  : "DType::F16")
+          : isFloat(v)      ? "DType::F32"
+          : isBool(v)       ? "DType::Bool"
+                            : "DType::I64")
       << ", " << shape.size()
       << ", {" << list(padded) << "}, " << offset << "ull, "
       << getTensorBytes(v.getType()) << "ull, " << owner << "},\n";

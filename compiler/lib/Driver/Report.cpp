@@ -52,7 +52,8 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
     StringRef rv = role ? role.getValue() : "";
     uint64_t bytes = getTensorBytes(arg.getType());
     add(0, n - 1, bytes,
-        rv == attr::role::kParam         ? &P::parameters
+        rv == attr::role::kParam || rv == attr::role::kParamCopy
+                                         ? &P::parameters
         : rv == attr::role::kState       ? &P::optimizerState
         : rv == attr::role::kAccumulator ? &P::gradients
                                          : &P::other);
@@ -150,6 +151,8 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
       r.parameterBytes += bytes;
       r.numParameters++;
       r.parameterElements += getNumElements(arg.getType());
+    } else if (role == attr::role::kParamCopy) {
+      r.parameterCopyBytes += bytes;
     } else if (role == attr::role::kBuffer) {
       r.bufferBytes += bytes;
     } else if (role == attr::role::kState) {
@@ -225,6 +228,7 @@ void mtc::writeReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
   field("arena_bytes", r.arenaBytes);
   field("lower_bound_bytes", r.lowerBoundBytes);
   field("parameter_bytes", r.parameterBytes);
+  field("parameter_copy_bytes", r.parameterCopyBytes);
   field("buffer_bytes", r.bufferBytes);
   field("input_bytes", r.inputBytes);
   field("gradient_bytes", r.gradientBytes);
@@ -269,6 +273,8 @@ void mtc::printReportTable(const MemoryReport &r, llvm::raw_ostream &os) {
   };
   os << "memory plan (one arena, planned at compile time):\n";
   row("parameters", r.parameterBytes);
+  if (r.parameterCopyBytes)
+    row("parameter copies (16-bit)", r.parameterCopyBytes);
   row("gradients", r.gradientBytes);
   row("optimizer state", r.optimizerStateBytes);
   row("buffers", r.bufferBytes);

@@ -8,6 +8,7 @@
 #include "KernelCommon.h"
 #include "mtc/runtime/Parallel.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Trainer.h"
 
@@ -33,19 +34,45 @@ void sgdUpdate(Context &ctx, int64_t n, float *p, const float *g,
   });
 }
 
-void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
-                 float *v, double lr, double beta1, double beta2, double eps,
-                 double weightDecay, const float *gradStatus) {
+namespace {
+
+/// One tensor's AdamW update (and its 16-bit copy, if it has one).
+void adamwTensor(Context &ctx, const AdamwTensor &t,
+                 const AdamwHyperparameters &h, const float *gradStatus) {
   if (skipsStep(gradStatus))
     return;
   const float unscale = gradUnscale(gradStatus);
-  AdamwScalars s =
-      adamwScalars(ctx.optimizerStep,
-                   AdamwHyperparameters{lr, beta1, beta2, eps, weightDecay});
-  const bool parallel = n >= cpu::kParallelGrain;
-  cpu::parallelFor(0, n, parallel, [&](int64_t i) {
+  const AdamwScalars s = adamwScalars(ctx.optimizerStep, h);
+  float *p = t.param, *m = t.expAvg, *v = t.expAvgSq;
+  const float *g = t.grad;
+  const bool parallel = t.n >= cpu::kParallelGrain;
+  if (!t.param16) {
+    cpu::parallelFor(0, t.n, parallel, [&](int64_t i) {
+      adamwElement(p[i], g[i] * unscale, m[i], v[i], s);
+    });
+    return;
+  }
+  uint16_t *copy = t.param16;
+  const bool bf16 = t.storage == Storage16::Bf16;
+  cpu::parallelFor(0, t.n, parallel, [&](int64_t i) {
     adamwElement(p[i], g[i] * unscale, m[i], v[i], s);
+    copy[i] = bf16 ? floatToBf16(p[i]) : floatToHalf(p[i]);
   });
+}
+
+} // namespace
+
+void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
+                 float *v, double lr, double beta1, double beta2, double eps,
+                 double weightDecay, const float *gradStatus) {
+  AdamwTensor t;
+  t.n = n;
+  t.param = p;
+  t.grad = g;
+  t.expAvg = m;
+  t.expAvgSq = v;
+  adamwTensor(ctx, t, AdamwHyperparameters{lr, beta1, beta2, eps, weightDecay},
+              gradStatus);
 }
 
 void sgdUpdateMulti(Context &ctx, const SgdTensor *tensors, int count,
@@ -63,9 +90,9 @@ void adamwUpdateMulti(Context &ctx, const AdamwTensor *tensors, int count,
   // Each tensor's loop is as large as adamwUpdate's; the CPU gains nothing
   // from one loop over all of them.
   for (int t = 0; t < count; ++t)
-    adamwUpdate(ctx, tensors[t].n, tensors[t].param, tensors[t].grad,
-                tensors[t].expAvg, tensors[t].expAvgSq, lr, beta1, beta2, eps,
-                weightDecay, gradStatus);
+    adamwTensor(ctx, tensors[t],
+                AdamwHyperparameters{lr, beta1, beta2, eps, weightDecay},
+                gradStatus);
 }
 
 void gradCheckBegin(Context &, const float *lossScale, float *status) {

@@ -14,6 +14,7 @@
 #include "KernelCommon.h"
 #include "Launch.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Trainer.h"
 
@@ -112,9 +113,20 @@ __global__ void adamwMultiKernel(AdamwTensors tensors,
   const float unscale = gradUnscale(status);
   const AdamwScalars s = blockAdamwScalars(counters, h);
   const AdamwTensor &t = tensors.t[blockIdx.y];
-  for (int64_t i = cuda::threadIndex(); i < t.n; i += cuda::threadCount())
-    adamwElement(t.param[i], t.grad[i] * unscale, t.expAvg[i], t.expAvgSq[i],
-                 s);
+  if (!t.param16) {
+    for (int64_t i = cuda::threadIndex(); i < t.n; i += cuda::threadCount())
+      adamwElement(t.param[i], t.grad[i] * unscale, t.expAvg[i],
+                   t.expAvgSq[i], s);
+    return;
+  }
+  // And the parameter's 16-bit copy, rounded as a conversion rounds it.
+  const bool bf16 = t.storage == Storage16::Bf16;
+  for (int64_t i = cuda::threadIndex(); i < t.n; i += cuda::threadCount()) {
+    float p = t.param[i];
+    adamwElement(p, t.grad[i] * unscale, t.expAvg[i], t.expAvgSq[i], s);
+    t.param[i] = p;
+    t.param16[i] = bf16 ? floatToBf16(p) : floatToHalf(p);
+  }
 }
 
 __global__ void gradCheckBeginKernel(const float *lossScale, float *status) {

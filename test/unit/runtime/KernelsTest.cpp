@@ -1009,7 +1009,9 @@ TEST_F(Kernels, SgdMomentumAndAdamW) {
 
 // One multi-tensor AdamW update over tensors of different sizes (40 of
 // them: two launches of the CUDA kernel) ends bitwise where one update per
-// tensor does, at step 3 and on a skipped step.
+// tensor does, at step 3 and on a skipped step. Every third tensor also has
+// a 16-bit copy (bf16 and fp16 in turn), which then holds the new
+// parameter rounded as a conversion rounds it, and nothing past its end.
 TEST_F(Kernels, AdamwMultiMatchesOneUpdatePerTensor) {
   const int count = 40;
   std::vector<AdamwTensor> multi, single;
@@ -1025,11 +1027,26 @@ TEST_F(Kernels, AdamwMultiMatchesOneUpdatePerTensor) {
     }
     for (auto *set : {&multi, &single})
       set->push_back({n, upload(p), upload(g), upload(m), upload(v)});
+    if (t % 3 == 0) {
+      multi.back().param16 = upload(std::vector<uint16_t>(n, 0x7fc1), 1);
+      multi.back().storage = t % 2 ? Storage16::F16 : Storage16::Bf16;
+    }
     initial.push_back(p);
   }
   ctx.optimizerStep = 3;
   adamwUpdateMulti(ctx, multi.data(), count, 0.01, 0.9, 0.999, 1e-8, 0.1,
                    nullptr);
+  for (const AdamwTensor &t : multi) {
+    if (!t.param16)
+      continue;
+    std::vector<float> p = download(t.param, t.n);
+    std::vector<uint16_t> copy = download(t.param16, t.n + 1);
+    for (int64_t i = 0; i < t.n; ++i)
+      ASSERT_EQ(copy[i], t.storage == Storage16::Bf16 ? floatToBf16(p[i])
+                                                      : floatToHalf(p[i]))
+          << "element " << i << " of " << t.n;
+    EXPECT_EQ(copy[t.n], static_cast<uint16_t>(kSentinel));
+  }
   for (const AdamwTensor &t : single)
     adamwUpdate(ctx, t.n, t.param, t.grad, t.expAvg, t.expAvgSq, 0.01, 0.9,
                 0.999, 1e-8, 0.1, nullptr);
@@ -1044,9 +1061,11 @@ TEST_F(Kernels, AdamwMultiMatchesOneUpdatePerTensor) {
   // A loss-scaling status flagging an overflow leaves everything alone.
   float *status = upload<float>({1.0f, 1.0f});
   std::vector<float> before = download(multi[5].param, multi[5].n);
+  std::vector<uint16_t> copyBefore = download(multi[6].param16, multi[6].n);
   adamwUpdateMulti(ctx, multi.data(), count, 0.01, 0.9, 0.999, 1e-8, 0.1,
                    status);
   EXPECT_EQ(download(multi[5].param, multi[5].n), before);
+  EXPECT_EQ(download(multi[6].param16, multi[6].n), copyBefore);
 }
 
 // The same for SGD with Nesterov momentum, over its first step (the

@@ -33,6 +33,8 @@ struct MemoryReport {
   uint64_t arenaBytes = 0;
   uint64_t lowerBoundBytes = 0;
   uint64_t parameterBytes = 0;
+  /// 16-bit copies of parameters kept beside them (--precision bf16/fp16).
+  uint64_t parameterCopyBytes = 0;
   uint64_t bufferBytes = 0;
   uint64_t inputBytes = 0;
   uint64_t gradientBytes = 0;

@@ -74,6 +74,16 @@ MTC_ELEMENTWISE_FLOPS(SliceOp, 0)
 int64_t SgdUpdateOp::getFlops() { return 4 * numel(getParam()); }
 int64_t SgdMomentumUpdateOp::getFlops() { return 7 * numel(getParam()); }
 int64_t AdamWUpdateOp::getFlops() { return 14 * numel(getParam()); }
+// Parameter, moments and gradient read, the first three written; a 16-bit
+// copy is written, not read.
+int64_t AdamWUpdateOp::getBytesMoved() {
+  int64_t bytes = 7 * getTensorBytes(getParam().getType());
+  if (Value status = getGradStatus())
+    bytes += getTensorBytes(status.getType());
+  if (Value copy = getParam16())
+    bytes += getTensorBytes(copy.getType());
+  return bytes;
+}
 int64_t FusedOp::getFlops() {
   int64_t flops = 0;
   for (Operation &op : getBody().front().without_terminator())

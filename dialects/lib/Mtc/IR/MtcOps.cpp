@@ -230,6 +230,17 @@ LogicalResult LayerNormGradOp::verify() {
   return success();
 }
 
+LogicalResult AdamWUpdateOp::verify() {
+  Value copy = getParam16(), updated = getNewParam16();
+  if (!copy != !updated)
+    return emitOpError("param16 and new_param16 go together");
+  if (copy && (copy.getType() != updated.getType() ||
+               shapeOf(copy) != shapeOf(getParam()) ||
+               elementOf(copy).isF32()))
+    return emitOpError("param16 must be the parameter stored in 16 bits");
+  return success();
+}
+
 LogicalResult GatherGradOp::verify() {
   if (Value acc = getAccumulate(); acc && acc.getType() != getType())
     return emitOpError("accumulate must have the result's type");

@@ -131,8 +131,13 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
     linear layer's input gradient (a backward GEMM of the output gradient
     and a parameter's 16-bit copy) is rounded when every reader can read
     it as stored (elementwise ops, a layer norm backward whose saved input
-    is 16-bit), all as torch.autocast stores them. `precision=fp32`
-    changes nothing.
+    is 16-bit), all as torch.autocast stores them. A parameter the step
+    converts gets a 16-bit copy of its own instead (an argument with role
+    `param_copy`), which its AdamW update rewrites with the new parameter
+    rounded (`parameter-copies`; frozen parameters' copies are formed once
+    by the trainer; SGD-updated parameters keep their conversions): the
+    same values, without a conversion pass over every weight each step.
+    `precision=fp32` changes nothing.
 
     Example: `mtc-opt --mtc-precision="precision=bf16"`
   }];
@@ -143,6 +148,10 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
            "The target's GEMMs read 16-bit operands directly (cuBLAS): mark "
            "the GEMMs and convolutions mtc.native_16bit_gemm, which needs "
            "no widening scratch">,
+    Option<"parameterCopies", "parameter-copies", "bool", "true",
+           "Keep a 16-bit copy beside each parameter the step converts "
+           "(AdamW or frozen), written by its update, instead of converting "
+           "it every step">,
   ];
 }
 

@@ -696,12 +696,16 @@ void adamwUpdate(Context &ctx, int64_t n, float *p, const float *g, float *m,
                  float *v, double lr, double beta1, double beta2, double eps,
                  double weightDecay, const float *gradStatus);
 
-/// One tensor of a multi-tensor AdamW update.
+/// One tensor of a multi-tensor AdamW update. With `param16`, the update
+/// also writes the new parameter there rounded to 16 bits (`storage`), as
+/// a conversion would round it: the copy the step's GEMMs read.
 struct AdamwTensor {
   int64_t n;
   float *param;
   const float *grad;
   float *expAvg, *expAvgSq;
+  uint16_t *param16 = nullptr;
+  Storage16 storage = Storage16::Bf16;
 };
 /// adamwUpdate on `count` tensors with one set of hyperparameters: one
 /// kernel launch (CUDA) for all of them, the same results as one call per

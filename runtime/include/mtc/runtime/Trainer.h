@@ -21,8 +21,9 @@ namespace mtc::rt {
 
 struct Context;
 
-/// Element types; Bool is one byte per element (0 or 1).
-enum class DType : int { F32 = 0, I64 = 1, Bool = 2 };
+/// Element types; Bool is one byte per element (0 or 1). BF16 and F16 are
+/// only the 16-bit parameter copies (Role::ParamCopy).
+enum class DType : int { F32 = 0, I64 = 1, Bool = 2, BF16 = 3, F16 = 4 };
 
 /// What a tensor of the table is to the trainer.
 enum class Role : int {
@@ -51,6 +52,10 @@ enum class Role : int {
   /// [1 / loss scale, 1 if a gradient overflowed] (2 x f32), valid after a
   /// loss-scaled step; the updates skipped the step when [1] is set
   GradStatus = 12,
+  /// the 16-bit copy (BF16 or F16) of param `owner` that the step's GEMMs
+  /// read and its optimizer update rewrites; the trainer forms it from the
+  /// parameter after loading the parameters, never checkpointed
+  ParamCopy = 13,
 };
 
 struct TensorDesc {
@@ -61,7 +66,8 @@ struct TensorDesc {
   int64_t shape[8];
   uint64_t offset; ///< byte offset in the arena
   uint64_t bytes;
-  int owner; ///< Grad/State: index in the table of the parameter, else -1
+  int owner; ///< Grad/State/ParamCopy: index in the table of the
+             ///< parameter, else -1
 };
 
 /// Where the data of tensor `tensor` (an index in the table) goes in the

@@ -94,6 +94,10 @@ constexpr llvm::StringLiteral kBuffer = "buffer";
 constexpr llvm::StringLiteral kState = "state";
 /// Argument: gradient accumulator of a parameter (not checkpointed).
 constexpr llvm::StringLiteral kAccumulator = "accumulator";
+/// Argument: the 16-bit copy of a parameter (owner) that the step's GEMMs
+/// read and its update rewrites (not checkpointed: the trainer forms it from
+/// the parameter).
+constexpr llvm::StringLiteral kParamCopy = "param_copy";
 constexpr llvm::StringLiteral kInput = "input";
 constexpr llvm::StringLiteral kLoss = "loss";
 constexpr llvm::StringLiteral kGrad = "grad";

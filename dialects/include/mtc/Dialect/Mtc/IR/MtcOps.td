@@ -1402,13 +1402,19 @@ def Mtc_SgdMomentumUpdateOp : Mtc_ComputeOp<"sgd_momentum_update",
 }
 
 def Mtc_AdamWUpdateOp : Mtc_ComputeOp<"adamw_update",
-    [AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param",
+    [AttrSizedOperandSegments,
+     DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getBytesMoved"]>,
+     AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param",
                     "new_exp_avg", "new_exp_avg_sq"]>]> {
   let summary = "AdamW step with bias correction, PyTorch semantics";
   let description = [{
     Decoupled weight decay `p *= 1 - lr * wd`, then the Adam update with
     bias corrections for the trainer's step counter `t` (1 on the first
-    step). Results are written in place of the operands.
+    step). Results are written in place of the operands. With `param16`
+    (the parameter's 16-bit copy that the step's GEMMs read, kept beside it
+    by the precision pass) the update also writes the new parameter rounded
+    to that format (`new_param16`, in place of the copy), as a conversion
+    of it would round it.
 
     Example:
 
@@ -1416,17 +1422,25 @@ def Mtc_AdamWUpdateOp : Mtc_ComputeOp<"adamw_update",
     %p1, %m1, %v1 = mtc.adamw_update %p, %g, %m, %v {lr = 0.001 : f64,
         beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64,
         weight_decay = 0.01 : f64} : tensor<10x64xf32>
+    %p2, %m2, %v2, %c2 = mtc.adamw_update %p, %g, %m, %v copy %c
+        {lr = 0.001 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64,
+        eps = 1.0e-08 : f64} : tensor<10x64xf32>, tensor<10x64xbf16>
     ```
   }];
   let arguments = (ins Mtc_FloatTensor:$param, Mtc_FloatTensor:$grad,
                    Mtc_FloatTensor:$exp_avg, Mtc_FloatTensor:$exp_avg_sq,
                    Optional<Mtc_GradStatusTensor>:$grad_status,
+                   Optional<Mtc_StorageFloatTensor>:$param16,
                    F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
                    DefaultValuedAttr<F64Attr, "0.0">:$weight_decay);
   let results = (outs Mtc_FloatTensor:$new_param, Mtc_FloatTensor:$new_exp_avg,
-                      Mtc_FloatTensor:$new_exp_avg_sq);
+                      Mtc_FloatTensor:$new_exp_avg_sq,
+                      Optional<Mtc_StorageFloatTensor>:$new_param16);
   let assemblyFormat = "$param `,` $grad `,` $exp_avg `,` $exp_avg_sq "
-                       "(`status` $grad_status^)? attr-dict `:` type($param)";
+                       "(`status` $grad_status^)? (`copy` $param16^)? "
+                       "attr-dict `:` type($param) "
+                       "(`,` type($param16)^ `->` type($new_param16))?";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//
