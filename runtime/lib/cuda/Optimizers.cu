@@ -63,12 +63,34 @@ __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
 }
 
 /// Tensors of one multi-tensor launch, passed by value (kernel parameters
-/// hold up to 4 KB).
+/// hold up to 4 KB): tensor i gets blocks [firstBlock[i], firstBlock[i +
+/// 1]) of the 1-D grid, so that no block is idle (a grid sized by the
+/// largest tensor for every tensor would leave most blocks of the small
+/// ones, biases next to their weight, with nothing to do).
 constexpr int kMultiTensors = 32;
+/// Blocks one tensor gets at most; their threads stride over it.
+constexpr int64_t kMultiBlocksPerTensor = 4096;
 template <typename Tensor> struct Tensors {
   Tensor t[kMultiTensors];
+  int firstBlock[kMultiTensors + 1];
+  int count;
 };
 using AdamwTensors = Tensors<AdamwTensor>;
+
+/// The tensor this block works on, and its blocks' first and count.
+struct MultiBlock {
+  int tensor;
+  int64_t block, blocks;
+};
+template <typename Tensor>
+__device__ inline MultiBlock multiBlock(const Tensors<Tensor> &tensors) {
+  int t = 0;
+  while (t + 1 < tensors.count &&
+         static_cast<int>(blockIdx.x) >= tensors.firstBlock[t + 1])
+    ++t;
+  return {t, blockIdx.x - tensors.firstBlock[t],
+          tensors.firstBlock[t + 1] - tensors.firstBlock[t]};
+}
 
 __global__ void sgdMultiKernel(Tensors<SgdTensor> tensors, SgdScalars s,
                                const float *status,
@@ -77,34 +99,41 @@ __global__ void sgdMultiKernel(Tensors<SgdTensor> tensors, SgdScalars s,
     return;
   s.firstStep = counters->optimizerStep <= 1;
   const float unscale = gradUnscale(status);
-  const SgdTensor &t = tensors.t[blockIdx.y];
-  for (int64_t i = cuda::threadIndex(); i < t.n; i += cuda::threadCount())
+  const MultiBlock b = multiBlock(tensors);
+  const SgdTensor &t = tensors.t[b.tensor];
+  for (int64_t i = b.block * blockDim.x + threadIdx.x; i < t.n;
+       i += b.blocks * blockDim.x)
     sgdElement(t.param[i], t.grad[i] * unscale,
                s.momentum != 0.0f && t.momentum ? t.momentum + i : nullptr, s);
 }
 
-/// Launches `kernel` over the tensors kMultiTensors at a time: blockIdx.y
-/// picks the tensor, the x blocks cover the largest of them.
+/// Launches `kernel` over the tensors kMultiTensors at a time, each tensor
+/// with blocks of its own (see Tensors).
 template <typename Tensor, typename Kernel, typename... Args>
 void launchMulti(Context &ctx, const Tensor *tensors, int count,
                  Kernel kernel, const char *name, Args... args) {
   for (int first = 0; first < count; first += kMultiTensors) {
     const int n = std::min(kMultiTensors, count - first);
     Tensors<Tensor> chunk = {};
-    int64_t largest = 0;
+    chunk.count = n;
+    int64_t blocks = 0;
     for (int t = 0; t < n; ++t) {
       chunk.t[t] = tensors[first + t];
-      largest = std::max(largest, chunk.t[t].n);
+      chunk.firstBlock[t] = static_cast<int>(blocks);
+      const int64_t elements = std::max<int64_t>(chunk.t[t].n, 0);
+      blocks += std::min(kMultiBlocksPerTensor,
+                         (elements + cuda::kBlock - 1) / cuda::kBlock);
     }
-    if (largest == 0)
+    chunk.firstBlock[n] = static_cast<int>(blocks);
+    if (blocks == 0)
       continue;
-    const dim3 grid(cuda::gridFor(largest), static_cast<unsigned>(n));
-    kernel<<<grid, cuda::kBlock, 0, ctx.stream>>>(chunk, args...);
+    kernel<<<static_cast<unsigned>(blocks), cuda::kBlock, 0, ctx.stream>>>(
+        chunk, args...);
     checkLaunch(ctx, name);
   }
 }
 
-/// blockIdx.y picks the tensor; the x blocks stride over its elements.
+/// Each block updates its part of one tensor (see Tensors).
 __global__ void adamwMultiKernel(AdamwTensors tensors,
                                  AdamwHyperparameters h, const float *status,
                                  const StepCounters *counters) {
@@ -112,16 +141,19 @@ __global__ void adamwMultiKernel(AdamwTensors tensors,
     return;
   const float unscale = gradUnscale(status);
   const AdamwScalars s = blockAdamwScalars(counters, h);
-  const AdamwTensor &t = tensors.t[blockIdx.y];
+  const MultiBlock b = multiBlock(tensors);
+  const AdamwTensor &t = tensors.t[b.tensor];
+  const int64_t start = b.block * blockDim.x + threadIdx.x,
+                stride = b.blocks * blockDim.x;
   if (!t.param16) {
-    for (int64_t i = cuda::threadIndex(); i < t.n; i += cuda::threadCount())
+    for (int64_t i = start; i < t.n; i += stride)
       adamwElement(t.param[i], t.grad[i] * unscale, t.expAvg[i],
                    t.expAvgSq[i], s);
     return;
   }
   // And the parameter's 16-bit copy, rounded as a conversion rounds it.
   const bool bf16 = t.storage == Storage16::Bf16;
-  for (int64_t i = cuda::threadIndex(); i < t.n; i += cuda::threadCount()) {
+  for (int64_t i = start; i < t.n; i += stride) {
     float p = t.param[i];
     adamwElement(p, t.grad[i] * unscale, t.expAvg[i], t.expAvgSq[i], s);
     t.param[i] = p;
