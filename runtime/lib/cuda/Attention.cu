@@ -668,6 +668,96 @@ constexpr size_t kPreferredShared16 = 80 * 1024;
 using Accumulator =
     wmma::fragment<wmma::accumulator, kEdge, kEdge, kEdge, float>;
 
+//===----------------------------------------------------------------------===//
+// Dropout masks drawn once per group
+//===----------------------------------------------------------------------===//
+//
+// A generator call (dropoutGroupKeep) gives the keep bits of a group of
+// kDropoutGroup consecutive flat indices (h, i, j) -> (h * sq + i) * sk + j.
+// attentionKeep makes one call per element and keeps one bit of four; the
+// 16-bit kernels instead let each lane draw whole groups and pass their bits
+// to the lanes that need them by shuffles, a quarter of the calls (the
+// calls dominate the element-wise work when dropout is on). A line is up
+// to kMaxStep consecutive flat indices from `base`; every lane of the warp
+// calls these together (uniform control flow), with the same base.
+
+/// The keep bits of group `group`, bit t for element t of the group.
+__device__ inline unsigned groupKeepBits(const DropoutParams &drop,
+                                         uint64_t group) {
+  bool keep[kDropoutGroup];
+  dropoutGroupKeep(drop, group, keep);
+  unsigned bits = 0;
+#pragma unroll
+  for (int t = 0; t < kDropoutGroup; ++t)
+    bits |= keep[t] ? 1u << t : 0u;
+  return bits;
+}
+
+/// The group of position pos of the line starting at flat index base,
+/// counted from the line's first group.
+__device__ inline int lineGroup(uint64_t base, int pos) {
+  return static_cast<int>((base % kDropoutGroup + pos) / kDropoutGroup);
+}
+
+/// A line of `len` <= kMaxStep positions: lane l draws the line's group l.
+__device__ inline unsigned lineKeepBits(const DropoutParams &drop,
+                                        uint64_t base, int len, int lane) {
+  return lane < lineGroup(base, len + kDropoutGroup - 1)
+             ? groupKeepBits(drop, base / kDropoutGroup + lane)
+             : 0u;
+}
+
+/// The dropout factor (drop.scale or 0) of position pos of the line, from
+/// the bits lineKeepBits gave the lanes.
+__device__ inline float lineKeepFactor(const DropoutParams &drop,
+                                       unsigned bits, uint64_t base,
+                                       int pos) {
+  const unsigned held =
+      __shfl_sync(kFullMask, bits, lineGroup(base, pos) & 31);
+  return (held >> ((base + pos) % kDropoutGroup)) & 1u ? drop.scale : 0.0f;
+}
+
+/// A 16 x 16 tile of 16 lines of kEdge positions: a line spans at most 5
+/// groups, line L's take slots 5 L .. 5 L + 4, and lane l draws slots l,
+/// l + 32 and l + 64. lineBase(L) is line L's first flat index.
+constexpr int kTileGroupsPerLine = kEdge / kDropoutGroup + 1;
+struct TileKeep {
+  unsigned bits[3];
+};
+template <typename LineBase>
+__device__ inline TileKeep tileKeepBits(const DropoutParams &drop,
+                                        LineBase lineBase, int lane) {
+  static_assert(kEdge * kTileGroupsPerLine <= 3 * 32, "slots per lane");
+  TileKeep k;
+#pragma unroll
+  for (int part = 0; part < 3; ++part) {
+    const int slot = lane + 32 * part;
+    const int line = slot / kTileGroupsPerLine,
+              group = slot % kTileGroupsPerLine;
+    k.bits[part] = 0u;
+    if (line < kEdge) {
+      const uint64_t base = lineBase(line);
+      if (group < lineGroup(base, kEdge + kDropoutGroup - 1))
+        k.bits[part] = groupKeepBits(drop, base / kDropoutGroup + group);
+    }
+  }
+  return k;
+}
+
+/// The dropout factor of position pos of line `line` (first flat index
+/// base) from the bits tileKeepBits gave the lanes.
+__device__ inline float tileKeepFactor(const DropoutParams &drop,
+                                       const TileKeep &k, uint64_t base,
+                                       int line, int pos) {
+  const int slot = kTileGroupsPerLine * line + lineGroup(base, pos);
+  const unsigned b0 = __shfl_sync(kFullMask, k.bits[0], slot & 31);
+  const unsigned b1 = __shfl_sync(kFullMask, k.bits[1], slot & 31);
+  const unsigned b2 = __shfl_sync(kFullMask, k.bits[2], slot & 31);
+  const int part = slot / 32;
+  const unsigned held = part == 0 ? b0 : part == 1 ? b1 : b2;
+  return (held >> ((base + pos) % kDropoutGroup)) & 1u ? drop.scale : 0.0f;
+}
+
 /// How a 16-bit kernel cuts the problem: `own` rows of the block's side and
 /// `step` rows of the streamed side at a time (multiples of 16, step at most
 /// kMaxStep), and the head dims rounded up to 16.
@@ -975,13 +1065,23 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
         }
         sum = warpSum(sum);
         __syncwarp(); // every lane has read its scores before P overwrites
+        // The row's dropout groups, drawn once (a lane per group) when some
+        // key of the chunk is live.
+        bool anyLive = false;
+#pragma unroll
+        for (int u = 0; u < kColsPerLane; ++u)
+          anyLive |= live[u];
+        const bool drops = dropout && __any_sync(kFullMask, anyLive);
+        const uint64_t rowBase = static_cast<uint64_t>((h * a.sq + i) * a.sk + j0);
+        const unsigned keepBits =
+            drops ? lineKeepBits(drop, rowBase, t.step, lane) : 0u;
 #pragma unroll
         for (int u = 0; u < kColsPerLane; ++u) {
           const int c = lane + 32 * u;
+          const float f =
+              drops ? lineKeepFactor(drop, keepBits, rowBase, c) : 1.0f;
           if (c < t.step)
-            p[r * ldP + c] = round16<T>(
-                live[u] ? e[u] * dropFactor(drop, dropout, a, h, i, j0 + c)
-                        : 0.0f);
+            p[r * ldP + c] = round16<T>(live[u] ? e[u] * f : 0.0f);
         }
         if (lane == 0) {
           rowMax[r] = m;
@@ -1074,17 +1174,34 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         productTile<T>(scratchP, kScratchLd, gs + rt * kEdge * L.ldG, L.ldG,
                        vs + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
         __syncwarp();
+        // Line r of the tile is query i0 + rt * 16 + r, its keys from j0 +
+        // ct * 16 on.
+        auto live = [&](int e) {
+          const int row = rt * kEdge + e / kEdge, col = ct * kEdge + e % kEdge;
+          return row < rows && col < cols && lseRows[row] != kNegInf &&
+                 !maskedOut(a, maskHead, i0 + row, j0 + col);
+        };
+        auto lineBase = [&](int r) {
+          return static_cast<uint64_t>((h * a.sq + i0 + rt * kEdge + r) *
+                                           a.sk +
+                                       j0 + ct * kEdge);
+        };
+        bool anyLive = false;
+        for (int e = lane; e < kEdge * kEdge; e += 32)
+          anyLive |= live(e);
+        const bool drops = dropout && __any_sync(kFullMask, anyLive);
+        const TileKeep keep =
+            drops ? tileKeepBits(drop, lineBase, lane) : TileKeep{};
         for (int e = lane; e < kEdge * kEdge; e += 32) {
           const int r = e / kEdge, c = e % kEdge;
           const int row = rt * kEdge + r, col = ct * kEdge + c;
-          const int64_t i = i0 + row, j = j0 + col;
           const float rowLse = lseRows[row];
+          const float f =
+              drops ? tileKeepFactor(drop, keep, lineBase(r), r, c) : 1.0f;
           float g = 0.0f;
-          if (row < rows && col < cols && rowLse != kNegInf &&
-              !maskedOut(a, maskHead, i, j)) {
+          if (live(e)) {
             const float pr =
                 expf(scratchS[r * kScratchLd + c] * a.scale - rowLse);
-            const float f = dropFactor(drop, dropout, a, h, i, j);
             g = pr * (scratchP[r * kScratchLd + c] * f - deltaRows[row]);
           }
           ds[row * L.ldDs + col] = round16<T>(g * a.scale);
@@ -1168,17 +1285,35 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         productTile<T>(scratchP, kScratchLd, vs + kt * kEdge * L.ldV, L.ldV,
                        gs + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
         __syncwarp();
+        // The tile is keys x queries; a line of the mask is a query (column
+        // c of the tile, i0 + qt * 16 + c), its keys from j0 + kt * 16 on.
+        auto live = [&](int e) {
+          const int key = kt * kEdge + e / kEdge,
+                    query = qt * kEdge + e % kEdge;
+          return key < cols && query < rows && lseRows[query] != kNegInf &&
+                 !maskedOut(a, maskHead, i0 + query, j0 + key);
+        };
+        auto lineBase = [&](int c) {
+          return static_cast<uint64_t>((h * a.sq + i0 + qt * kEdge + c) *
+                                           a.sk +
+                                       j0 + kt * kEdge);
+        };
+        bool anyLive = false;
+        for (int e = lane; e < kEdge * kEdge; e += 32)
+          anyLive |= live(e);
+        const bool drops = dropout && __any_sync(kFullMask, anyLive);
+        const TileKeep keep =
+            drops ? tileKeepBits(drop, lineBase, lane) : TileKeep{};
         for (int e = lane; e < kEdge * kEdge; e += 32) {
           const int r = e / kEdge, c = e % kEdge;
           const int key = kt * kEdge + r, query = qt * kEdge + c;
-          const int64_t i = i0 + query, j = j0 + key;
           const float rowLse = lseRows[query];
+          const float f =
+              drops ? tileKeepFactor(drop, keep, lineBase(c), c, r) : 1.0f;
           float g = 0.0f, dropped = 0.0f;
-          if (key < cols && query < rows && rowLse != kNegInf &&
-              !maskedOut(a, maskHead, i, j)) {
+          if (live(e)) {
             const float pr =
                 expf(scratchS[r * kScratchLd + c] * a.scale - rowLse);
-            const float f = dropFactor(drop, dropout, a, h, i, j);
             g = pr * (scratchP[r * kScratchLd + c] * f - deltaRows[query]);
             dropped = pr * f;
           }
