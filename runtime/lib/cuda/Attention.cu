@@ -744,6 +744,24 @@ __device__ inline TileKeep tileKeepBits(const DropoutParams &drop,
   return k;
 }
 
+/// tileKeepBits when dropout is on and some element of the tile is live
+/// (live(e) for the lane's elements e = lane, lane + 32, ...), which
+/// `drops` then says; else nothing is drawn.
+template <typename Live, typename LineBase>
+__device__ inline TileKeep tileKeepIfLive(const DropoutParams &drop,
+                                          bool dropout, Live live,
+                                          LineBase lineBase, int lane,
+                                          bool &drops) {
+  drops = false;
+  if (!dropout)
+    return TileKeep{};
+  bool anyLive = false;
+  for (int e = lane; e < kEdge * kEdge; e += 32)
+    anyLive |= live(e);
+  drops = __any_sync(kFullMask, anyLive);
+  return drops ? tileKeepBits(drop, lineBase, lane) : TileKeep{};
+}
+
 /// The dropout factor of position pos of line `line` (first flat index
 /// base) from the bits tileKeepBits gave the lanes.
 __device__ inline float tileKeepFactor(const DropoutParams &drop,
@@ -1186,12 +1204,9 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                                            a.sk +
                                        j0 + ct * kEdge);
         };
-        bool anyLive = false;
-        for (int e = lane; e < kEdge * kEdge; e += 32)
-          anyLive |= live(e);
-        const bool drops = dropout && __any_sync(kFullMask, anyLive);
+        bool drops;
         const TileKeep keep =
-            drops ? tileKeepBits(drop, lineBase, lane) : TileKeep{};
+            tileKeepIfLive(drop, dropout, live, lineBase, lane, drops);
         for (int e = lane; e < kEdge * kEdge; e += 32) {
           const int r = e / kEdge, c = e % kEdge;
           const int row = rt * kEdge + r, col = ct * kEdge + c;
@@ -1298,12 +1313,9 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                                            a.sk +
                                        j0 + kt * kEdge);
         };
-        bool anyLive = false;
-        for (int e = lane; e < kEdge * kEdge; e += 32)
-          anyLive |= live(e);
-        const bool drops = dropout && __any_sync(kFullMask, anyLive);
+        bool drops;
         const TileKeep keep =
-            drops ? tileKeepBits(drop, lineBase, lane) : TileKeep{};
+            tileKeepIfLive(drop, dropout, live, lineBase, lane, drops);
         for (int e = lane; e < kEdge * kEdge; e += 32) {
           const int r = e / kEdge, c = e % kEdge;
           const int key = kt * kEdge + r, query = qt * kEdge + c;

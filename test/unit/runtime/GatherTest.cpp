@@ -29,6 +29,28 @@ using mtc::rt::unittest::Kernels;
 
 namespace {
 
+std::string shapeTrace(int64_t outer, int64_t dim, int64_t inner,
+                       int64_t count) {
+  return "outer=" + std::to_string(outer) + " dim=" + std::to_string(dim) +
+         " inner=" + std::to_string(inner) + " count=" + std::to_string(count);
+}
+
+/// The scatter-add of dy [outer, count, inner] into a zeroed [outer, dim,
+/// inner] table, each element summing its contributions in index order.
+std::vector<float> indexOrderScatter(int64_t outer, int64_t dim, int64_t inner,
+                                     const std::vector<int64_t> &idx,
+                                     const std::vector<float> &dy) {
+  const int64_t count = static_cast<int64_t>(idx.size());
+  std::vector<float> sum(outer * dim * inner, 0.0f);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < count; ++k) {
+      int64_t row = idx[k] < 0 ? idx[k] + dim : idx[k];
+      for (int64_t i = 0; i < inner; ++i)
+        sum[(o * dim + row) * inner + i] += dy[(o * count + k) * inner + i];
+    }
+  return sum;
+}
+
 TEST_F(Kernels, GatherRepeatedAndNegativeIndices) {
   // data [outer=2, dim=3, inner=2]; indices 2 and -1 both name row 2.
   float *data =
@@ -84,9 +106,7 @@ TEST_F(Kernels, GatherMatchesIndexOrderSum) {
   for (const auto &shape : shapes) {
     const int64_t outer = shape[0], dim = shape[1], inner = shape[2],
                   count = shape[3];
-    SCOPED_TRACE(
-        "outer=" + std::to_string(outer) + " dim=" + std::to_string(dim) +
-        " inner=" + std::to_string(inner) + " count=" + std::to_string(count));
+    SCOPED_TRACE(shapeTrace(outer, dim, inner, count));
     std::mt19937 gen(seed++);
     std::uniform_int_distribution<int64_t> pick(-dim, dim - 1);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -100,16 +120,13 @@ TEST_F(Kernels, GatherMatchesIndexOrderSum) {
       v = value(gen);
 
     std::vector<float> y(outer * count * inner);
-    std::vector<float> ddata(outer * dim * inner, 0.0f);
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t k = 0; k < count; ++k) {
         int64_t row = idx[k] < 0 ? idx[k] + dim : idx[k];
-        for (int64_t i = 0; i < inner; ++i) {
+        for (int64_t i = 0; i < inner; ++i)
           y[(o * count + k) * inner + i] = datav[(o * dim + row) * inner + i];
-          ddata[(o * dim + row) * inner + i] +=
-              dyv[(o * count + k) * inner + i];
-        }
       }
+    std::vector<float> ddata = indexOrderScatter(outer, dim, inner, idx, dyv);
 
     float *data = upload(datav), *dy = upload(dyv);
     int64_t *indices = upload(idx);
@@ -136,9 +153,7 @@ TEST_F(Kernels, GatherBackwardAccumulateIsScatterThenAdd) {
   for (const auto &shape : shapes) {
     const int64_t outer = shape[0], dim = shape[1], inner = shape[2],
                   count = shape[3];
-    SCOPED_TRACE(
-        "outer=" + std::to_string(outer) + " dim=" + std::to_string(dim) +
-        " inner=" + std::to_string(inner) + " count=" + std::to_string(count));
+    SCOPED_TRACE(shapeTrace(outer, dim, inner, count));
     std::mt19937 gen(seed++);
     // Indices in the first two thirds of the rows: the rest are named by
     // none.
@@ -154,13 +169,8 @@ TEST_F(Kernels, GatherBackwardAccumulateIsScatterThenAdd) {
     for (float &v : dyv)
       v = value(gen);
 
-    std::vector<float> sum(basev.size(), 0.0f), expected(basev.size());
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t k = 0; k < count; ++k) {
-        int64_t row = idx[k] < 0 ? idx[k] + dim : idx[k];
-        for (int64_t i = 0; i < inner; ++i)
-          sum[(o * dim + row) * inner + i] += dyv[(o * count + k) * inner + i];
-      }
+    std::vector<float> sum = indexOrderScatter(outer, dim, inner, idx, dyv),
+                       expected(basev.size());
     for (size_t i = 0; i < basev.size(); ++i)
       expected[i] = basev[i] + sum[i];
 
