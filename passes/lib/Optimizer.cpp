@@ -178,8 +178,8 @@ LogicalResult OptimizerPass::addUpdates(func::FuncOp func) {
       update = b.create<AdamWUpdateOp>(
           loc, TypeRange{param.getType(), param.getType(), param.getType()},
           param, grad, m, v, status, /*param16=*/Value(), lrAttr,
-          b.getF64FloatAttr(beta1),
-          b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps), wdAttr);
+          b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
+          b.getF64FloatAttr(eps), wdAttr);
       tied(update->getResult(0), p);
       tied(update->getResult(1), m.getArgNumber());
       tied(update->getResult(2), v.getArgNumber());

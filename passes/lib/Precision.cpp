@@ -477,8 +477,8 @@ void PrecisionPass::keepParameterCopies(func::FuncOp func, Type low) {
         update.getLoc(),
         TypeRange{param.getType(), param.getType(), param.getType(), type},
         param, update.getGrad(), update.getExpAvg(), update.getExpAvgSq(),
-        update.getGradStatus(), copy, update.getLrAttr(),
-        update.getBeta1Attr(), update.getBeta2Attr(), update.getEpsAttr(),
+        update.getGradStatus(), copy, update.getLrAttr(), update.getBeta1Attr(),
+        update.getBeta2Attr(), update.getEpsAttr(),
         update.getWeightDecayAttr());
     for (NamedAttribute a : update->getDiscardableAttrs())
       rewritten->setAttr(a.getName(), a.getValue());

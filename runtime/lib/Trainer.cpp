@@ -60,10 +60,10 @@ double secondsSince(Clock::time_point start) {
 //===----------------------------------------------------------------------===//
 
 uint64_t dtypeBytes(DType dtype) {
-  return dtype == DType::I64                              ? 8
-         : dtype == DType::Bool                           ? 1
+  return dtype == DType::I64                           ? 8
+         : dtype == DType::Bool                        ? 1
          : dtype == DType::BF16 || dtype == DType::F16 ? 2
-                                                          : 4;
+                                                       : 4;
 }
 
 const char *dtypeDescription(DType dtype) {
@@ -662,10 +662,10 @@ Status refreshParameterCopies(Context &ctx, const ModelDesc &desc,
       continue;
     const TensorDesc &p = desc.tensors[t.owner];
     const int64_t n = static_cast<int64_t>(t.bytes / 2), one = 1;
-    stridedCopyTo16(ctx, t.dtype == DType::BF16 ? Storage16::Bf16 : Storage16::F16,
-                    1, &n, reinterpret_cast<const float *>(arena + p.offset),
-                    0, &one, reinterpret_cast<uint16_t *>(arena + t.offset), 0,
-                    &one);
+    stridedCopyTo16(
+        ctx, t.dtype == DType::BF16 ? Storage16::Bf16 : Storage16::F16, 1, &n,
+        reinterpret_cast<const float *>(arena + p.offset), 0, &one,
+        reinterpret_cast<uint16_t *>(arena + t.offset), 0, &one);
   }
   if (hasError(ctx))
     return Status::error("parameter copies: " + takeError(ctx).message);

@@ -1490,9 +1490,8 @@ void Emitter::emitOpBody(Operation *op) {
         if constexpr (!std::is_same_v<decltype(g), GatherOp>)
           accumulate = g.getAccumulate();
         if (accumulate)
-          emitCall("gatherBackwardAccumulate" + call + ", " +
-                   ptr(accumulate) + ", " + ptr(data) + ", " + workspace(op) +
-                   ")");
+          emitCall("gatherBackwardAccumulate" + call + ", " + ptr(accumulate) +
+                   ", " + ptr(data) + ", " + workspace(op) + ")");
         else
           emitCall((forward ? "gatherForward" : "gatherBackward") + call +
                    ", " + ptr(forward ? other : data) + ")");
@@ -1657,13 +1656,12 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
     padded.resize(8, 0);
     t << "    {\"" << cString(name) << "\", " << role << ", "
       << (isLowPrecision(v) ? (getElementTypeOrSelf(v).isBF16() ? "DType::BF16"
-                                                                  : "DType::F16")
+                                                                : "DType::F16")
           : isFloat(v)      ? "DType::F32"
           : isBool(v)       ? "DType::Bool"
                             : "DType::I64")
-      << ", " << shape.size()
-      << ", {" << list(padded) << "}, " << offset << "ull, "
-      << getTensorBytes(v.getType()) << "ull, " << owner << "},\n";
+      << ", " << shape.size() << ", {" << list(padded) << "}, " << offset
+      << "ull, " << getTensorBytes(v.getType()) << "ull, " << owner << "},\n";
     return numTensors++;
   };
   int64_t batch = 0;

@@ -53,7 +53,7 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
     uint64_t bytes = getTensorBytes(arg.getType());
     add(0, n - 1, bytes,
         rv == attr::role::kParam || rv == attr::role::kParamCopy
-                                         ? &P::parameters
+            ? &P::parameters
         : rv == attr::role::kState       ? &P::optimizerState
         : rv == attr::role::kAccumulator ? &P::gradients
                                          : &P::other);

@@ -709,11 +709,9 @@ __device__ inline unsigned lineKeepBits(const DropoutParams &drop,
 
 /// The dropout factor (drop.scale or 0) of position pos of the line, from
 /// the bits lineKeepBits gave the lanes.
-__device__ inline float lineKeepFactor(const DropoutParams &drop,
-                                       unsigned bits, uint64_t base,
-                                       int pos) {
-  const unsigned held =
-      __shfl_sync(kFullMask, bits, lineGroup(base, pos) & 31);
+__device__ inline float lineKeepFactor(const DropoutParams &drop, unsigned bits,
+                                       uint64_t base, int pos) {
+  const unsigned held = __shfl_sync(kFullMask, bits, lineGroup(base, pos) & 31);
   return (held >> ((base + pos) % kDropoutGroup)) & 1u ? drop.scale : 0.0f;
 }
 
@@ -748,10 +746,9 @@ __device__ inline TileKeep tileKeepBits(const DropoutParams &drop,
 /// (live(e) for the lane's elements e = lane, lane + 32, ...), which
 /// `drops` then says; else nothing is drawn.
 template <typename Live, typename LineBase>
-__device__ inline TileKeep tileKeepIfLive(const DropoutParams &drop,
-                                          bool dropout, Live live,
-                                          LineBase lineBase, int lane,
-                                          bool &drops) {
+__device__ inline TileKeep
+tileKeepIfLive(const DropoutParams &drop, bool dropout, Live live,
+               LineBase lineBase, int lane, bool &drops) {
   drops = false;
   if (!dropout)
     return TileKeep{};
@@ -1090,7 +1087,8 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
         for (int u = 0; u < kColsPerLane; ++u)
           anyLive |= live[u];
         const bool drops = dropout && __any_sync(kFullMask, anyLive);
-        const uint64_t rowBase = static_cast<uint64_t>((h * a.sq + i) * a.sk + j0);
+        const uint64_t rowBase =
+            static_cast<uint64_t>((h * a.sq + i) * a.sk + j0);
         const unsigned keepBits =
             drops ? lineKeepBits(drop, rowBase, t.step, lane) : 0u;
 #pragma unroll
@@ -1200,8 +1198,7 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                  !maskedOut(a, maskHead, i0 + row, j0 + col);
         };
         auto lineBase = [&](int r) {
-          return static_cast<uint64_t>((h * a.sq + i0 + rt * kEdge + r) *
-                                           a.sk +
+          return static_cast<uint64_t>((h * a.sq + i0 + rt * kEdge + r) * a.sk +
                                        j0 + ct * kEdge);
         };
         bool drops;
@@ -1309,8 +1306,7 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                  !maskedOut(a, maskHead, i0 + query, j0 + key);
         };
         auto lineBase = [&](int c) {
-          return static_cast<uint64_t>((h * a.sq + i0 + qt * kEdge + c) *
-                                           a.sk +
+          return static_cast<uint64_t>((h * a.sq + i0 + qt * kEdge + c) * a.sk +
                                        j0 + kt * kEdge);
         };
         bool drops;

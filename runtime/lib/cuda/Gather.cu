@@ -148,8 +148,7 @@ __global__ void gatherBackwardKernel(int64_t outer, int64_t dim, int64_t inner,
 /// over firstOf set to all ones (-1 as int64_t: none): the same value in
 /// whatever order the threads run.
 __global__ void gatherFirstKernel(int64_t dim, const int64_t *indices,
-                                  int64_t count,
-                                  unsigned long long *firstOf,
+                                  int64_t count, unsigned long long *firstOf,
                                   cuda::DeviceErrorRecord *errors) {
   for (int64_t k = cuda::threadIndex(); k < count; k += cuda::threadCount()) {
     const int64_t row = gatherRow(indices[k], dim);
@@ -241,9 +240,9 @@ void gatherBackward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
                     const float *dy, const int64_t *indices, int64_t count,
                     float *ddata) {
   const int64_t size = outer * dim * inner;
-  if (size <= 0 || !memsetOn(ctx, ddata, 0,
-                             sizeof(float) * static_cast<size_t>(size),
-                             "gatherBackward"))
+  if (size <= 0 ||
+      !memsetOn(ctx, ddata, 0, sizeof(float) * static_cast<size_t>(size),
+                "gatherBackward"))
     return;
   if (count > 0)
     launchScatter(ctx, outer, dim, inner, dy, indices, count, ddata,

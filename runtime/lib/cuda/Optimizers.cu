@@ -41,8 +41,8 @@ __global__ void sgdKernel(int64_t n, float *p, const float *g, float *buf,
 /// The step's AdamW scalars, formed once per block (in double: two pow,
 /// a sqrt, divisions) rather than by every thread. Every thread of the
 /// block must call it.
-__device__ inline AdamwScalars blockAdamwScalars(
-    const StepCounters *counters, const AdamwHyperparameters &h) {
+__device__ inline AdamwScalars
+blockAdamwScalars(const StepCounters *counters, const AdamwHyperparameters &h) {
   __shared__ AdamwScalars shared;
   if (threadIdx.x == 0)
     shared = adamwScalars(counters->optimizerStep, h);
@@ -147,8 +147,8 @@ __global__ void adamwMultiKernel(AdamwTensors tensors,
                 stride = b.blocks * blockDim.x;
   if (!t.param16) {
     for (int64_t i = start; i < t.n; i += stride)
-      adamwElement(t.param[i], t.grad[i] * unscale, t.expAvg[i],
-                   t.expAvgSq[i], s);
+      adamwElement(t.param[i], t.grad[i] * unscale, t.expAvg[i], t.expAvgSq[i],
+                   s);
     return;
   }
   // And the parameter's 16-bit copy, rounded as a conversion rounds it.

@@ -207,8 +207,7 @@ TEST_F(Kernels, GatherBackwardAccumulateSkipsBadIndices) {
   float *base = upload<float>({0.5f, -0.0f, 0.25f});
   auto *workspace = upload(std::vector<unsigned char>(
       gatherBackwardAccumulateWorkspaceBytes(1, 3, 1, 4), 0));
-  gatherBackwardAccumulate(ctx, 1, 3, 1, dy, indices, 4, base, base,
-                           workspace);
+  gatherBackwardAccumulate(ctx, 1, 3, 1, dy, indices, 4, base, base, workspace);
   std::vector<float> out = download(base, 3);
   expectNear(out, {1.5f, 0.0f, 1000.25f});
   EXPECT_FALSE(std::signbit(out[1]));

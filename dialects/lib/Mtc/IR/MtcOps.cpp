@@ -235,8 +235,7 @@ LogicalResult AdamWUpdateOp::verify() {
   if (!copy != !updated)
     return emitOpError("param16 and new_param16 go together");
   if (copy && (copy.getType() != updated.getType() ||
-               shapeOf(copy) != shapeOf(getParam()) ||
-               elementOf(copy).isF32()))
+               shapeOf(copy) != shapeOf(getParam()) || elementOf(copy).isF32()))
     return emitOpError("param16 must be the parameter stored in 16 bits");
   return success();
 }

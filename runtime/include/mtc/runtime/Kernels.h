@@ -590,8 +590,7 @@ inline uint64_t gatherBackwardAccumulateWorkspaceBytes(int64_t outer,
 void gatherBackwardAccumulate(Context &ctx, int64_t outer, int64_t dim,
                               int64_t inner, const float *dy,
                               const int64_t *indices, int64_t count,
-                              const float *base, float *ddata,
-                              void *workspace);
+                              const float *base, float *ddata, void *workspace);
 
 /// Stores in count[0] the number of positions whose first maximum over the
 /// c classes equals the label and in count[1] the number of positions
