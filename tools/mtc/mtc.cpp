@@ -236,8 +236,9 @@ static cl::opt<bool> noParameterCopies(
     cl::desc("With --precision bf16 / fp16, convert each weight to 16 bits "
              "every step where the step first reads it, instead of keeping a "
              "16-bit copy beside it that its AdamW update rewrites (for "
-             "comparisons: the numbers are the same; a --mem-budget plan "
-             "always converts, so that the copies can be recomputed)"),
+             "comparisons: the numbers are the same). A --mem-budget plan "
+             "always converts, so that recomputation can free the converted "
+             "copies"),
     cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> verbose("v", cl::desc("Print the build commands"),
                              cl::sub(compileCmd), cl::cat(buildCat));
