@@ -408,6 +408,14 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   // Elements per chunk of a parallel CPU loop.
   constexpr int64_t kCpuChunk = 4096;
   const bool grouped = !dropouts.empty() || (cuda() && n % kGroup == 0);
+  // CPU loops that call vecExp / vecErf (tens of operations an element)
+  // are compiled per instruction set: AVX-512 runs such a loop about four
+  // times as fast as the SSE2 baseline.
+  const bool clones = !cuda() && !grouped && !rowEpilogue &&
+                      (StringRef(statements).contains("cpu::vec") ||
+                       llvm::any_of(exprs, [](const std::string &e) {
+                         return StringRef(e).contains("cpu::vec");
+                       }));
   const bool vectors = cuda() && n % kGroup == 0;
   std::string groupLoads;
   auto vectorType = [&](Value v) -> StringRef {
@@ -443,7 +451,8 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   std::string node = nodeName(op->getLoc());
   k << "// " << op->getName() << (node.empty() ? "" : " from ONNX node '")
     << node << (node.empty() ? "" : "'") << "\n";
-  const bool parallel = !cuda() && n >= 32768;
+  // Threads pay from 32768 elements, or from 8192 for loops of such math.
+  const bool parallel = !cuda() && n >= (clones ? 8192 : 32768);
   const int64_t items = grouped ? (n + kGroup - 1) / kGroup : n;
   const char *item = grouped ? "g" : "i";
   // A layer norm as the row epilogue: a loop over rows (a block per row on
@@ -474,6 +483,13 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
       << "  const int64_t " << item
       << " = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;\n"
       << "  if (" << item << " < " << items << ") {\n";
+  } else if (clones) {
+    // The loop over elements [first, last) in a function of its own,
+    // compiled per instruction set; the kernel calls it per chunk.
+    k << "MTC_SIMD_CLONES static void " << kernel
+      << "_part(int64_t first, int64_t last, " << params << ") {\n"
+      << "#pragma omp simd\n"
+      << "  for (int64_t i = first; i < last; ++i) {\n";
   } else {
     k << "static void " << kernel << "(" << params << ") {\n";
     // Large loops are split over the OpenMP threads (parallelFor never
@@ -563,6 +579,23 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
         << ", [&](int64_t j, float v) { lnY[row * " << dim
         << " + j] = " << storeAs(rowEpilogue.getOutput(), "v")
         << "; }, lnMean + row, lnInvstd + row);\n  });\n}\n\n";
+  } else if (clones) {
+    std::string names;
+    for (size_t j = 0; j < operands.size(); ++j)
+      names += ", in" + std::to_string(j) + "p";
+    for (size_t j = 0; j < outs.size(); ++j)
+      names += ", out" + (j ? std::to_string(j) : std::string());
+    k << "  }\n}\n\nstatic void " << kernel << "(" << params << ") {\n";
+    if (parallel)
+      k << "  mtc::rt::cpu::parallelFor(0, " << (n + kCpuChunk - 1) / kCpuChunk
+        << ", true, [&](int64_t chunk) {\n"
+        << "    const int64_t first = chunk * " << kCpuChunk << ";\n"
+        << "    " << kernel << "_part(first, first + " << kCpuChunk << " < "
+        << n << " ? first + " << kCpuChunk << " : " << n << names
+        << ");\n  });\n";
+    else
+      k << "  " << kernel << "_part(0, " << n << names << ");\n";
+    k << "}\n\n";
   } else {
     k << (parallel && !grouped ? "  }\n  });\n"
           : parallel           ? "  });\n"
@@ -993,17 +1026,19 @@ Emitter::elementwiseExpr(Operation *op, int dropoutSlot) const {
   };
   return llvm::TypeSwitch<Operation *, std::optional<ElementwiseExpr>>(op)
       .Case([&](ReluOp) { return same("relu", "in0 > 0.0f ? in0 : 0.0f"); })
-      .Case([&](TanhOp) { return math("tanh", "std::tanh(in0)", "tanhf(in0)"); })
+      .Case(
+          [&](TanhOp) { return math("tanh", "std::tanh(in0)", "tanhf(in0)"); })
       .Case([&](SigmoidOp) {
-        return math("sigmoid", "1.0f / (1.0f + std::exp(-in0))",
+        return math("sigmoid", "1.0f / (1.0f + cpu::vecExp(-in0))",
                     "1.0f / (1.0f + expf(-in0))");
       })
-      .Case([&](ExpOp) { return math("exp", "std::exp(in0)", "expf(in0)"); })
+      .Case([&](ExpOp) { return math("exp", "cpu::vecExp(in0)", "expf(in0)"); })
       .Case([&](LogOp) { return math("log", "std::log(in0)", "logf(in0)"); })
       .Case([&](NegOp) { return same("neg", "-in0"); })
       .Case([&](ConvertOp) { return same("convert", "in0"); })
-      .Case([&](SqrtOp) { return math("sqrt", "std::sqrt(in0)", "sqrtf(in0)"); })
-      .Case([&](ErfOp) { return math("erf", "std::erf(in0)", "erff(in0)"); })
+      .Case(
+          [&](SqrtOp) { return math("sqrt", "std::sqrt(in0)", "sqrtf(in0)"); })
+      .Case([&](ErfOp) { return math("erf", "cpu::vecErf(in0)", "erff(in0)"); })
       .Case([&](AddOp) { return same("add", "in0 + in1"); })
       .Case([&](SubOp) { return same("sub", "in0 - in1"); })
       .Case([&](MulOp) { return same("mul", "in0 * in1"); })
@@ -1074,8 +1109,12 @@ void Emitter::emitFused(FusedOp op) {
       args += (j ? ", " : "") + names[operand];
     }
     Value result = inner.getResult(0);
-    std::string value = "[&](" + params + ") { return " + e->expr + "; }(" +
-                        args + ")";
+    // Always inlined on the CPU: the compiler merges identical lambdas of
+    // different kernels into one function, and a call in the loop (exp, erf)
+    // keeps the loop scalar.
+    std::string value = "[&](" + params + ")" +
+                        (cuda() ? "" : " __attribute__((always_inline))") +
+                        " { return " + e->expr + "; }(" + args + ")";
     // A 16-bit value is rounded as storing it rounds it.
     if (isLowPrecision(result))
       value = loadAsFloat(result, storeAs(result, value));
@@ -1779,6 +1818,8 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
      << "#include \"mtc/runtime/Trainer.h\"\n";
   if (cuda())
     os << "#include \"mtc/runtime/Cuda.h\"\n";
+  else
+    os << "#include \"mtc/runtime/VecMath.h\"\n";
   os << "\n#include <climits>\n#include <cmath>\n#include <cstdint>\n\n"
      << "using namespace mtc::rt;\n\n"
      << "extern \"C\" const unsigned char mtc_init_data[];\n"

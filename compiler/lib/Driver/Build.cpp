@@ -166,11 +166,13 @@ llvm::Error mtc::buildTrainer(const std::string &source,
   std::string libDir = fromEnv("MTC_RUNTIME_LIB_DIR", MTC_RUNTIME_LIB_DIR);
   // No contraction of a * b + c into fused multiply-adds: each expression
   // rounds as written, so a fused kernel computes exactly what the ops it
-  // replaces did, on any host.
+  // replaces did, on any host. Without trapping math the compiler may
+  // compute both sides of a select (VecMath.h's exp and erf) and vectorize
+  // the loop; no value changes.
   if (!cuda)
     return run(*host,
-               {"-O2", "-std=c++17", "-ffp-contract=off", "-fopenmp", include,
-                sourcePath, asmPath,
+               {"-O2", "-std=c++17", "-ffp-contract=off", "-fno-trapping-math",
+                "-fopenmp", include, sourcePath, asmPath,
                 libDir + "/libmtc_runtime_cpu.a", "-lopenblas", "-lm", "-o",
                 out},
                options.verbose);

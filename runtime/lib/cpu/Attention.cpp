@@ -24,6 +24,7 @@
 #include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Parallel.h"
+#include "mtc/runtime/VecMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -39,22 +40,16 @@ constexpr int64_t kRows = 16, kCols = 64, kMaxHeadDim = kMaxAttentionHeadDim;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The tile loops are most of the step at long sequences; they are compiled
-// for AVX-512 and AVX2 besides the baseline, and the loader picks the
-// widest the CPU has (GCC function multiversioning).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define MTC_SIMD_CLONES                                                        \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3",            \
-                               "default")))
-#else
-#define MTC_SIMD_CLONES
-#endif
+// per instruction set (MTC_SIMD_CLONES).
 
 /// acc[0, n) += sum over t < count of w[t * wStride] * x[t * xStride + (0,
 /// n)], in t order. With the width N known at compile time the accumulator
-/// row stays in registers over the whole sum (N = 0: any width n).
+/// row stays in registers over the whole sum (N = 0: any width n). Always
+/// inlined, so that it is compiled per instruction set with its caller.
 template <int N>
-void weightedRowSum(int64_t n, float *acc, const float *w, int64_t wStride,
-                    const float *x, int64_t xStride, int64_t count) {
+[[gnu::always_inline]] inline void
+weightedRowSum(int64_t n, float *acc, const float *w, int64_t wStride,
+               const float *x, int64_t xStride, int64_t count) {
   if constexpr (N == 0) {
     for (int64_t t = 0; t < count; ++t)
       for (int64_t i = 0; i < n; ++i)
@@ -225,8 +220,12 @@ template <typename T> struct Problem {
     for (int64_t r = 0; r < rows; ++r) {
       const float m = lse[h * a.sq + i0 + r];
       float *sr = s + r * kCols;
+      if (m == kNegInf) {
+        std::fill(sr, sr + cols, 0.0f);
+        continue;
+      }
       for (int64_t c = 0; c < cols; ++c)
-        sr[c] = m == kNegInf ? 0.0f : std::exp(sr[c] - m);
+        sr[c] = cpu::vecExp(sr[c] - m);
     }
   }
 };
@@ -264,15 +263,19 @@ template <typename T, typename O>
       if (m == kNegInf)
         continue; // every key so far is masked
       float *orow = o + r * a.dv;
-      const float rescale = std::exp(rowMax[r] - m);
+      const float rescale = cpu::vecExp(rowMax[r] - m);
       rowSum[r] *= rescale;
       for (int64_t x = 0; x < a.dv; ++x)
         orow[x] *= rescale;
       rowMax[r] = m;
       if (p.dropout)
         p.dropFactors(h, i0 + r, j0, cols, factor);
+      // The exponentials in a loop of their own, which vectorizes; then
+      // the sum in key order.
+      for (int64_t c = 0; c < cols; ++c)
+        sr[c] = cpu::vecExp(sr[c] - m);
       for (int64_t c = 0; c < cols; ++c) {
-        const float e = std::exp(sr[c] - m);
+        const float e = sr[c];
         rowSum[r] += e;
         // The weight of V_(j0+c), an operand of the P V product.
         sr[c] = p.operand(p.dropout ? e * factor[c] : e);

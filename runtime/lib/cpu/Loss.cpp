@@ -16,6 +16,7 @@
 
 #include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/VecMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -114,7 +115,7 @@ void softmaxCrossEntropyBackward(Context &, int64_t n, int64_t c, int64_t d,
         }
         float g = reduction == Reduction::None ? dloss[pos] : scale;
         float target = ci == label ? 1.0f : 0.0f;
-        dlogits[at] = g * (std::exp(logProb[at]) - target);
+        dlogits[at] = g * (cpu::vecExp(logProb[at]) - target);
       }
     }
   });
@@ -155,7 +156,7 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, const T *logits,
     int64_t label = labels[row];
     if (!isValidLabel(label, c, ignoreIndex))
       return 0.0f;
-    return scale * (std::exp(logProb(row, i)) - (i == label ? 1.0f : 0.0f));
+    return scale * (cpu::vecExp(logProb(row, i)) - (i == label ? 1.0f : 0.0f));
   };
   auto rows = [&](int64_t first, int64_t last, bool to16) {
     cpu::parallelFor(first, last, parallel && last - first > 1,

@@ -17,6 +17,7 @@
 #include "mtc/runtime/Parallel.h"
 
 #include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/VecMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -108,7 +109,7 @@ void softmaxForward(Context &, int64_t outer, int64_t dim, int64_t inner,
     } else {
       float total = static_cast<float>(sum);
       for (int64_t i = 0; i < dim; ++i)
-        dst[i * inner] = std::exp(src[i * inner] - maxValue) / total;
+        dst[i * inner] = cpu::vecExp(src[i * inner] - maxValue) / total;
     }
   });
 }
@@ -129,7 +130,7 @@ void softmaxBackward(Context &, int64_t outer, int64_t dim, int64_t inner,
         sum += grad[i * inner];
       float total = static_cast<float>(sum);
       for (int64_t i = 0; i < dim; ++i)
-        dst[i * inner] = grad[i * inner] - std::exp(out[i * inner]) * total;
+        dst[i * inner] = grad[i * inner] - cpu::vecExp(out[i * inner]) * total;
     } else {
       // d/dx softmax: dx = y * (dy - sum(dy * y)).
       for (int64_t i = 0; i < dim; ++i)

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "mtc/runtime/Half.h"
+#include "mtc/runtime/VecMath.h"
 
 namespace mtc::rt::cpu {
 
@@ -33,9 +34,18 @@ inline double softmaxRowSum(int64_t dim, const T *x, int64_t stride,
     maxValue = std::max(maxValue, storedToFloat(x[i * stride], bf16));
   if (std::isinf(maxValue))
     maxValue = maxValue > 0 ? maxValue : 0.0f;
+  // Blocks of exponentials computed in a loop of their own (which
+  // vectorizes), then summed in order.
+  constexpr int64_t kBlock = 64;
+  float e[kBlock];
   double sum = 0.0;
-  for (int64_t i = 0; i < dim; ++i)
-    sum += std::exp(storedToFloat(x[i * stride], bf16) - maxValue);
+  for (int64_t i0 = 0; i0 < dim; i0 += kBlock) {
+    const int64_t n = std::min(kBlock, dim - i0);
+    for (int64_t k = 0; k < n; ++k)
+      e[k] = vecExp(storedToFloat(x[(i0 + k) * stride], bf16) - maxValue);
+    for (int64_t k = 0; k < n; ++k)
+      sum += e[k];
+  }
   return sum;
 }
 
