@@ -22,7 +22,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
+#include <utility>
 
 using namespace mtc::rt::cpu;
 
@@ -91,6 +93,30 @@ double libmExp(double x) { return std::exp(x); }
 double libmErf(double x) { return std::erf(x); }
 double libmTanh(double x) { return std::tanh(x); }
 
+/// An odd function f against ref: every 31st float, every float of the
+/// `dense` ranges (and their negatives), within `bound` ulp.
+template <typename F, typename R>
+void expectOddWithin(F f, R ref,
+                     std::initializer_list<std::pair<float, float>> dense,
+                     double bound) {
+  Sweep s;
+  sweep(s, f, ref, 0, 0xffffffffu, 31);
+  for (float sign : {1.0f, -1.0f})
+    for (auto [from, to] : dense)
+      sweep(s, f, ref, bitsOf(sign * from), bitsOf(sign * to), 1);
+  EXPECT_GT(s.count, int64_t(130'000'000));
+  EXPECT_EQ(s.specialMismatches, 0);
+  EXPECT_LE(s.worst, bound) << "at x = " << s.worstAt;
+}
+
+/// f(-x) is -f(x) bit for bit, on a sample of the finite floats.
+template <typename F> void expectOddBitwise(F f) {
+  for (uint32_t b = 0; b < 0x7f800000u; b += 4099) {
+    const float x = floatBits(b);
+    EXPECT_EQ(bitsOf(f(-x)), bitsOf(f(x)) ^ 0x80000000u) << x;
+  }
+}
+
 TEST(VecMath, ExpWithinOneUlp) {
   Sweep s;
   // Every 31st float (both signs, NaNs and infinities included).
@@ -130,17 +156,9 @@ TEST(VecMath, ExpSpecialValues) {
 }
 
 TEST(VecMath, ErfWithinStatedUlp) {
-  Sweep s;
-  sweep(s, vecErf, libmErf, 0, 0xffffffffu, 31);
-  // Every float where the pieces meet (0.78125 and 2) and near 1.
-  for (float sign : {1.0f, -1.0f}) {
-    sweep(s, vecErf, libmErf, bitsOf(sign * 0.70f), bitsOf(sign * 1.1f), 1);
-    sweep(s, vecErf, libmErf, bitsOf(sign * 1.9f), bitsOf(sign * 2.1f), 1);
-    sweep(s, vecErf, libmErf, bitsOf(sign * 3.8f), bitsOf(sign * 4.1f), 1);
-  }
-  EXPECT_GT(s.count, int64_t(130'000'000));
-  EXPECT_EQ(s.specialMismatches, 0);
-  EXPECT_LE(s.worst, 1.02) << "at x = " << s.worstAt;
+  // Dense where the pieces meet (0.78125 and 2) and where erf turns 1.
+  expectOddWithin(vecErf, libmErf, {{0.70f, 1.1f}, {1.9f, 2.1f}, {3.8f, 4.1f}},
+                  1.02);
 }
 
 TEST(VecMath, ErfSpecialValuesAndSymmetry) {
@@ -156,27 +174,14 @@ TEST(VecMath, ErfSpecialValuesAndSymmetry) {
   for (float x : {1e-20f, 1e-38f, 1e-44f})
     EXPECT_EQ(vecErf(x), static_cast<float>(std::erf(static_cast<double>(x))))
         << x;
-  // An odd function, bit for bit.
-  for (uint32_t b = 0; b < 0x7f800000u; b += 4099) {
-    const float x = floatBits(b);
-    EXPECT_EQ(bitsOf(vecErf(-x)), bitsOf(vecErf(x)) ^ 0x80000000u) << x;
-  }
+  expectOddBitwise(vecErf);
 }
 
 TEST(VecMath, TanhWithinOneUlp) {
-  Sweep s;
-  sweep(s, vecTanh, libmTanh, 0, 0xffffffffu, 31);
-  // Every float where the pieces meet (0.6875, 1.5 and 3) and where tanh
-  // turns 1.
-  for (float sign : {1.0f, -1.0f}) {
-    sweep(s, vecTanh, libmTanh, bitsOf(sign * 0.6f), bitsOf(sign * 0.8f), 1);
-    sweep(s, vecTanh, libmTanh, bitsOf(sign * 1.4f), bitsOf(sign * 1.6f), 1);
-    sweep(s, vecTanh, libmTanh, bitsOf(sign * 2.9f), bitsOf(sign * 3.1f), 1);
-    sweep(s, vecTanh, libmTanh, bitsOf(sign * 8.9f), bitsOf(sign * 9.6f), 1);
-  }
-  EXPECT_GT(s.count, int64_t(130'000'000));
-  EXPECT_EQ(s.specialMismatches, 0);
-  EXPECT_LE(s.worst, 1.0) << "at x = " << s.worstAt;
+  // Dense where the pieces meet (0.6875, 1.5 and 3) and where tanh turns 1.
+  expectOddWithin(vecTanh, libmTanh,
+                  {{0.6f, 0.8f}, {1.4f, 1.6f}, {2.9f, 3.1f}, {8.9f, 9.6f}},
+                  1.0);
 }
 
 TEST(VecMath, TanhSpecialValuesAndSymmetry) {
@@ -191,10 +196,7 @@ TEST(VecMath, TanhSpecialValuesAndSymmetry) {
   // Tiny arguments: tanh(x) = x, down to subnormals.
   for (float x : {1e-20f, 1e-38f, 1e-44f})
     EXPECT_EQ(vecTanh(x), x) << x;
-  for (uint32_t b = 0; b < 0x7f800000u; b += 4099) {
-    const float x = floatBits(b);
-    EXPECT_EQ(bitsOf(vecTanh(-x)), bitsOf(vecTanh(x)) ^ 0x80000000u) << x;
-  }
+  expectOddBitwise(vecTanh);
 }
 
 } // namespace
