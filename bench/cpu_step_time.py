@@ -3,8 +3,9 @@
 
 For each zoo model (test/zoo/models.py, exported with dropout p = 0) at a
 bench batch, and the zoo's GPT at sequence 512 (gpt-512: d_model 128, 4
-heads, 2 layers, where the attention scores dominate), both sides train the same model on the same data with AdamW
-(the zoo's hyperparameters) with the same number of threads
+heads, 2 layers, where the attention scores dominate), both sides train
+the same model on the same data with AdamW (the zoo's hyperparameters)
+with the same number of threads
 (`--threads`, default: all cores; PyTorch through torch.set_num_threads,
 the trainer through OMP_NUM_THREADS):
 
@@ -19,13 +20,19 @@ the trainer through OMP_NUM_THREADS):
   that only imports torch and builds the model (the training increment).
 
 The ratios are mtc / PyTorch (below 1: mtc is faster / smaller), from one
-run on one machine. The trainer's RSS includes its whole process (about
-8 MiB of code and libraries), PyTorch's only what training added. Prints a
-Markdown table; `--doc FILE` also writes it with this explanation
+run on one machine. Shared machines vary by tens of percent from minute to
+minute, so the trainer and PyTorch run alternately `--rounds` times
+(default 3): the step times are the medians over the rounds, the time ratio
+the median of the rounds' ratios, each round's pair measured a few seconds
+apart (the RSS of the first round). The trainer's RSS includes its whole
+process (about 8 MiB of code and libraries), PyTorch's only what training
+added. The --no-fusion and --no-flash-attention columns are one run each.
+Prints a Markdown table; `--doc FILE` also writes it with this explanation
 (docs/bench-cpu.md is made this way).
 
 Usage: cpu_step_time.py --mtc PATH --work DIR [--models a,b] [--threads N]
-                        [--steps N] [--precision fp32|bf16] [--doc FILE]
+                        [--steps N] [--rounds N] [--precision fp32|bf16]
+                        [--doc FILE]
 Run with /usr/bin/python3 (torch, torchvision, onnx, numpy).
 """
 
@@ -117,7 +124,8 @@ def bench_model(args, name):
     zl.export(spec, 0.0, onnx_path, data)
     env = thread_env(args.threads)
 
-    def mtc_run(label, extra):
+    def mtc_build(label, extra):
+        """(trainer, arena bytes, whether it runs fused attention)."""
         exe = os.path.join(work, label, "trainer")
         os.makedirs(os.path.dirname(exe), exist_ok=True)
         cmd = [args.mtc, "compile", onnx_path, "--optimizer", "adamw",
@@ -131,39 +139,54 @@ def bench_model(args, name):
             raise RuntimeError("mtc compile failed: " + r.stderr[-400:])
         with open(exe + ".json") as f:
             arena = json.load(f)["total_bytes"]
+        with open(exe + ".cpp") as f:
+            attention = "attentionForward(" in f.read()
+        return exe, arena, attention
+
+    def mtc_run(exe):
+        """(peak RSS KiB, median step ms) of a training run."""
         metrics = exe + ".jsonl"
         kib, _ = measured([exe, "--data", data_dir, "--steps",
                            str(args.steps), "--metrics", metrics], env)
         with open(metrics) as f:
             times = [json.loads(line)["time_ms"] for line in f if line.strip()]
-        with open(exe + ".cpp") as f:
-            attention = "attentionForward(" in f.read()
-        return arena, kib, median_after_warmup(times), attention
-
-    arena, mtc_kib, mtc_ms, attention = mtc_run("fused", [])
-    _, _, unfused_ms, _ = mtc_run("unfused", ["--no-fusion"])
-    plain = None
-    if attention:
-        plain = mtc_run("no-flash", ["--no-flash-attention"])
+        return kib, median_after_warmup(times)
 
     child = [sys.executable, os.path.abspath(__file__), "--torch-child", name,
              data_dir]
+
+    def torch_run():
+        """(peak RSS KiB, median step ms) of PyTorch's training run."""
+        kib, out = measured(child + [str(args.steps), str(args.threads)], env)
+        times = [float(t) for t in
+                 re.search(r"STEP_MS (.*)", out).group(1).split()]
+        return kib, median_after_warmup(times)
+
+    fused, arena, attention = mtc_build("fused", [])
+    unfused, _, _ = mtc_build("unfused", ["--no-fusion"])
+    noflash = mtc_build("no-flash", ["--no-flash-attention"]) \
+        if attention else None
     base_kib, _ = measured(child + ["0", str(args.threads)], env)
-    torch_kib, out = measured(child + [str(args.steps), str(args.threads)],
-                              env)
-    torch_times = [float(t) for t in
-                   re.search(r"STEP_MS (.*)", out).group(1).split()]
+    rounds = []
+    for _ in range(args.rounds):
+        rounds.append((mtc_run(fused), torch_run()))
+    (mtc_kib, _), (torch_kib, _) = rounds[0]
+    mtc_ms = statistics.median(m for (_, m), _ in rounds)
+    torch_ms = statistics.median(t for _, (_, t) in rounds)
+    ratio = statistics.median(m / t for (_, m), (_, t) in rounds)
+    unfused_ms = mtc_run(unfused)[1]
+    plain = (noflash[1], mtc_run(noflash[0])[1]) if noflash else None
     res = {"name": name, "batch": spec.batch,
            "mtc_ms": mtc_ms, "unfused_ms": unfused_ms,
-           "noflash_ms": plain[2] if plain else None,
+           "noflash_ms": plain[1] if plain else None,
            "noflash_arena": plain[0] if plain else None,
-           "torch_ms": median_after_warmup(torch_times),
+           "torch_ms": torch_ms, "ratio": ratio,
            "mtc_rss": mtc_kib * 1024, "arena": arena,
            "torch_rss": (torch_kib - base_kib) * 1024}
     print("  %-12s batch %3d: mtc %.1f ms/step, PyTorch %.1f ms/step (x%.2f); "
           "RSS mtc %s MiB, PyTorch +%s MiB" % (
               name, spec.batch, res["mtc_ms"], res["torch_ms"],
-              res["mtc_ms"] / res["torch_ms"], rb.mib(res["mtc_rss"]),
+              res["ratio"], rb.mib(res["mtc_rss"]),
               rb.mib(res["torch_rss"])), flush=True)
     return res
 
@@ -179,7 +202,7 @@ def table(results):
             r["noflash_ms"], rb.mib(r["noflash_arena"]))
         out.append("| %s (%d) | %.1f | %.1f | %s | %.1f | %.2f | %s (%s) | %s | %.2f |" % (
             r["name"], r["batch"], r["mtc_ms"], r["unfused_ms"], noflash,
-            r["torch_ms"], r["mtc_ms"] / r["torch_ms"], rb.mib(r["mtc_rss"]),
+            r["torch_ms"], r["ratio"], rb.mib(r["mtc_rss"]),
             rb.mib(r["arena"]), rb.mib(r["torch_rss"]),
             r["mtc_rss"] / r["torch_rss"] if r["torch_rss"] > 0 else 0.0))
     return "\n".join(out)
@@ -197,13 +220,18 @@ def main():
                     default="resnet18,mobilenetv2,transformer,gpt,vit,gpt-512")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternate runs of the trainer and PyTorch "
+                         "(default 3)")
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--doc", help="also write the table here (Markdown)")
     args = ap.parse_args()
     args.mtc = os.path.abspath(args.mtc)
     os.makedirs(args.work, exist_ok=True)
-    print("threads %d, %d steps, precision %s" % (args.threads, args.steps,
-                                                  args.precision), flush=True)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    print("threads %d, %d steps, %d rounds, precision %s" % (
+        args.threads, args.steps, args.rounds, args.precision), flush=True)
     results = [bench_model(args, name) for name in args.models.split(",")]
     text = table(results)
     print(text)
@@ -212,9 +240,9 @@ def main():
             f.write("# CPU step time and memory: mtc vs PyTorch eager\n\n")
             f.write("Made by `/usr/bin/python3 bench/cpu_step_time.py --mtc "
                     "build/bin/mtc --work DIR --doc docs/bench-cpu.md` "
-                    "(%d threads, %d AdamW steps, %s, CPU: %s).\n\n" % (
-                        args.threads, args.steps, args.precision,
-                        cpu_name()))
+                    "(%d threads, %d AdamW steps, %d rounds, %s, CPU: %s)."
+                    "\n\n" % (args.threads, args.steps, args.rounds,
+                              args.precision, cpu_name()))
             f.write(__doc__.split("\n\n", 1)[1].split("\nUsage:")[0] + "\n")
             f.write(text + "\n")
     return 0
