@@ -197,6 +197,22 @@ template <typename T> struct Problem {
           s[r * kCols + c] = kNegInf;
   }
 
+  /// Whether the mask hides every score of rows [i0, i0 + rows) against
+  /// keys [j0, j0 + cols) of head h (half the tiles of a causal mask). Such
+  /// a tile adds nothing: its probabilities are 0 and its products add
+  /// zeros (to sums that are never -0), so both passes skip it.
+  bool tileMasked(int64_t h, int64_t i0, int64_t rows, int64_t j0,
+                  int64_t cols) const {
+    if (!mask)
+      return false;
+    const unsigned char *mh = mask + attentionMaskOffset(a, h);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        if (!mh[(i0 + r) * a.maskRowStride + (j0 + c) * a.maskColStride])
+          return false;
+    return true;
+  }
+
   /// The dropout factor of each key of row i in [j0, j0 + cols): 0 or
   /// 1 / (1 - ratio), drawn in the dropout op's groups of four.
   void dropFactors(int64_t h, int64_t i, int64_t j0, int64_t cols,
@@ -252,6 +268,8 @@ template <typename T, typename O>
                                a.d, a.rows.q.row, p.bf16, qBuffer);
   for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
     const int64_t cols = std::min(kCols, a.sk - j0);
+    if (p.tileMasked(h, i0, rows, j0, cols))
+      continue;
     p.scores(h, i0, rows, j0, cols, qRows, kT, s);
     const Rows vRows = floatRows(p.v + attentionRow(a, a.rows.v, h, j0), cols,
                                  a.dv, a.rows.v.row, p.bf16, vBuffer);
@@ -380,6 +398,8 @@ backwardHead(const Problem<T> &p, int64_t h, const O *out,
     rowDeltas(a, out, p.bf16, gRows, h, i0, rows, delta);
     for (int64_t j0 = 0; j0 < a.sk; j0 += kCols) {
       const int64_t cols = std::min(kCols, a.sk - j0);
+      if (p.tileMasked(h, i0, rows, j0, cols))
+        continue;
       p.scores(h, i0, rows, j0, cols, qRows, kT, s);
       p.probabilities(h, i0, rows, cols, lse, s);
       // dp[r][c] = dO_(i0+r) . V_(j0+c), through the transposed values.

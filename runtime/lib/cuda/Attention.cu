@@ -166,6 +166,22 @@ __device__ inline bool maskedOut(const AttentionDims &a,
   return maskHead && maskHead[i * a.maskRowStride + j * a.maskColStride] != 0;
 }
 
+/// Whether the mask hides every score of queries [i0, i0 + rows) against
+/// keys [j0, j0 + cols) of a head (half the chunks of a causal mask). Such
+/// a chunk adds nothing (its probabilities are 0, its products add zeros),
+/// so the kernels skip it. A barrier when there is a mask: the whole block
+/// calls it and gets the same answer.
+__device__ inline bool chunkMasked(const AttentionDims &a,
+                                   const unsigned char *maskHead, int64_t i0,
+                                   int rows, int64_t j0, int cols) {
+  if (!maskHead)
+    return false;
+  bool live = false;
+  for (int e = threadIdx.x; e < rows * cols && !live; e += blockDim.x)
+    live = !maskedOut(a, maskHead, i0 + e / cols, j0 + e % cols);
+  return !__syncthreads_or(live);
+}
+
 /// The dropout factor of probability (h, i, j): 1 without dropout, else 0
 /// or 1 / (1 - ratio), from the generator words dropoutForward would draw.
 __device__ inline float dropFactor(const DropoutParams &drop, bool dropout,
@@ -223,6 +239,8 @@ __global__ void __launch_bounds__(kThreads)
       const int cols = countFrom(a.sk, j0, kChunk);
       const int64_t j = j0 + lane;
       __syncthreads(); // the V chunk's readers are done (and qs is written)
+      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+        continue;
       stageRows(chunk, ld, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, kChunk, d);
       __syncthreads();
       float s[R];
@@ -335,6 +353,8 @@ __global__ void __launch_bounds__(kThreads)
       const int cols = countFrom(a.sk, j0, kChunk);
       const int64_t j = j0 + lane;
       __syncthreads(); // the K chunk's readers are done (and qs, gs written)
+      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+        continue;
       stageRows(chunk, ld, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, kChunk, dv);
       __syncthreads();
       float dp[R];
@@ -427,6 +447,8 @@ __global__ void __launch_bounds__(kThreads)
       const int rows = countFrom(a.sq, i0, kChunk);
       const int64_t i = i0 + lane;
       __syncthreads(); // the dO chunk's readers are done (and ks, vs written)
+      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+        continue;
       stageRows(chunk, ld, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, kChunk, dvDim);
       // Warp w forms delta and fetches lse for queries w, w + kWarps, ...
       for (int c = warp; c < kChunk; c += kWarps) {
@@ -1040,6 +1062,8 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
     for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
       const int cols = countFrom(a.sk, j0, t.step);
       __syncthreads(); // the last P V product is done with kv and P
+      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+        continue;
       stage16(kv, L.ldKV, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, t.step,
               static_cast<int>(a.d), t.d16);
       __syncthreads();
@@ -1177,6 +1201,8 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
       const int cols = countFrom(a.sk, j0, t.step);
       __syncthreads(); // the last dS K product is done with ks and ds
+      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+        continue;
       stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, t.step,
               static_cast<int>(a.d), t.d16);
       stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, t.step,
@@ -1282,6 +1308,8 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     for (int64_t i0 = 0; i0 < a.sq; i0 += t.step) {
       const int rows = countFrom(a.sq, i0, t.step);
       __syncthreads(); // the last products are done with the query step
+      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+        continue;
       stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, t.step,
               static_cast<int>(a.d), t.d16);
       stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, t.step,
