@@ -167,7 +167,7 @@ llvm::Error mtc::buildTrainer(const std::string &source,
   // No contraction of a * b + c into fused multiply-adds: each expression
   // rounds as written, so a fused kernel computes exactly what the ops it
   // replaces did, on any host. Without trapping math the compiler may
-  // compute both sides of a select (VecMath.h's exp and erf) and vectorize
+  // compute both sides of a select (VecMath.h's functions) and vectorize
   // the loop; no value changes.
   if (!cuda)
     return run(*host,
