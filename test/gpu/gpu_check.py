@@ -58,6 +58,9 @@ def main():
     ap.add_argument("--build", default=None, help="build directory (for the CUDA unit tests)")
     ap.add_argument("--device-target", default="cuda",
                     help="target compared with cpu (cpu here dry-runs the script on a machine without a GPU)")
+    ap.add_argument("--emulated", action="store_true",
+                    help="the cuda target on the CUDA emulation (test/cudaemu): trainers built by "
+                         "its nvcc-emu, the kernel tests from mtc-runtime-cudaemu-tests; no GPU needed")
     ap.add_argument("--models", default=None,
                     help="comma-separated subset of the models (default: all)")
     args = ap.parse_args()
@@ -67,9 +70,12 @@ def main():
     notes = []  # lines printed after the table
     start = time.time()
 
-    unit = os.path.join(build, "bin", "mtc-runtime-cuda-tests")
+    unit_name = "mtc-runtime-cudaemu-tests" if args.emulated else "mtc-runtime-cuda-tests"
+    if args.emulated:
+        os.environ["MTC_NVCC"] = os.path.join(HERE, "..", "cudaemu", "nvcc-emu")
+    unit = os.path.join(build, "bin", unit_name)
     if not os.path.exists(unit):
-        unit = os.path.join(build, "test", "unit", "runtime", "mtc-runtime-cuda-tests")
+        unit = os.path.join(build, "test", "unit", "runtime", unit_name)
     if os.path.exists(unit):
         rc, secs, out = run([unit], os.path.join(args.work, "cuda-unit.log"))
         tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
@@ -81,7 +87,7 @@ def main():
         notes += [l for l in out.splitlines()
                   if l.startswith("gemm") and "BGRAD" in l]
     else:
-        results.append(("runtime CUDA kernel tests", False, "mtc-runtime-cuda-tests not built"))
+        results.append(("runtime CUDA kernel tests", False, unit_name + " not built"))
 
     e2e = os.path.join(HERE, "..", "e2e", "check_model.py")
     zoo = os.path.join(HERE, "..", "zoo", "check_zoo.py")
@@ -158,7 +164,7 @@ def main():
                lambda lines: [l.strip() for l in lines
                               if l.strip().startswith("[")])
 
-    print("\nmtc GPU check")
+    print("\nmtc GPU check" + (" (on the CUDA emulation: no GPU ran)" if args.emulated else ""))
     width = max(len(n) for n, _, _ in results)
     for name, ok, detail in results:
         print(f"  {'PASS' if ok else 'FAIL'}  {name:<{width}}  {detail}")

@@ -35,6 +35,14 @@ llvm::Expected<std::string> findHostCompiler() {
 }
 
 llvm::Expected<std::string> findNvcc() {
+  // $MTC_NVCC names another CUDA compiler driver taking nvcc's arguments
+  // (test/cudaemu/nvcc-emu builds trainers for the CUDA emulation).
+  if (const char *nvcc = std::getenv("MTC_NVCC"); nvcc && *nvcc) {
+    if (auto path = llvm::sys::findProgramByName(nvcc))
+      return *path;
+    return makeError(llvm::Twine("$MTC_NVCC names '") + nvcc +
+                     "', which is not an executable");
+  }
   llvm::SmallVector<llvm::StringRef, 2> hints;
   std::string root = MTC_CUDA_ROOT;
   std::string bin = root.empty() ? "" : root + "/bin";

@@ -39,7 +39,7 @@ inline unsigned gridFor(int64_t work, int64_t perBlock = kBlock) {
   return static_cast<unsigned>(blocks);
 }
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(MTC_CUDA_EMULATION)
 /// First index of this thread and the stride of a grid-stride loop.
 __device__ inline int64_t threadIndex() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -76,7 +76,7 @@ struct DeviceErrorRecord {
 /// Null (after reporting the failure to ctx) if it cannot be found.
 DeviceErrorRecord *deviceErrorRecord(Context &ctx);
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(MTC_CUDA_EMULATION)
 /// Keeps the first error that wins the race; any one is a correct report,
 /// and the run stops on it.
 __device__ inline void recordDeviceError(DeviceErrorRecord *record,

@@ -332,7 +332,9 @@ TEST_F(Kernels, Conv2d16BitOperands) {
     // The kernels use exactly the planned bytes: the last float and not
     // one past it.
     auto checkGuard = [&](float *ws, size_t floats) {
-      EXPECT_NE(download(ws + floats - 1, 1)[0], kSentinel);
+      if (floats > 0) { // (a library may need no workspace)
+        EXPECT_NE(download(ws + floats - 1, 1)[0], kSentinel);
+      }
       for (float v : download(ws + floats, guard))
         EXPECT_EQ(v, kSentinel);
     };
@@ -800,10 +802,13 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGradMatchesTheTwoKernels) {
         }
 #ifdef MTC_RUNTIME_CUDA
         expectRelNear({l}, {double(twoLoss)}, 1e-6, 0.0);
+        // The two paths round the argument of exp apart: x - max - logSum
+        // here, of magnitude up to 16, where half an ulp is 4.8e-7, which
+        // exp turns into as much relative error; expf adds an ulp or two.
         for (int64_t i = 0; i < n * c; ++i) {
           const float want = twoGrad[i];
           if (!narrow)
-            ASSERT_NEAR(g[i], want, 1e-6f * std::fabs(want) + 1e-12f)
+            ASSERT_NEAR(g[i], want, 2e-6f * std::fabs(want) + 1e-12f)
                 << "at " << i;
           else // one 16-bit step either way (float16: 2^-24 near 0)
             ASSERT_NEAR(g[i], want, 1e-2f * std::fabs(want) + 6e-8f)
@@ -1067,8 +1072,9 @@ TEST_F(Kernels, AdamwMultiMatchesOneUpdatePerTensor) {
     EXPECT_EQ(download(multi[t].expAvg, n), download(single[t].expAvg, n));
     EXPECT_EQ(download(multi[t].expAvgSq, n),
               download(single[t].expAvgSq, n));
-    if (n > 0)
+    if (n > 0) {
       EXPECT_NE(download(multi[t].param, n), initial[t]);
+    }
   }
   // A loss-scaling status flagging an overflow leaves everything alone.
   float *status = upload<float>({1.0f, 1.0f});

@@ -86,7 +86,7 @@ cudaStream_t cudaStreamOf(Context &ctx);
 /// Reports a failed launch (cudaGetLastError) with the kernel's name; the
 /// trainer stops with a clear error after the step.
 void checkLaunch(Context &ctx, const char *kernelName);
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(MTC_CUDA_EMULATION)
 /// Element `lane` (0..3) of a vector a generated kernel loaded or stores
 /// whole (with the lane loop unrolled, a register).
 template <typename V> __device__ inline auto laneOf(const V &v, int lane) {

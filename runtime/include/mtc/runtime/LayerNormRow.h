@@ -77,7 +77,7 @@ inline void layerNormRow(int64_t dim, const float *src, const float *scale,
 
 } // namespace cpu
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(MTC_CUDA_EMULATION)
 namespace cuda {
 
 /// The most threads a row's block has.

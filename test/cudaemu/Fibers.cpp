@@ -1,0 +1,424 @@
+//===- Fibers.cpp - Kernel launches as fibers -------------------*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// A launch runs its blocks in order. Each block's threads are fibers on
+// stacks of their own (mmap'd once, a guard page under each), switched by a
+// few instructions of x86-64 assembly. The scheduler starts every thread in
+// turn; a thread runs until it finishes or waits at a barrier, and the
+// scheduler goes round the waiting threads until all have finished. A round
+// in which no thread arrived anywhere, passed a barrier or finished is a
+// deadlock: the launch is abandoned and reported, as a GPU would report a
+// kernel that never ends (the fibers are dropped where they stand).
+//
+// Barriers count the threads that have not exited: a thread that returns
+// early no longer holds up __syncthreads or its warp's exchanges, as on
+// current GPUs. A warp exchange whose source lane has exited is reported
+// (its value is undefined on a GPU) and gives all-ones bits.
+//
+// MTC_CUDAEMU_REVERSE=1 starts a block's threads from the last one, which
+// turns a missing barrier (a thread reading what another writes before the
+// same barrier) into different results.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Emulation.h"
+#include "Kernel.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mtc::cudaemu {
+
+// switchFiber(&from, to): saves the callee-saved registers and the floating
+// point control words on the current stack, stores its pointer in *from,
+// and continues on the stack `to` (one that switchFiber saved, or one
+// prepared by Stack::prepare).
+extern "C" void mtcEmuSwitchFiber(void **from, void *to);
+extern "C" void mtcEmuFiberStart();
+asm(R"(
+    .text
+    .globl mtcEmuSwitchFiber
+    .type mtcEmuSwitchFiber, @function
+mtcEmuSwitchFiber:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size mtcEmuSwitchFiber, .-mtcEmuSwitchFiber
+
+    .globl mtcEmuFiberStart
+    .type mtcEmuFiberStart, @function
+mtcEmuFiberStart:
+    movq %r12, %rdi
+    call mtcEmuFiberMain
+    ud2
+    .size mtcEmuFiberStart, .-mtcEmuFiberStart
+    .section .note.GNU-stack,"",@progbits
+    .text
+)");
+
+namespace {
+
+constexpr unsigned kMaxThreads = 1024;
+/// Per thread: the kernels' local arrays are small, but the WMMA emulation
+/// keeps whole tiles in every lane.
+constexpr size_t kStackBytes = 256 * 1024;
+
+struct Fiber {
+  void *sp = nullptr;
+  ThreadState state{};
+  bool done = false;
+  unsigned warp = 0;
+};
+
+/// A barrier's arrivals, and the results of the last two rounds (a thread
+/// reads its round's result after the next round may have started).
+struct Barrier {
+  unsigned arrived = 0;
+  unsigned generation = 0;
+  unsigned live = 0;
+  // Block barriers.
+  int orValue = 0, andValue = 1, count = 0;
+  int result[2] = {0, 0};
+  // Warp exchanges.
+  uint64_t values[2][32] = {};
+  unsigned present[2] = {0, 0};
+  unsigned ballot[2] = {0, 0};
+};
+
+struct BlockRun {
+  std::vector<Fiber> fibers;
+  Barrier block;
+  std::vector<Barrier> warps;
+  unsigned live = 0;
+  bool progress = false;
+  void *schedulerSp = nullptr;
+  Fiber *running = nullptr;
+  const std::function<void()> *body = nullptr;
+  unsigned char *shared = nullptr;
+};
+
+thread_local BlockRun *tBlock = nullptr;
+const ThreadState kOutside{};
+
+/// The stacks, reused by every launch.
+class Stacks {
+public:
+  ~Stacks() {
+    if (base)
+      munmap(base, count * slot());
+  }
+  /// The top of stack `i` prepared to start mtcEmuFiberStart with
+  /// `fiber` in r12.
+  void *prepare(unsigned i, Fiber *fiber) {
+    if (!base) {
+      count = kMaxThreads;
+      void *p = mmap(nullptr, count * slot(), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) {
+        std::perror("cuda emulation: mmap of the fiber stacks");
+        std::abort();
+      }
+      base = static_cast<unsigned char *>(p);
+      for (unsigned s = 0; s < count; ++s)
+        mprotect(base + s * slot(), page(), PROT_NONE);
+    }
+    auto *top = reinterpret_cast<uint64_t *>(base + (i + 1) * slot());
+    // mtcEmuSwitchFiber pops: control words, r15..r12, rbx, rbp, then
+    // returns into mtcEmuFiberStart with the stack 16-byte aligned.
+    uint64_t *sp = top - 10;
+    sp[0] = initialControlWords();
+    sp[1] = 0; // r15
+    sp[2] = 0; // r14
+    sp[3] = 0; // r13
+    sp[4] = reinterpret_cast<uint64_t>(fiber); // r12
+    sp[5] = 0; // rbx
+    sp[6] = 0; // rbp
+    sp[7] = reinterpret_cast<uint64_t>(&mtcEmuFiberStart);
+    return sp;
+  }
+
+private:
+  static size_t page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+  static size_t slot() { return kStackBytes + page(); }
+  static uint64_t initialControlWords() {
+    uint32_t mxcsr;
+    uint16_t x87;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(x87));
+    return mxcsr | (static_cast<uint64_t>(x87) << 32);
+  }
+  unsigned char *base = nullptr;
+  unsigned count = 0;
+};
+
+Stacks &stacks() {
+  static Stacks instance;
+  return instance;
+}
+
+/// Back to the scheduler; returns when the scheduler resumes this fiber.
+void yieldToScheduler() {
+  BlockRun &run = *tBlock;
+  mtcEmuSwitchFiber(&run.running->sp, run.schedulerSp);
+}
+
+/// Passes `b` (everyone alive has arrived): publishes the round's results.
+void release(Barrier &b) {
+  // Block barriers' reductions: or in bit 0, and in bit 1, the count above.
+  b.result[b.generation & 1] =
+      (b.orValue & 1) | (b.andValue << 1) | (b.count << 2);
+  b.orValue = 0;
+  b.andValue = 1;
+  b.count = 0;
+  b.arrived = 0;
+  ++b.generation;
+  // The next round writes the other half of the warp exchange; clear it.
+  const unsigned next = b.generation & 1;
+  b.present[next] = 0;
+  b.ballot[next] = 0;
+  tBlock->progress = true;
+}
+
+/// Arrives at `b` and waits until its round has passed.
+unsigned arriveAndWait(Barrier &b) {
+  BlockRun &run = *tBlock;
+  const unsigned generation = b.generation;
+  ++b.arrived;
+  run.progress = true;
+  if (b.arrived == b.live)
+    release(b);
+  while (b.generation == generation)
+    yieldToScheduler();
+  return generation & 1;
+}
+
+/// A finished thread no longer holds up the barriers it would arrive at.
+void leave(Barrier &b) {
+  --b.live;
+  if (b.live > 0 && b.arrived == b.live)
+    release(b);
+}
+
+std::string describe(const char *name, dim3 grid, dim3 block, size_t shared) {
+  return std::string(name) + "<<<(" + std::to_string(grid.x) + "," +
+         std::to_string(grid.y) + "," + std::to_string(grid.z) + "), (" +
+         std::to_string(block.x) + "," + std::to_string(block.y) + "," +
+         std::to_string(block.z) + "), " + std::to_string(shared) + ">>>";
+}
+
+bool reverseOrder() {
+  static const bool reverse = [] {
+    const char *v = std::getenv("MTC_CUDAEMU_REVERSE");
+    return v && *v && *v != '0';
+  }();
+  return reverse;
+}
+
+/// Runs one block; false on a deadlock (reported).
+bool runBlock(BlockRun &run, const char *what) {
+  const unsigned threads = static_cast<unsigned>(run.fibers.size());
+  for (unsigned i = 0; i < threads; ++i)
+    run.fibers[i].sp = stacks().prepare(i, &run.fibers[i]);
+  const bool reverse = reverseOrder();
+  while (run.live > 0) {
+    run.progress = false;
+    for (unsigned n = 0; n < threads; ++n) {
+      Fiber &f = run.fibers[reverse ? threads - 1 - n : n];
+      if (f.done)
+        continue;
+      run.running = &f;
+      mtcEmuSwitchFiber(&run.schedulerSp, f.sp);
+      run.running = nullptr;
+    }
+    if (!run.progress && run.live > 0) {
+      unsigned atBlock = run.block.arrived, atWarp = 0;
+      for (const Barrier &w : run.warps)
+        atWarp += w.arrived;
+      complain((std::string("deadlock in ") + what + ": " +
+                std::to_string(atBlock) + " threads wait at __syncthreads, " +
+                std::to_string(atWarp) +
+                " at warp operations, " +
+                std::to_string(threads - run.live) + " have exited")
+                   .c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Opted-in dynamic shared memory per kernel (cudaFuncSetAttribute).
+std::map<const void *, size_t> &sharedLimits() {
+  static std::map<const void *, size_t> limits;
+  return limits;
+}
+
+} // namespace
+
+extern "C" void mtcEmuFiberMain(Fiber *fiber) {
+  BlockRun &run = *tBlock;
+  (*run.body)();
+  fiber->done = true;
+  --run.live;
+  run.progress = true;
+  leave(run.block);
+  leave(run.warps[fiber->warp]);
+  mtcEmuSwitchFiber(&fiber->sp, run.schedulerSp);
+  __builtin_unreachable();
+}
+
+const ThreadState &current() {
+  return tBlock && tBlock->running ? tBlock->running->state : kOutside;
+}
+
+int blockBarrier(int predicate, Reduce reduce) {
+  Barrier &b = tBlock->block;
+  const int p = predicate != 0;
+  b.orValue |= p;
+  b.andValue &= p;
+  b.count += p;
+  const int word = b.result[arriveAndWait(b)];
+  switch (reduce) {
+  case Reduce::Or:
+    return word & 1;
+  case Reduce::And:
+    return (word >> 1) & 1;
+  case Reduce::Count:
+    return word >> 2;
+  case Reduce::None:
+    break;
+  }
+  return 0;
+}
+
+uint64_t warpExchange(uint64_t value, int source, int predicate,
+                      unsigned *ballot) {
+  BlockRun &run = *tBlock;
+  Fiber &self = *run.running;
+  Barrier &w = run.warps[self.warp];
+  const unsigned lane = self.state.linear % 32;
+  const unsigned half = w.generation & 1;
+  w.values[half][lane] = value;
+  w.present[half] |= 1u << lane;
+  if (predicate)
+    w.ballot[half] |= 1u << lane;
+  const unsigned round = arriveAndWait(w);
+  if (ballot)
+    *ballot = w.ballot[round];
+  if (!(w.present[round] >> source & 1u)) {
+    complain("a warp exchange read a lane that has exited or does not exist");
+    return ~uint64_t(0);
+  }
+  return w.values[round][source];
+}
+
+void *dynamicShared() { return tBlock ? tBlock->shared : nullptr; }
+
+void setSharedLimit(const void *kernel, size_t bytes) {
+  sharedLimits()[kernel] = bytes;
+}
+
+void submitLaunch(const void *kernel, const char *name, dim3 grid, dim3 block,
+                  size_t sharedBytes, cudaStream_t stream,
+                  std::function<void()> threadBody) {
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  const std::string what = describe(name, grid, block, sharedBytes);
+  if (threads == 0 || threads > kMaxThreads || block.z > 64 ||
+      grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu ||
+      grid.y > 65535 || grid.z > 65535) {
+    complain(("invalid launch configuration: " + what).c_str());
+    setLastError(cudaErrorInvalidConfiguration);
+    return;
+  }
+  auto limit = sharedLimits().find(kernel);
+  const size_t allowed =
+      limit != sharedLimits().end() && limit->second > 48 * 1024
+          ? limit->second
+          : 48 * 1024;
+  if (sharedBytes > allowed) {
+    complain(("dynamic shared memory over the kernel's limit of " +
+              std::to_string(allowed) + " bytes: " + what)
+                 .c_str());
+    setLastError(cudaErrorInvalidValue);
+    return;
+  }
+  cudaError_t queued = enqueue(
+      stream, [what, grid, block, sharedBytes, threads,
+               body = std::move(threadBody)] {
+        std::vector<unsigned char> shared(sharedBytes + 128, 0xff);
+        BlockRun run;
+        run.body = &body;
+        run.fibers.resize(threads);
+        run.warps.resize((threads + 31) / 32);
+        BlockRun *outer = tBlock;
+        tBlock = &run;
+        for (unsigned bz = 0; bz < grid.z; ++bz)
+          for (unsigned by = 0; by < grid.y; ++by)
+            for (unsigned bx = 0; bx < grid.x; ++bx) {
+              run.block = Barrier{};
+              run.block.live = static_cast<unsigned>(threads);
+              for (unsigned w = 0; w < run.warps.size(); ++w) {
+                run.warps[w] = Barrier{};
+                run.warps[w].live =
+                    std::min<unsigned>(32, static_cast<unsigned>(threads) -
+                                               w * 32);
+              }
+              run.live = static_cast<unsigned>(threads);
+              std::fill(shared.begin(), shared.end(), 0xff);
+              run.shared = shared.data() +
+                           (128 - reinterpret_cast<uintptr_t>(shared.data()) %
+                                      128) %
+                               128;
+              unsigned t = 0;
+              for (unsigned z = 0; z < block.z; ++z)
+                for (unsigned y = 0; y < block.y; ++y)
+                  for (unsigned x = 0; x < block.x; ++x, ++t) {
+                    Fiber &f = run.fibers[t];
+                    f = Fiber{};
+                    f.state.thread = make_uint3(x, y, z);
+                    f.state.block = make_uint3(bx, by, bz);
+                    f.state.blockSize = block;
+                    f.state.gridSize = grid;
+                    f.state.linear = t;
+                    f.warp = t / 32;
+                  }
+              if (!runBlock(run, what.c_str())) {
+                tBlock = outer;
+                setLastError(cudaErrorLaunchFailure);
+                return;
+              }
+            }
+        tBlock = outer;
+      });
+  if (queued != cudaSuccess)
+    setLastError(queued);
+}
+
+} // namespace mtc::cudaemu

@@ -1,0 +1,440 @@
+//===- Kernel.h - CUDA device code on the CPU -------------------*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Included first (g++ -include) by every CUDA source the emulation compiles,
+// after translate.py has rewritten its launches and dynamic shared memory.
+// It gives device code what nvcc would: the built-in variables, barriers,
+// warp exchanges, atomics, the intrinsics the runtime uses and the WMMA
+// fragments, all on top of the fiber scheduler in Fibers.cpp.
+//
+// How the emulation maps the execution model:
+//  * a launch runs its blocks one after the other; a block's threads are
+//    fibers, started in order and switched only at __syncthreads*, at warp
+//    operations (__syncwarp, __shfl*_sync, __any/__all/__ballot_sync) and at
+//    WMMA calls, each of which waits for every thread (or lane) that has not
+//    exited; a barrier nobody can pass is reported as a deadlock;
+//  * __shared__ variables are statics (one block runs at a time) and the
+//    dynamic shared memory a fresh buffer per block, filled with 0xff bytes
+//    (NaN as floats), as device memory from cudaMalloc is, so code that reads
+//    what it never wrote shows it;
+//  * atomics are plain read-modify-writes: fibers never interleave inside
+//    one;
+//  * WMMA fragments hold the whole 16 x 16 tile in every lane; products are
+//    summed in float in k order.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MTC_TEST_CUDAEMU_KERNEL_H
+#define MTC_TEST_CUDAEMU_KERNEL_H
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// The project's headers enable their device code for nvcc or for this.
+#ifndef MTC_CUDA_EMULATION
+#define MTC_CUDA_EMULATION 1
+#endif
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __constant__
+#undef __forceinline__
+#undef __noinline__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __shared__ static
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+
+namespace mtc::cudaemu {
+
+/// What one emulated thread sees of the launch.
+struct ThreadState {
+  uint3 thread;
+  uint3 block;
+  dim3 blockSize;
+  dim3 gridSize;
+  unsigned linear; ///< thread flattened, x fastest
+};
+
+/// The thread running now (only valid inside a kernel).
+const ThreadState &current();
+
+/// __syncthreads and its reductions: every thread of the block that has not
+/// exited arrives; returns the reduction of `predicate` over them.
+enum class Reduce { None, Or, And, Count };
+int blockBarrier(int predicate, Reduce reduce);
+
+/// A warp operation: every lane of the calling thread's warp that has not
+/// exited arrives with `value` and `predicate`; the result is the value of
+/// lane `source` (0..31), and `ballot` receives the predicates' bits.
+uint64_t warpExchange(uint64_t value, int source, int predicate,
+                      unsigned *ballot);
+
+/// The current block's dynamic shared memory.
+void *dynamicShared();
+
+/// Runs `threadBody` as every thread of every block of a launch of `kernel`
+/// (a function address, for the shared memory it may use) named `name`.
+/// Validates the configuration at once, as a launch does, and records
+/// failures for cudaGetLastError.
+void submitLaunch(const void *kernel, const char *name, dim3 grid, dim3 block,
+                  size_t sharedBytes, cudaStream_t stream,
+                  std::function<void()> threadBody);
+
+template <typename R, typename... P> const void *kernelAddress(R (*f)(P...)) {
+  return reinterpret_cast<const void *>(f);
+}
+
+/// Makes an expression depend on D, so that a failure to resolve it is a
+/// substitution failure.
+template <typename D, typename F> F &&dependent(F &&f) {
+  return std::forward<F>(f);
+}
+
+/// probe(0) when it compiles (the launched name is one function, or a
+/// function pointer), else null: a kernel template whose arguments the call
+/// deduces has no address before the call, and only opted-in shared memory
+/// needs one.
+template <typename F> const void *addressOrNull(F probe) {
+  if constexpr (std::is_invocable<F, int>::value)
+    return probe(0);
+  else
+    return nullptr;
+}
+
+/// `kernel<<<grid, block, shared, stream>>>(args)` after translate.py:
+/// Launch(kernel address, "kernel", grid, block, shared, stream)
+///     .run([=](auto... p) { kernel(p...); }, args).
+/// The arguments are copied at the launch, as CUDA copies them, and every
+/// thread calls the kernel with its own copies.
+class Launch {
+public:
+  Launch(const void *kernel, const char *name, dim3 grid, dim3 block,
+         size_t sharedBytes = 0, cudaStream_t stream = nullptr)
+      : kernel(kernel), name(name), grid(grid), block(block),
+        sharedBytes(sharedBytes), stream(stream) {}
+
+  template <typename F, typename... A> void run(F f, A &&...args) {
+    auto copies = std::make_tuple(std::decay_t<A>(std::forward<A>(args))...);
+    submitLaunch(kernel, name, grid, block, sharedBytes, stream,
+                 [f, copies] { std::apply(f, copies); });
+  }
+
+private:
+  const void *kernel;
+  const char *name;
+  dim3 grid, block;
+  size_t sharedBytes;
+  cudaStream_t stream;
+};
+
+template <typename T> uint64_t toSlot(T value) {
+  static_assert(sizeof(T) <= sizeof(uint64_t) &&
+                    std::is_trivially_copyable<T>::value,
+                "warp exchanges move at most 8 bytes");
+  uint64_t slot = 0;
+  std::memcpy(&slot, &value, sizeof value);
+  return slot;
+}
+template <typename T> T fromSlot(uint64_t slot) {
+  T value;
+  std::memcpy(&value, &slot, sizeof value);
+  return value;
+}
+
+/// The lane of the calling thread in its warp.
+inline int laneId() { return static_cast<int>(current().linear % 32); }
+
+} // namespace mtc::cudaemu
+
+#define threadIdx (::mtc::cudaemu::current().thread)
+#define blockIdx (::mtc::cudaemu::current().block)
+#define blockDim (::mtc::cudaemu::current().blockSize)
+#define gridDim (::mtc::cudaemu::current().gridSize)
+
+// The C++ overloads cuda_runtime.h declares only for nvcc.
+template <typename T>
+inline cudaError_t cudaGetSymbolAddress(void **devPtr, const T &symbol) {
+  return ::cudaGetSymbolAddress(devPtr, static_cast<const void *>(&symbol));
+}
+template <typename T>
+inline cudaError_t
+cudaMemcpyToSymbolAsync(const T &symbol, const void *src, size_t count,
+                        size_t offset = 0,
+                        cudaMemcpyKind kind = cudaMemcpyHostToDevice,
+                        cudaStream_t stream = nullptr) {
+  return ::cudaMemcpyToSymbolAsync(static_cast<const void *>(&symbol), src,
+                                   count, offset, kind, stream);
+}
+template <typename T>
+inline cudaError_t
+cudaMemcpyFromSymbolAsync(void *dst, const T &symbol, size_t count,
+                          size_t offset = 0,
+                          cudaMemcpyKind kind = cudaMemcpyDeviceToHost,
+                          cudaStream_t stream = nullptr) {
+  return ::cudaMemcpyFromSymbolAsync(dst, static_cast<const void *>(&symbol),
+                                     count, offset, kind, stream);
+}
+template <typename R, typename... P>
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr,
+                                         R (*entry)(P...)) {
+  return ::cudaFuncGetAttributes(attr, ::mtc::cudaemu::kernelAddress(entry));
+}
+template <typename R, typename... P>
+inline cudaError_t cudaFuncSetAttribute(R (*entry)(P...),
+                                        cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(::mtc::cudaemu::kernelAddress(entry), attr,
+                                value);
+}
+
+//===----------------------------------------------------------------------===//
+// Barriers and warp operations
+//===----------------------------------------------------------------------===//
+
+inline void __syncthreads() {
+  ::mtc::cudaemu::blockBarrier(0, ::mtc::cudaemu::Reduce::None);
+}
+inline int __syncthreads_or(int p) {
+  return ::mtc::cudaemu::blockBarrier(p, ::mtc::cudaemu::Reduce::Or);
+}
+inline int __syncthreads_and(int p) {
+  return ::mtc::cudaemu::blockBarrier(p, ::mtc::cudaemu::Reduce::And);
+}
+inline int __syncthreads_count(int p) {
+  return ::mtc::cudaemu::blockBarrier(p, ::mtc::cudaemu::Reduce::Count);
+}
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  ::mtc::cudaemu::warpExchange(0, 0, 0, nullptr);
+}
+
+/// The lanes are split into groups of `width`; lane `source` of the caller's
+/// group (taken modulo width) gives the result.
+template <typename T>
+inline T __shfl_sync(unsigned, T value, int source, int width = 32) {
+  using namespace ::mtc::cudaemu;
+  const int group = laneId() / width * width;
+  const int lane = group + ((source % width) + width) % width;
+  return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T value, int mask, int width = 32) {
+  using namespace ::mtc::cudaemu;
+  const int self = laneId();
+  int lane = self ^ mask;
+  if (lane / width != self / width) // outside the group: keeps its own
+    lane = self;
+  return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned, T value, unsigned delta, int width = 32) {
+  using namespace ::mtc::cudaemu;
+  const int self = laneId();
+  int lane = self + static_cast<int>(delta);
+  if (lane / width != self / width)
+    lane = self;
+  return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned, T value, unsigned delta, int width = 32) {
+  using namespace ::mtc::cudaemu;
+  const int self = laneId();
+  int lane = self - static_cast<int>(delta);
+  if (lane < 0 || lane / width != self / width)
+    lane = self;
+  return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
+}
+inline unsigned __ballot_sync(unsigned, int predicate) {
+  unsigned bits = 0;
+  ::mtc::cudaemu::warpExchange(0, 0, predicate != 0, &bits);
+  return bits;
+}
+inline int __any_sync(unsigned mask, int predicate) {
+  return __ballot_sync(mask, predicate) != 0;
+}
+inline int __all_sync(unsigned mask, int predicate) {
+  unsigned bits = 0;
+  ::mtc::cudaemu::warpExchange(0, 0, predicate == 0, &bits);
+  (void)mask;
+  return bits == 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Atomics (plain: fibers switch only at barriers)
+//===----------------------------------------------------------------------===//
+
+template <typename T> inline T atomicAdd(T *address, T value) {
+  T old = *address;
+  *address = old + value;
+  return old;
+}
+template <typename T> inline T atomicMin(T *address, T value) {
+  T old = *address;
+  if (value < old)
+    *address = value;
+  return old;
+}
+template <typename T> inline T atomicMax(T *address, T value) {
+  T old = *address;
+  if (old < value)
+    *address = value;
+  return old;
+}
+template <typename T> inline T atomicExch(T *address, T value) {
+  T old = *address;
+  *address = value;
+  return old;
+}
+template <typename T> inline T atomicCAS(T *address, T compare, T value) {
+  T old = *address;
+  if (old == compare)
+    *address = value;
+  return old;
+}
+
+//===----------------------------------------------------------------------===//
+// Intrinsics
+//===----------------------------------------------------------------------===//
+
+template <typename T> inline T __ldg(const T *p) { return *p; }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+inline float __saturatef(float x) {
+  return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) {
+  return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x));
+}
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline unsigned __float_as_uint(float x) {
+  return ::mtc::cudaemu::fromSlot<unsigned>(::mtc::cudaemu::toSlot(x));
+}
+inline float __uint_as_float(unsigned x) {
+  return ::mtc::cudaemu::fromSlot<float>(::mtc::cudaemu::toSlot(x));
+}
+inline int __float_as_int(float x) { return static_cast<int>(__float_as_uint(x)); }
+inline float __int_as_float(int x) {
+  return __uint_as_float(static_cast<unsigned>(x));
+}
+
+// CUDA's device min / max overloads take mixed integer types.
+template <typename A, typename B>
+inline std::common_type_t<A, B> min(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return static_cast<C>(b) < static_cast<C>(a) ? static_cast<C>(b)
+                                                : static_cast<C>(a);
+}
+template <typename A, typename B>
+inline std::common_type_t<A, B> max(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(b)
+                                                : static_cast<C>(a);
+}
+
+//===----------------------------------------------------------------------===//
+// WMMA
+//===----------------------------------------------------------------------===//
+
+namespace nvcuda::wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+/// The whole M x N (matrix_b: K x N, matrix_a: M x K) tile, row-major, in
+/// float: 16-bit operands widen exactly.
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+  static constexpr int kRows = std::is_same<Use, matrix_b>::value ? K : M;
+  static constexpr int kCols = std::is_same<Use, matrix_a>::value ? K : N;
+  static constexpr int num_elements = kRows * kCols;
+  float x[kRows * kCols];
+};
+
+template <typename T> inline float widen(T v) { return static_cast<float>(v); }
+
+/// Operand tiles: the fragment's layout says how memory holds them.
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f,
+                             const T *p, unsigned ldm) {
+  __syncwarp();
+  using F = fragment<Use, M, N, K, T, Layout>;
+  for (int r = 0; r < F::kRows; ++r)
+    for (int c = 0; c < F::kCols; ++c)
+      f.x[r * F::kCols + c] = widen(std::is_same<Layout, col_major>::value
+                                        ? p[c * ldm + r]
+                                        : p[r * ldm + c]);
+}
+
+template <int M, int N, int K>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f,
+                             const float *p, unsigned ldm, layout_t layout) {
+  __syncwarp();
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      f.x[r * N + c] = layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+}
+
+template <int M, int N, int K>
+inline void store_matrix_sync(float *p,
+                              const fragment<accumulator, M, N, K, float> &f,
+                              unsigned ldm, layout_t layout) {
+  __syncwarp();
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      (layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) =
+          f.x[r * N + c];
+}
+
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+inline void fill_fragment(fragment<Use, M, N, K, T, Layout> &f, float value) {
+  for (float &v : f.x)
+    v = value;
+}
+
+template <int M, int N, int K, typename T, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
+                     const fragment<matrix_a, M, N, K, T, LA> &a,
+                     const fragment<matrix_b, M, N, K, T, LB> &b,
+                     const fragment<accumulator, M, N, K, float> &c) {
+  __syncwarp();
+  float out[M * N];
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float sum = c.x[i * N + j];
+      for (int k = 0; k < K; ++k)
+        sum += a.x[i * K + k] * b.x[k * N + j];
+      out[i * N + j] = sum;
+    }
+  std::memcpy(d.x, out, sizeof out);
+}
+
+} // namespace nvcuda::wmma
+
+#endif // MTC_TEST_CUDAEMU_KERNEL_H

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Rewrites a CUDA source so that g++ compiles it against the emulation.
+
+Usage: translate.py INPUT.cu OUTPUT.cpp
+
+Two constructs are not C++ and get rewritten; everything else is left to
+Kernel.h, which the build includes first:
+
+  * kernel<<<grid, block[, shared[, stream]]>>>(args) becomes
+        ::mtc::cudaemu::Launch(ADDRESS, "kernel", grid, block[, shared[,
+            stream]])
+            .run([=](auto... p) { kernel(p...); }, args)
+    where ADDRESS is the kernel's address when the name alone resolves to
+    one function (Kernel.h's addressOrNull), else null;
+  * extern __shared__ [__align__(n)] T name[]; becomes
+        T *name = reinterpret_cast<T *>(::mtc::cudaemu::dynamicShared());
+
+Line numbers are kept (the rewritten text has the same newlines), and a
+#line directive names the original file, so compiler messages point at the
+CUDA source.
+"""
+
+import re
+import sys
+
+EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?"
+    r"((?:[A-Za-z_][\w:]*\s+)*?[A-Za-z_][\w:]*)\s+(\w+)\s*\[\s*\]\s*;")
+
+
+def fail(path, text, pos, message):
+    line = text.count("\n", 0, pos) + 1
+    sys.exit(f"{path}:{line}: translate.py: {message}")
+
+
+def skip_string(text, i):
+    """Index after the string or character literal starting at text[i]."""
+    quote = text[i]
+    i += 1
+    while i < len(text) and text[i] != quote:
+        i += 2 if text[i] == "\\" else 1
+    return i + 1
+
+
+def matching(text, i, open_char, close_char):
+    """Index of the bracket closing the one at text[i]."""
+    depth = 0
+    while i < len(text):
+        c = text[i]
+        if c in "\"'":
+            i = skip_string(text, i)
+            continue
+        if c == open_char:
+            depth += 1
+        elif c == close_char:
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def kernel_start(text, end):
+    """Start of the kernel expression that ends just before text[end]
+    (an optionally qualified name with optional template arguments)."""
+    i = end
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+    if text[i - 1] == ">":  # template arguments: back to their '<'
+        depth = 0
+        while i > 0:
+            i -= 1
+            if text[i] == ">":
+                depth += 1
+            elif text[i] == "<":
+                depth -= 1
+                if depth == 0:
+                    break
+    while i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_:"):
+        i -= 1
+    return i
+
+
+def split_top_level(text):
+    """Splits at commas outside brackets."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        c = text[i]
+        if c in "\"'":
+            i = skip_string(text, i)
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return parts
+
+
+def in_comment(text, i):
+    line_start = text.rfind("\n", 0, i) + 1
+    if "//" in text[line_start:i]:
+        return True
+    return text.rfind("/*", 0, i) > text.rfind("*/", 0, i)
+
+
+def rewrite_launches(path, text):
+    out, pos = [], 0
+    while True:
+        at = text.find("<<<", pos)
+        if at < 0:
+            out.append(text[pos:])
+            return "".join(out)
+        if in_comment(text, at):
+            out.append(text[pos:at + 3])
+            pos = at + 3
+            continue
+        start = kernel_start(text, at)
+        kernel = text[start:at].strip()
+        if not kernel:
+            fail(path, text, at, "a launch without a kernel name")
+        close = text.find(">>>", at)
+        if close < 0:
+            fail(path, text, at, "'<<<' without '>>>'")
+        config = text[at + 3:close]
+        if len(split_top_level(config)) not in (2, 3, 4):
+            fail(path, text, at, "a launch needs 2 to 4 configuration values")
+        paren = close + 3
+        while paren < len(text) and text[paren].isspace():
+            paren += 1
+        if paren >= len(text) or text[paren] != "(":
+            fail(path, text, close, "a launch without its argument list")
+        end = matching(text, paren, "(", ")")
+        if end < 0:
+            fail(path, text, paren, "unbalanced argument list")
+        args = text[paren + 1:end]
+        name = " ".join(kernel.split())
+        between = text[close + 3:paren]  # keeps the newlines
+        address = ("::mtc::cudaemu::addressOrNull([&](auto mtcEmuD) -> decltype("
+                   "::mtc::cudaemu::kernelAddress(::mtc::cudaemu::dependent<"
+                   f"decltype(mtcEmuD)>({name}))) {{ return "
+                   "::mtc::cudaemu::kernelAddress(::mtc::cudaemu::dependent<"
+                   f"decltype(mtcEmuD)>({name})); }})")
+        call = (f"::mtc::cudaemu::Launch({address}, "
+                f"\"{name}\", {config}){between}.run([=](auto... mtcEmuArgs) "
+                f"{{ {name}(mtcEmuArgs...); }}")
+        call += f", {args})" if args.strip() else ")"
+        out.append(text[pos:start])
+        out.append(call)
+        pos = end + 1
+
+
+def rewrite_shared(text):
+    return EXTERN_SHARED.sub(
+        lambda m: (f"{m.group(1)} *{m.group(2)} = reinterpret_cast<{m.group(1)} *>"
+                   f"(::mtc::cudaemu::dynamicShared());"),
+        text)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    source, target = sys.argv[1], sys.argv[2]
+    with open(source) as f:
+        text = f.read()
+    text = rewrite_launches(source, rewrite_shared(text))
+    with open(target, "w") as f:
+        f.write(f'#line 1 "{source}"\n')
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
