@@ -13,7 +13,8 @@
 # $TMPDIR (MTC_USE_DEVICE_BUNDLE=1 uses it anyway); the trainers are still
 # built there, by its g++ and nvcc, and the references come from its python3
 # with PyTorch. Extra arguments go to gpu_check.py (e.g. --models
-# gpt,flash-attention).
+# gpt,flash-attention). MTC_GPU_EMULATED=1 runs the check without a GPU, on
+# the CUDA emulation (docs/testing.md).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MTC_BUILD_DIR:-$root/build}"
@@ -53,6 +54,12 @@ if [ "${MTC_GPU_DRY_RUN:-0}" = 1 ]; then
       --work "$build/gpu-bench" --device cpu --small --no-compile || status=$?
   fi
   exit "$status"
+fi
+if [ "${MTC_GPU_EMULATED:-0}" = 1 ]; then
+  # Without a GPU: the cuda target on the CUDA emulation (test/cudaemu),
+  # everything but the benchmark (~30 min on 2 cores, the zoo's CNNs most).
+  exec "$python" "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
+    --build "$build" --work "$build/gpu-check-emulated" --emulated "$@"
 fi
 nvidia-smi -L || { echo "gpu-check: no CUDA GPU visible"; exit 1; }
 status=0

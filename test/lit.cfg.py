@@ -34,6 +34,10 @@ config.substitutions.append(("%runtime_lib_dir",
 
 if config.mtc_enable_cuda:
     config.available_features.add("cuda-toolkit")
+# The CUDA emulation (test/cudaemu) is built where the CUDA headers are.
+if os.path.exists(os.path.join(config.mtc_obj_root, "lib",
+                               "libmtc_runtime_cudaemu.a")):
+    config.available_features.add("cuda-emulation")
 
 
 

@@ -40,10 +40,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <iterator>
 #include <new>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -851,6 +853,16 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
       checkMatmul(lightHandle, operationDesc, Adesc, Bdesc, Cdesc, Ddesc, gemm);
   if (status != CUBLAS_STATUS_SUCCESS)
     return status;
+  // MTC_CUDAEMU_LT_EPILOGUES=0 offers no algorithm for an epilogue, as a
+  // cuBLASLt may, so that the runtime's fallback (a plain GEMM and its own
+  // bias kernels) runs.
+  static const bool noEpilogues = [] {
+    const char *v = std::getenv("MTC_CUDAEMU_LT_EPILOGUES");
+    return v && std::string(v) == "0";
+  }();
+  if (noEpilogues &&
+      fieldsOf<MatmulDesc>(operationDesc).epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   const Preference &pref = fieldsOf<Preference>(preference);
   if (pref.searchMode != CUBLASLT_SEARCH_BEST_FIT)
     return CUBLAS_STATUS_NOT_SUPPORTED;

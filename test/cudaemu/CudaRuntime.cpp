@@ -109,10 +109,10 @@ cudaError_t refuseDuringCapture(const char *call) {
 /// Checks the device side(s) of a copy of `bytes`.
 cudaError_t checkCopy(void *dst, const void *src, size_t bytes,
                       cudaMemcpyKind kind, const char *call) {
-  const bool dstDevice = kind == cudaMemcpyHostToDevice ||
-                         kind == cudaMemcpyDeviceToDevice;
-  const bool srcDevice = kind == cudaMemcpyDeviceToHost ||
-                         kind == cudaMemcpyDeviceToDevice;
+  const bool dstDevice =
+      kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool srcDevice =
+      kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   if (bytes == 0)
     return cudaSuccess;
   if ((dstDevice && !isDeviceRange(dst, bytes)) ||
@@ -237,8 +237,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr,
     return cudaSuccess;
   default:
     complain(("cudaDeviceGetAttribute: attribute " +
-              std::to_string(static_cast<int>(attr)) +
-              " is not emulated")
+              std::to_string(static_cast<int>(attr)) + " is not emulated")
                  .c_str());
     return cudaErrorInvalidValue;
   }
@@ -298,9 +297,11 @@ cudaError_t cudaMalloc(void **devPtr, size_t size) {
   if (cudaError_t e = refuseDuringCapture("cudaMalloc"))
     return e;
   State &s = state();
+  // 256-byte aligned as cudaMalloc's, and exactly `size` bytes long, so
+  // that AddressSanitizer (MTC_CUDAEMU_ASAN) sees a kernel going past them.
   const size_t bytes = size == 0 ? 1 : size;
-  void *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (!p)
+  void *p = nullptr;
+  if (posix_memalign(&p, 256, bytes) != 0)
     return cudaErrorMemoryAllocation;
   std::memset(p, 0xff, bytes);
   s.allocations[reinterpret_cast<uintptr_t>(p)] = bytes;
@@ -336,8 +337,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
                             cudaMemcpyKind kind, cudaStream_t stream) {
   if (cudaError_t e = checkCopy(dst, src, count, kind, "cudaMemcpyAsync"))
     return e;
-  return withSticky(
-      enqueue(stream, [=] { std::memmove(dst, src, count); }));
+  return withSticky(enqueue(stream, [=] { std::memmove(dst, src, count); }));
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
@@ -375,8 +375,8 @@ cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol) {
 }
 
 cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src,
-                                    size_t count, size_t offset,
-                                    cudaMemcpyKind, cudaStream_t stream) {
+                                    size_t count, size_t offset, cudaMemcpyKind,
+                                    cudaStream_t stream) {
   char *dst = static_cast<char *>(const_cast<void *>(symbol)) + offset;
   return withSticky(enqueue(stream, [=] { std::memmove(dst, src, count); }));
 }
@@ -447,8 +447,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return withSticky(cudaSuccess);
 }
 
-cudaError_t cudaStreamBeginCapture(cudaStream_t stream,
-                                   cudaStreamCaptureMode) {
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
   if (!stream || !state().streams.count(stream) || stream->capturing) {
     complain("cudaStreamBeginCapture on the legacy stream, an unknown "
              "stream or one already capturing");

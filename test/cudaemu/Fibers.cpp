@@ -30,6 +30,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -96,6 +100,9 @@ struct Fiber {
   ThreadState state{};
   bool done = false;
   unsigned warp = 0;
+  const void *stackBottom = nullptr; ///< for AddressSanitizer
+  size_t stackBytes = 0;
+  void *fakeStack = nullptr;
 };
 
 /// A barrier's arrivals, and the results of the last two rounds (a thread
@@ -120,6 +127,9 @@ struct BlockRun {
   unsigned live = 0;
   bool progress = false;
   void *schedulerSp = nullptr;
+  const void *schedulerBottom = nullptr; ///< for AddressSanitizer
+  size_t schedulerBytes = 0;
+  void *schedulerFakeStack = nullptr;
   Fiber *running = nullptr;
   const std::function<void()> *body = nullptr;
   unsigned char *shared = nullptr;
@@ -138,6 +148,7 @@ public:
   /// The top of stack `i` prepared to start mtcEmuFiberStart with
   /// `fiber` in r12.
   void *prepare(unsigned i, Fiber *fiber) {
+    fiber->stackBytes = kStackBytes;
     if (!base) {
       count = kMaxThreads;
       void *p = mmap(nullptr, count * slot(), PROT_READ | PROT_WRITE,
@@ -151,16 +162,17 @@ public:
         mprotect(base + s * slot(), page(), PROT_NONE);
     }
     auto *top = reinterpret_cast<uint64_t *>(base + (i + 1) * slot());
+    fiber->stackBottom = base + i * slot() + page();
     // mtcEmuSwitchFiber pops: control words, r15..r12, rbx, rbp, then
     // returns into mtcEmuFiberStart with the stack 16-byte aligned.
     uint64_t *sp = top - 10;
     sp[0] = initialControlWords();
-    sp[1] = 0; // r15
-    sp[2] = 0; // r14
-    sp[3] = 0; // r13
+    sp[1] = 0;                                 // r15
+    sp[2] = 0;                                 // r14
+    sp[3] = 0;                                 // r13
     sp[4] = reinterpret_cast<uint64_t>(fiber); // r12
-    sp[5] = 0; // rbx
-    sp[6] = 0; // rbp
+    sp[5] = 0;                                 // rbx
+    sp[6] = 0;                                 // rbp
     sp[7] = reinterpret_cast<uint64_t>(&mtcEmuFiberStart);
     return sp;
   }
@@ -184,10 +196,29 @@ Stacks &stacks() {
   return instance;
 }
 
+// AddressSanitizer must be told when the stack changes under it: before a
+// switch, the stack being switched to (and where to keep this one's fake
+// frames, null for a fiber that ends), after one, that it landed.
+#if defined(__SANITIZE_ADDRESS__)
+void beforeSwitch(void **fakeStack, const void *bottom, size_t bytes) {
+  __sanitizer_start_switch_fiber(fakeStack, bottom, bytes);
+}
+void afterSwitch(void *fakeStack, const void **fromBottom = nullptr,
+                 size_t *fromBytes = nullptr) {
+  __sanitizer_finish_switch_fiber(fakeStack, fromBottom, fromBytes);
+}
+#else
+void beforeSwitch(void **, const void *, size_t) {}
+void afterSwitch(void *, const void ** = nullptr, size_t * = nullptr) {}
+#endif
+
 /// Back to the scheduler; returns when the scheduler resumes this fiber.
 void yieldToScheduler() {
   BlockRun &run = *tBlock;
-  mtcEmuSwitchFiber(&run.running->sp, run.schedulerSp);
+  Fiber &self = *run.running;
+  beforeSwitch(&self.fakeStack, run.schedulerBottom, run.schedulerBytes);
+  mtcEmuSwitchFiber(&self.sp, run.schedulerSp);
+  afterSwitch(self.fakeStack);
 }
 
 /// Passes `b` (everyone alive has arrived): publishes the round's results.
@@ -255,7 +286,9 @@ bool runBlock(BlockRun &run, const char *what) {
       if (f.done)
         continue;
       run.running = &f;
+      beforeSwitch(&run.schedulerFakeStack, f.stackBottom, f.stackBytes);
       mtcEmuSwitchFiber(&run.schedulerSp, f.sp);
+      afterSwitch(run.schedulerFakeStack);
       run.running = nullptr;
     }
     if (!run.progress && run.live > 0) {
@@ -264,8 +297,7 @@ bool runBlock(BlockRun &run, const char *what) {
         atWarp += w.arrived;
       complain((std::string("deadlock in ") + what + ": " +
                 std::to_string(atBlock) + " threads wait at __syncthreads, " +
-                std::to_string(atWarp) +
-                " at warp operations, " +
+                std::to_string(atWarp) + " at warp operations, " +
                 std::to_string(threads - run.live) + " have exited")
                    .c_str());
       return false;
@@ -280,16 +312,79 @@ std::map<const void *, size_t> &sharedLimits() {
   return limits;
 }
 
+/// Sets `run` up for block (bx, by, bz): fresh barriers, every thread's
+/// fiber, the dynamic shared memory filled with 0xff.
+void startBlock(BlockRun &run, dim3 grid, dim3 block, uint3 blockIndex,
+                size_t sharedBytes) {
+  const unsigned threads = static_cast<unsigned>(run.fibers.size());
+  run.block = Barrier{};
+  run.block.live = threads;
+  for (unsigned w = 0; w < run.warps.size(); ++w) {
+    run.warps[w] = Barrier{};
+    run.warps[w].live = std::min<unsigned>(32, threads - w * 32);
+  }
+  run.live = threads;
+  std::memset(run.shared, 0xff, sharedBytes);
+  unsigned t = 0;
+  for (unsigned z = 0; z < block.z; ++z)
+    for (unsigned y = 0; y < block.y; ++y)
+      for (unsigned x = 0; x < block.x; ++x, ++t) {
+        Fiber &f = run.fibers[t];
+        f = Fiber{};
+        f.state.thread = make_uint3(x, y, z);
+        f.state.block = blockIndex;
+        f.state.blockSize = block;
+        f.state.gridSize = grid;
+        f.state.linear = t;
+        f.warp = t / 32;
+      }
+}
+
+/// Runs every block of a validated launch, in order.
+void runLaunch(const std::string &what, dim3 grid, dim3 block,
+               size_t sharedBytes, const std::function<void()> &body) {
+  // Exactly the bytes asked for, so that AddressSanitizer sees a kernel
+  // reading past them.
+  void *bytes = nullptr;
+  if (posix_memalign(&bytes, 128, sharedBytes == 0 ? 1 : sharedBytes)) {
+    complain("out of host memory for a block's shared memory");
+    setLastError(cudaErrorMemoryAllocation);
+    return;
+  }
+  std::unique_ptr<unsigned char, decltype(&std::free)> shared(
+      static_cast<unsigned char *>(bytes), &std::free);
+  const unsigned threads = block.x * block.y * block.z;
+  BlockRun run;
+  run.body = &body;
+  run.shared = shared.get();
+  run.fibers.resize(threads);
+  run.warps.resize((threads + 31) / 32);
+  BlockRun *outer = tBlock;
+  tBlock = &run;
+  bool ok = true;
+  for (unsigned bz = 0; ok && bz < grid.z; ++bz)
+    for (unsigned by = 0; ok && by < grid.y; ++by)
+      for (unsigned bx = 0; ok && bx < grid.x; ++bx) {
+        startBlock(run, grid, block, make_uint3(bx, by, bz), sharedBytes);
+        ok = runBlock(run, what.c_str());
+      }
+  tBlock = outer;
+  if (!ok)
+    setLastError(cudaErrorLaunchFailure);
+}
+
 } // namespace
 
 extern "C" void mtcEmuFiberMain(Fiber *fiber) {
   BlockRun &run = *tBlock;
+  afterSwitch(nullptr, &run.schedulerBottom, &run.schedulerBytes);
   (*run.body)();
   fiber->done = true;
   --run.live;
   run.progress = true;
   leave(run.block);
   leave(run.warps[fiber->warp]);
+  beforeSwitch(nullptr, run.schedulerBottom, run.schedulerBytes);
   mtcEmuSwitchFiber(&fiber->sp, run.schedulerSp);
   __builtin_unreachable();
 }
@@ -332,6 +427,8 @@ uint64_t warpExchange(uint64_t value, int source, int predicate,
   const unsigned round = arriveAndWait(w);
   if (ballot)
     *ballot = w.ballot[round];
+  if (source < 0)
+    return 0;
   if (!(w.present[round] >> source & 1u)) {
     complain("a warp exchange read a lane that has exited or does not exist");
     return ~uint64_t(0);
@@ -350,18 +447,17 @@ void submitLaunch(const void *kernel, const char *name, dim3 grid, dim3 block,
                   std::function<void()> threadBody) {
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   const std::string what = describe(name, grid, block, sharedBytes);
-  if (threads == 0 || threads > kMaxThreads || block.z > 64 ||
-      grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu ||
-      grid.y > 65535 || grid.z > 65535) {
+  if (threads == 0 || threads > kMaxThreads || block.z > 64 || grid.x == 0 ||
+      grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 ||
+      grid.z > 65535) {
     complain(("invalid launch configuration: " + what).c_str());
     setLastError(cudaErrorInvalidConfiguration);
     return;
   }
   auto limit = sharedLimits().find(kernel);
   const size_t allowed =
-      limit != sharedLimits().end() && limit->second > 48 * 1024
-          ? limit->second
-          : 48 * 1024;
+      limit != sharedLimits().end() && limit->second > 48 * 1024 ? limit->second
+                                                                 : 48 * 1024;
   if (sharedBytes > allowed) {
     complain(("dynamic shared memory over the kernel's limit of " +
               std::to_string(allowed) + " bytes: " + what)
@@ -369,53 +465,10 @@ void submitLaunch(const void *kernel, const char *name, dim3 grid, dim3 block,
     setLastError(cudaErrorInvalidValue);
     return;
   }
-  cudaError_t queued = enqueue(
-      stream, [what, grid, block, sharedBytes, threads,
-               body = std::move(threadBody)] {
-        std::vector<unsigned char> shared(sharedBytes + 128, 0xff);
-        BlockRun run;
-        run.body = &body;
-        run.fibers.resize(threads);
-        run.warps.resize((threads + 31) / 32);
-        BlockRun *outer = tBlock;
-        tBlock = &run;
-        for (unsigned bz = 0; bz < grid.z; ++bz)
-          for (unsigned by = 0; by < grid.y; ++by)
-            for (unsigned bx = 0; bx < grid.x; ++bx) {
-              run.block = Barrier{};
-              run.block.live = static_cast<unsigned>(threads);
-              for (unsigned w = 0; w < run.warps.size(); ++w) {
-                run.warps[w] = Barrier{};
-                run.warps[w].live =
-                    std::min<unsigned>(32, static_cast<unsigned>(threads) -
-                                               w * 32);
-              }
-              run.live = static_cast<unsigned>(threads);
-              std::fill(shared.begin(), shared.end(), 0xff);
-              run.shared = shared.data() +
-                           (128 - reinterpret_cast<uintptr_t>(shared.data()) %
-                                      128) %
-                               128;
-              unsigned t = 0;
-              for (unsigned z = 0; z < block.z; ++z)
-                for (unsigned y = 0; y < block.y; ++y)
-                  for (unsigned x = 0; x < block.x; ++x, ++t) {
-                    Fiber &f = run.fibers[t];
-                    f = Fiber{};
-                    f.state.thread = make_uint3(x, y, z);
-                    f.state.block = make_uint3(bx, by, bz);
-                    f.state.blockSize = block;
-                    f.state.gridSize = grid;
-                    f.state.linear = t;
-                    f.warp = t / 32;
-                  }
-              if (!runBlock(run, what.c_str())) {
-                tBlock = outer;
-                setLastError(cudaErrorLaunchFailure);
-                return;
-              }
-            }
-        tBlock = outer;
+  cudaError_t queued =
+      enqueue(stream, [what, grid, block, sharedBytes,
+                       body = std::move(threadBody)] {
+        runLaunch(what, grid, block, sharedBytes, body);
       });
   if (queued != cudaSuccess)
     setLastError(queued);

@@ -85,7 +85,8 @@ int blockBarrier(int predicate, Reduce reduce);
 
 /// A warp operation: every lane of the calling thread's warp that has not
 /// exited arrives with `value` and `predicate`; the result is the value of
-/// lane `source` (0..31), and `ballot` receives the predicates' bits.
+/// lane `source` (0..31; -1 reads none), and `ballot` receives the
+/// predicates' bits.
 uint64_t warpExchange(uint64_t value, int source, int predicate,
                       unsigned *ballot);
 
@@ -164,6 +165,15 @@ template <typename T> T fromSlot(uint64_t slot) {
 /// The lane of the calling thread in its warp.
 inline int laneId() { return static_cast<int>(current().linear % 32); }
 
+/// The value of `lane`, or the caller's own where `lane` lies outside the
+/// caller's group of `width` lanes (as __shfl_xor/down/up_sync define it).
+template <typename T> T shuffleWithin(T value, int lane, int width) {
+  const int self = laneId();
+  if (lane < 0 || lane / width != self / width)
+    lane = self;
+  return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
+}
+
 } // namespace mtc::cudaemu
 
 #define threadIdx (::mtc::cudaemu::current().thread)
@@ -223,7 +233,7 @@ inline int __syncthreads_count(int p) {
   return ::mtc::cudaemu::blockBarrier(p, ::mtc::cudaemu::Reduce::Count);
 }
 inline void __syncwarp(unsigned = 0xffffffffu) {
-  ::mtc::cudaemu::warpExchange(0, 0, 0, nullptr);
+  ::mtc::cudaemu::warpExchange(0, -1, 0, nullptr);
 }
 
 /// The lanes are split into groups of `width`; lane `source` of the caller's
@@ -237,34 +247,22 @@ inline T __shfl_sync(unsigned, T value, int source, int width = 32) {
 }
 template <typename T>
 inline T __shfl_xor_sync(unsigned, T value, int mask, int width = 32) {
-  using namespace ::mtc::cudaemu;
-  const int self = laneId();
-  int lane = self ^ mask;
-  if (lane / width != self / width) // outside the group: keeps its own
-    lane = self;
-  return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
+  return ::mtc::cudaemu::shuffleWithin(value, ::mtc::cudaemu::laneId() ^ mask,
+                                       width);
 }
 template <typename T>
 inline T __shfl_down_sync(unsigned, T value, unsigned delta, int width = 32) {
-  using namespace ::mtc::cudaemu;
-  const int self = laneId();
-  int lane = self + static_cast<int>(delta);
-  if (lane / width != self / width)
-    lane = self;
-  return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
+  return ::mtc::cudaemu::shuffleWithin(
+      value, ::mtc::cudaemu::laneId() + static_cast<int>(delta), width);
 }
 template <typename T>
 inline T __shfl_up_sync(unsigned, T value, unsigned delta, int width = 32) {
-  using namespace ::mtc::cudaemu;
-  const int self = laneId();
-  int lane = self - static_cast<int>(delta);
-  if (lane < 0 || lane / width != self / width)
-    lane = self;
-  return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
+  return ::mtc::cudaemu::shuffleWithin(
+      value, ::mtc::cudaemu::laneId() - static_cast<int>(delta), width);
 }
 inline unsigned __ballot_sync(unsigned, int predicate) {
   unsigned bits = 0;
-  ::mtc::cudaemu::warpExchange(0, 0, predicate != 0, &bits);
+  ::mtc::cudaemu::warpExchange(0, -1, predicate != 0, &bits);
   return bits;
 }
 inline int __any_sync(unsigned mask, int predicate) {
@@ -272,7 +270,7 @@ inline int __any_sync(unsigned mask, int predicate) {
 }
 inline int __all_sync(unsigned mask, int predicate) {
   unsigned bits = 0;
-  ::mtc::cudaemu::warpExchange(0, 0, predicate == 0, &bits);
+  ::mtc::cudaemu::warpExchange(0, -1, predicate == 0, &bits);
   (void)mask;
   return bits == 0;
 }
@@ -335,7 +333,9 @@ inline unsigned __float_as_uint(float x) {
 inline float __uint_as_float(unsigned x) {
   return ::mtc::cudaemu::fromSlot<float>(::mtc::cudaemu::toSlot(x));
 }
-inline int __float_as_int(float x) { return static_cast<int>(__float_as_uint(x)); }
+inline int __float_as_int(float x) {
+  return static_cast<int>(__float_as_uint(x));
+}
 inline float __int_as_float(int x) {
   return __uint_as_float(static_cast<unsigned>(x));
 }
@@ -345,13 +345,13 @@ template <typename A, typename B>
 inline std::common_type_t<A, B> min(A a, B b) {
   using C = std::common_type_t<A, B>;
   return static_cast<C>(b) < static_cast<C>(a) ? static_cast<C>(b)
-                                                : static_cast<C>(a);
+                                               : static_cast<C>(a);
 }
 template <typename A, typename B>
 inline std::common_type_t<A, B> max(A a, B b) {
   using C = std::common_type_t<A, B>;
   return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(b)
-                                                : static_cast<C>(a);
+                                               : static_cast<C>(a);
 }
 
 //===----------------------------------------------------------------------===//
@@ -381,15 +381,15 @@ template <typename T> inline float widen(T v) { return static_cast<float>(v); }
 
 /// Operand tiles: the fragment's layout says how memory holds them.
 template <typename Use, int M, int N, int K, typename T, typename Layout>
-inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f,
-                             const T *p, unsigned ldm) {
+inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const T *p,
+                             unsigned ldm) {
   __syncwarp();
   using F = fragment<Use, M, N, K, T, Layout>;
   for (int r = 0; r < F::kRows; ++r)
     for (int c = 0; c < F::kCols; ++c)
-      f.x[r * F::kCols + c] = widen(std::is_same<Layout, col_major>::value
-                                        ? p[c * ldm + r]
-                                        : p[r * ldm + c]);
+      f.x[r * F::kCols + c] =
+          widen(std::is_same<Layout, col_major>::value ? p[c * ldm + r]
+                                                       : p[r * ldm + c]);
 }
 
 template <int M, int N, int K>
@@ -398,7 +398,8 @@ inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f,
   __syncwarp();
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c)
-      f.x[r * N + c] = layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+      f.x[r * N + c] =
+          layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
 }
 
 template <int M, int N, int K>

@@ -37,6 +37,7 @@ GRAD_TOL = 1e-4
 LOSS_TOL = 1e-4
 PARAM_TOL = 1e-4
 STATE_TOL = 1e-4
+NOISE_REORDERED = 30.0  # as test/zoo/check_zoo.py
 
 
 def build_module(name):
@@ -112,14 +113,18 @@ def torch_gradients(module, prefix, x, y, batch):
     return float(loss), grads
 
 
-def torch_trajectory(module, prefix, x, y, batch, make_opt, state_slots):
-    """Losses of STEPS steps, final parameters and optimizer state (by slot name)."""
+def torch_trajectory(module, prefix, x, y, batch, make_opt, state_slots,
+                     reverse=False):
+    """Losses of STEPS steps, final parameters and optimizer state (by slot
+    name); `reverse` feeds each batch's samples in reverse order."""
     import torch
     model = copy.deepcopy(module)
     opt = make_opt(model.parameters())
     losses = []
     for step in range(STEPS):
         idx = batch_indices(step, batch)
+        if reverse:
+            idx = idx[::-1].copy()
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(
             model(torch.from_numpy(x[idx])), torch.from_numpy(y[idx]))
@@ -160,8 +165,16 @@ def _indent(text):
     return "\n".join("      " + line for line in text.splitlines())
 
 
-def compare_tensors(report, label, got, want, tol, names=None):
-    """Per-tensor rel err of got vs want; reports each and returns the worst."""
+def compare_tensors(report, label, got, want, tol, names=None, noise_ref=None):
+    """Per-tensor rel err of got vs want; reports each and returns the worst.
+
+    With `noise_ref` (PyTorch's result from the same batches in reverse
+    sample order: the same mathematics, other rounding) a tensor also passes
+    within NOISE_REORDERED times PyTorch's own rounding error for it, the
+    zoo check's rule: where 16-bit activations turn the last bit of a sum
+    into half an ulp of bfloat16, 20 steps of AdamW move some state by more
+    than 1e-4 in any float32 implementation, PyTorch's own included.
+    """
     worst = (0.0, None)
     names = sorted(want) if names is None else names
     for name in names:
@@ -180,8 +193,14 @@ def compare_tensors(report, label, got, want, tol, names=None):
         err = tl.rel_err(g, w)
         if not np.isfinite(g).all():
             err = float("inf")
-        report.check(err <= tol, "%s %-24s" % (label, name),
-                     "rel err %.3e (tol %.0e)" % (err, tol))
+        allowed, why = tol, "tol %.0e" % tol
+        if noise_ref is not None:
+            own = tl.rel_err(noise_ref[name], w)
+            if NOISE_REORDERED * own > tol:
+                allowed = NOISE_REORDERED * own
+                why += ", or %gx PyTorch's own %.1e" % (NOISE_REORDERED, own)
+        report.check(err <= allowed, "%s %-24s" % (label, name),
+                     "rel err %.3e (%s)" % (err, why))
         if err > worst[0] or worst[1] is None:
             worst = (err, name)
     return worst
@@ -240,11 +259,17 @@ def main():
     ref_loss0, ref_grads = torch_gradients(module, prefix, x, y, batch)
     configs = optimizer_configs()
     wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
-    refs = {}
+    refs, refs_rev = {}, {}
+    # The 16-bit MLPs' 20-step results are compared under the noise rule
+    # (compare_tensors), with PyTorch's reordered-batch run.
+    low_precision = args.model in ("mlp-fp16", "mlp-bf16")
     for name in wanted:
         flags, make_opt, slots = configs[name]
         refs[name] = torch_trajectory(module, prefix, x, y, batch, make_opt,
                                       slots)
+        if low_precision:
+            refs_rev[name] = torch_trajectory(module, prefix, x, y, batch,
+                                              make_opt, slots, reverse=True)
     print("  torch references: loss %.6f -> %s" % (
         refs[wanted[0]][0][0],
         ", ".join("%s %.6f" % (n, refs[n][0][-1]) for n in wanted)))
@@ -288,11 +313,17 @@ def main():
             report.check(str(meta.get("step")) == str(STEPS),
                          "%s saved metadata step" % name,
                          "got %r" % meta.get("step"))
+            rev = refs_rev.get(name)
+            if rev:  # for the GPU check's cuda-vs-cpu comparison
+                tl.write_torch_noise(out_dir, {**ref_params, **ref_state},
+                                     {**rev[1], **rev[2]}, NOISE_REORDERED)
             worst["params " + name] = compare_tensors(
-                report, name + " final param", saved, ref_params, PARAM_TOL)
+                report, name + " final param", saved, ref_params, PARAM_TOL,
+                noise_ref=rev[1] if rev else None)
             if slots:
                 worst["state " + name] = compare_tensors(
-                    report, name + " state", saved, ref_state, STATE_TOL)
+                    report, name + " state", saved, ref_state, STATE_TOL,
+                    noise_ref=rev[2] if rev else None)
             expected = set(ref_params) | set(ref_state)
             extra = sorted(set(saved) - expected)
             report.check(not extra, "%s no unexpected tensors in --save" % name,

@@ -187,6 +187,21 @@ def read_losses(path, expected_steps=None):
 # ----------------------------------------------------------------------------
 
 
+def write_torch_noise(out_dir, ref, noise_ref, factor, required=True):
+    """torch-noise.json beside a run's final checkpoint: PyTorch's own
+    rounding error ||ref - noise_ref|| of every tensor (noise_ref: the same
+    steps with each batch's samples reordered), the factor of it a tensor
+    may differ by, and whether the tensors must match at all or are only
+    reported; test/gpu/gpu_check.py compares two targets' checkpoints by
+    it."""
+    noise = {name: float(np.linalg.norm(
+        (np.asarray(value, np.float64) - noise_ref[name]).ravel()))
+        for name, value in ref.items()}
+    with open(os.path.join(out_dir, "torch-noise.json"), "w") as f:
+        json.dump({"required": bool(required), "factor": factor,
+                   "noise": noise}, f, indent=1, sort_keys=True)
+
+
 def rel_err(a, b, tiny=1e-12):
     """||a - b|| / max(||b||, tiny) in float64; b is the reference."""
     a = np.asarray(a, dtype=np.float64)

@@ -412,6 +412,11 @@ def run_mtc(report, args, exp0, exp1, data, data_dir, refs, grads_ref,
             compare_losses(report, "%s loss trajectory (%d steps)" % (
                 name, STEPS), losses, r32["losses"], rrev["losses"],
                 key="loss " + name)
+            # For the GPU check's cuda-vs-cpu comparison of checkpoints.
+            tl.write_torch_noise(
+                out_dir, {**r32["params"], **r32["state"], **r32["buffers"]},
+                {**rrev["params"], **rrev["state"], **rrev["buffers"]},
+                NOISE_REORDERED, required=exp0.spec.smooth)
             saved, meta = tl.read_safetensors(final)
             report.check(str(meta.get("step")) == str(STEPS),
                          "%s checkpoint metadata step" % name,

@@ -38,7 +38,8 @@ llvm::Expected<std::string> findNvcc() {
   // $MTC_NVCC names another CUDA compiler driver taking nvcc's arguments
   // (test/cudaemu/nvcc-emu builds trainers for the CUDA emulation).
   if (const char *nvcc = std::getenv("MTC_NVCC"); nvcc && *nvcc) {
-    if (auto path = llvm::sys::findProgramByName(nvcc))
+    if (auto path = llvm::sys::findProgramByName(nvcc);
+        path && llvm::sys::fs::can_execute(*path))
       return *path;
     return makeError(llvm::Twine("$MTC_NVCC names '") + nvcc +
                      "', which is not an executable");
