@@ -1,0 +1,290 @@
+//===- EmulationTest.cu - The CUDA emulation's own tests --------*- C++ -*-===//
+//
+// Part of the mtc project.
+//
+//===----------------------------------------------------------------------===//
+//
+// CUDA source, translated like the runtime's, checking what the emulation
+// promises: the built-in variables, barriers and their reductions, warp
+// exchanges with CUDA's width rules, WMMA tiles, dynamic shared memory,
+// the launch checks a GPU makes, graph capture and replay, and that a
+// barrier nobody can pass fails the launch instead of hanging. Expected
+// values come from CUDA's definitions, written out by hand.
+//
+//===----------------------------------------------------------------------===//
+
+#include <gtest/gtest.h>
+#include <mma.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+template <typename T> T *deviceArray(size_t n) {
+  void *p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
+  return static_cast<T *>(p);
+}
+
+template <typename T> std::vector<T> fetch(const T *p, size_t n) {
+  std::vector<T> out(n);
+  EXPECT_EQ(cudaMemcpy(out.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return out;
+}
+
+__global__ void indexKernel(int *out) {
+  const int block = blockIdx.x + gridDim.x * blockIdx.y;
+  const int thread =
+      threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const int threads = blockDim.x * blockDim.y * blockDim.z;
+  out[block * threads + thread] = block * 1000 + thread;
+}
+
+TEST(CudaEmulation, BuiltInVariablesCoverTheGrid) {
+  int *out = deviceArray<int>(6 * 24);
+  indexKernel<<<dim3(3, 2), dim3(4, 3, 2)>>>(out);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> got = fetch(out, 6 * 24);
+  for (int b = 0; b < 6; ++b)
+    for (int t = 0; t < 24; ++t)
+      EXPECT_EQ(got[b * 24 + t], b * 1000 + t);
+  cudaFree(out);
+}
+
+/// Each thread publishes its index, and after the barrier reads its
+/// neighbour's: wrong without the barrier when threads run in either order.
+__global__ void rotateKernel(int *out) {
+  __shared__ int slot[64];
+  slot[threadIdx.x] = threadIdx.x;
+  __syncthreads();
+  out[threadIdx.x] = slot[(threadIdx.x + 1) % blockDim.x];
+}
+
+TEST(CudaEmulation, SyncthreadsOrdersSharedMemory) {
+  int *out = deviceArray<int>(64);
+  rotateKernel<<<1, 64>>>(out);
+  std::vector<int> got = fetch(out, 64);
+  for (int t = 0; t < 64; ++t)
+    EXPECT_EQ(got[t], (t + 1) % 64);
+  cudaFree(out);
+}
+
+__global__ void reductionsKernel(int *out) {
+  const int t = threadIdx.x;
+  out[4 * t + 0] = __syncthreads_or(t == 37);
+  out[4 * t + 1] = __syncthreads_and(t < 1000);
+  out[4 * t + 2] = __syncthreads_and(t != 5);
+  out[4 * t + 3] = __syncthreads_count(t % 3 == 0);
+}
+
+TEST(CudaEmulation, BarrierReductions) {
+  int *out = deviceArray<int>(4 * 96);
+  reductionsKernel<<<1, 96>>>(out);
+  std::vector<int> got = fetch(out, 4 * 96);
+  for (int t = 0; t < 96; ++t) {
+    EXPECT_EQ(got[4 * t + 0], 1);
+    EXPECT_EQ(got[4 * t + 1], 1);
+    EXPECT_EQ(got[4 * t + 2], 0);
+    EXPECT_EQ(got[4 * t + 3], 32); // 0, 3, ..., 93
+  }
+  cudaFree(out);
+}
+
+__global__ void shuffleKernel(float *out) {
+  const unsigned t = threadIdx.x;
+  const float v = 100.0f + t;
+  float *row = out + 6 * t;
+  row[0] = __shfl_sync(0xffffffffu, v, 3);        // lane 3 of the warp
+  row[1] = __shfl_sync(0xffffffffu, v, 2, 8);     // lane 2 of its 8
+  row[2] = __shfl_xor_sync(0xffffffffu, v, 1);    // its pair's
+  row[3] = __shfl_down_sync(0xffffffffu, v, 4, 16);
+  row[4] = __shfl_up_sync(0xffffffffu, v, 1);
+  row[5] = static_cast<float>(__ballot_sync(0xffffffffu, t % 2 == 0) &
+                              0xffu);
+}
+
+TEST(CudaEmulation, WarpShufflesFollowCudasWidthRules) {
+  float *out = deviceArray<float>(6 * 64);
+  shuffleKernel<<<1, 64>>>(out);
+  std::vector<float> got = fetch(out, 6 * 64);
+  for (int t = 0; t < 64; ++t) {
+    const int warp = t / 32 * 32, lane = t % 32;
+    const float *row = got.data() + 6 * t;
+    EXPECT_EQ(row[0], 100.0f + warp + 3) << t;
+    EXPECT_EQ(row[1], 100.0f + warp + lane / 8 * 8 + 2) << t;
+    EXPECT_EQ(row[2], 100.0f + warp + (lane ^ 1)) << t;
+    // Past the end of its group of 16 a lane keeps its own value.
+    EXPECT_EQ(row[3], 100.0f + (lane % 16 + 4 < 16 ? t + 4 : t)) << t;
+    EXPECT_EQ(row[4], 100.0f + (lane >= 1 ? t - 1 : t)) << t;
+    EXPECT_EQ(row[5], 0x55) << t;
+  }
+  cudaFree(out);
+}
+
+/// A 16 x 16 x 32 product through WMMA, one warp.
+__global__ void wmmaKernel(const __half *a, const __half *b, float *c) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 1.0f);
+  for (int k = 0; k < 32; k += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+    wmma::load_matrix_sync(fa, a + k, 32);
+    wmma::load_matrix_sync(fb, b + k, 32); // B^T stored row-major
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+  wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
+}
+
+TEST(CudaEmulation, WmmaMultipliesTiles) {
+  std::vector<__half> a(16 * 32), bt(16 * 32);
+  for (int i = 0; i < 16 * 32; ++i) {
+    a[i] = __float2half(static_cast<float>(i % 7) - 3.0f);
+    bt[i] = __float2half(static_cast<float>(i % 5) * 0.5f);
+  }
+  __half *da = deviceArray<__half>(a.size()), *db = deviceArray<__half>(a.size());
+  float *dc = deviceArray<float>(256);
+  cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(db, bt.data(), bt.size() * 2, cudaMemcpyHostToDevice);
+  wmmaKernel<<<1, 32>>>(da, db, dc);
+  std::vector<float> got = fetch(dc, 256);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) {
+      float want = 1.0f; // small integers and halves: exact in any order
+      for (int k = 0; k < 32; ++k)
+        want += __half2float(a[i * 32 + k]) * __half2float(bt[j * 32 + k]);
+      EXPECT_EQ(got[i * 16 + j], want) << i << ", " << j;
+    }
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+}
+
+__global__ void sharedKernel(int *out, int n) {
+  extern __shared__ int dynamic[];
+  if (threadIdx.x == 0)
+    for (int i = 0; i < n; ++i)
+      out[i] = dynamic[i]; // never written: the fill shows
+}
+
+TEST(CudaEmulation, DynamicSharedMemoryLimits) {
+  int *out = deviceArray<int>(4);
+  sharedKernel<<<1, 32, 16>>>(out, 4);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  for (int v : fetch(out, 4))
+    EXPECT_EQ(v, -1); // 0xffffffff
+  // Over 48 KB needs the kernel's opt-in, and at most the device's 227 KB.
+  sharedKernel<<<1, 32, 64 * 1024>>>(out, 0);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaFuncSetAttribute(sharedKernel,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 64 * 1024),
+            cudaSuccess);
+  sharedKernel<<<1, 32, 64 * 1024>>>(out, 0);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaFuncSetAttribute(sharedKernel,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 300 * 1024),
+            cudaErrorInvalidValue);
+  cudaFree(out);
+}
+
+TEST(CudaEmulation, LaunchConfigurationsAGpuRefuses) {
+  int *out = deviceArray<int>(2048);
+  indexKernel<<<1, 1025>>>(out);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  indexKernel<<<dim3(1, 65536), 1>>>(out);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  indexKernel<<<1, dim3(1, 1, 65)>>>(out);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  indexKernel<<<2, 1024>>>(out);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaFree(out);
+}
+
+__global__ void addKernel(float *x, float v) { x[threadIdx.x] += v; }
+
+TEST(CudaEmulation, GraphsRecordAndReplay) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            cudaSuccess);
+  float *x = deviceArray<float>(8);
+  ASSERT_EQ(cudaMemsetAsync(x, 0, 8 * sizeof(float), stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  addKernel<<<1, 8, 0, stream>>>(x, 1.5f);
+  addKernel<<<1, 8, 0, stream>>>(x, 2.0f);
+  // Recorded, not run. (A copy would end the capture: device memory is
+  // host memory here, so look at it directly.)
+  for (int i = 0; i < 8; ++i)
+    EXPECT_EQ(x[i], 0.0f);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  for (float v : fetch(x, 8))
+    EXPECT_EQ(v, 7.0f);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(x);
+  cudaStreamDestroy(stream);
+}
+
+TEST(CudaEmulation, SynchronizingDuringACaptureInvalidatesIt) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            cudaSuccess);
+  float *x = deviceArray<float>(8);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  addKernel<<<1, 8, 0, stream>>>(x, 1.0f);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaErrorStreamCaptureUnsupported);
+  cudaGraph_t graph;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph),
+            cudaErrorStreamCaptureInvalidated);
+  cudaFree(x);
+  cudaStreamDestroy(stream);
+}
+
+TEST(CudaEmulation, CopiesOutsideAnAllocationAreRefused) {
+  float *x = deviceArray<float>(4);
+  std::vector<float> host(8);
+  EXPECT_EQ(cudaMemcpy(host.data(), x, 8 * sizeof(float),
+                       cudaMemcpyDeviceToHost),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(host.data(), x, 4 * sizeof(float),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(cudaFree(host.data()), cudaErrorInvalidValue);
+  cudaFree(x);
+}
+
+/// Lane 0 waits at __syncthreads while the rest of its warp waits for it
+/// at a shuffle: neither can pass.
+__global__ void deadlockKernel(float *out) {
+  if (threadIdx.x == 0)
+    __syncthreads();
+  else
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+TEST(CudaEmulationDeathTest, ABarrierNobodyCanPassFailsTheLaunch) {
+  // In a child process: the failure is sticky, as a kernel fault is.
+  EXPECT_EXIT(
+      {
+        float *out = deviceArray<float>(32);
+        deadlockKernel<<<1, 32>>>(out);
+        const bool failed = cudaGetLastError() == cudaErrorLaunchFailure &&
+                            cudaDeviceSynchronize() == cudaErrorLaunchFailure;
+        std::exit(failed ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "deadlock in deadlockKernel");
+}
+
+} // namespace
