@@ -1,6 +1,9 @@
 #!/usr/bin/python3
 """ONNX's node tests through mtc's CPU backend: the forward conformance suite.
 
+(`--target cuda` builds the programs for the cuda target instead: on a GPU,
+or on the CUDA emulation when $MTC_NVCC names test/cudaemu/nvcc-emu.)
+
 Run with /usr/bin/python3 (Debian's python3-onnx and python3-numpy; the
 BatchNormalization deviation below also uses python3-torch). The test data is
 Debian's libonnx-testdata.
@@ -592,12 +595,17 @@ def attempt(mtc, test, folder, constants):
     return outcome, detail, notes
 
 
+# The target the programs are built for (--target).
+TARGET = "cpu"
+
+
 def run_build(mtc, test, build, folder):
     os.makedirs(folder, exist_ok=True)
     prog = os.path.join(folder, "prog")
     try:
         proc = subprocess.run(
-            [mtc, "compile", build.model_path, "--forward-only", "-o", prog],
+            [mtc, "compile", build.model_path, "--forward-only",
+             "--target", TARGET, "-o", prog],
             capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return "fail", "mtc compile timed out after %ds" % COMPILE_TIMEOUT_S
@@ -717,7 +725,13 @@ def main():
                         help="tests compiled and run at once")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print every test's outcome and time")
+    parser.add_argument("--target", default="cpu",
+                        help="build the programs for this target (cuda: on "
+                        "a GPU, or on the CUDA emulation with $MTC_NVCC "
+                        "naming test/cudaemu/nvcc-emu)")
     args = parser.parse_args()
+    global TARGET
+    TARGET = args.target
 
     if not os.path.isdir(args.testdata):
         sys.exit("run_node_tests: no node tests at %s (install Debian's "
