@@ -38,8 +38,6 @@ cudaError_t enqueue(cudaStream_t stream, std::function<void()> work) {
   return cudaSuccess;
 }
 
-bool capturing(cudaStream_t) { return false; }
-
 void setLastError(cudaError_t) {}
 
 void complain(const char *) { ++testsupport::complaints; }

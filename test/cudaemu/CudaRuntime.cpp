@@ -145,8 +145,6 @@ void setLastError(cudaError_t error) {
     s.sticky = error;
 }
 
-bool capturing(cudaStream_t stream) { return stream && stream->capturing; }
-
 cudaError_t enqueue(cudaStream_t stream, std::function<void()> work) {
   if (stream && !state().streams.count(stream)) {
     complain("work on a stream that does not exist");

@@ -32,9 +32,6 @@ namespace mtc::cudaemu {
 /// one of the emulation's.
 cudaError_t enqueue(cudaStream_t stream, std::function<void()> work);
 
-/// Whether `stream` (null: the legacy default stream) is being captured.
-bool capturing(cudaStream_t stream);
-
 /// Records `error` for the next cudaGetLastError / cudaPeekAtLastError.
 void setLastError(cudaError_t error);
 
