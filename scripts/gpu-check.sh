@@ -13,8 +13,9 @@
 # $TMPDIR (MTC_USE_DEVICE_BUNDLE=1 uses it anyway); the trainers are still
 # built there, by its g++ and nvcc, and the references come from its python3
 # with PyTorch. Extra arguments go to gpu_check.py (e.g. --models
-# gpt,flash-attention). MTC_GPU_EMULATED=1 runs the check without a GPU, on
-# the CUDA emulation (docs/testing.md).
+# gpt,flash-attention). MTC_GPU_EMULATED=1 runs the check and the
+# benchmark's mtc side without a GPU, on the CUDA emulation
+# (docs/testing.md).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MTC_BUILD_DIR:-$root/build}"
@@ -57,9 +58,19 @@ if [ "${MTC_GPU_DRY_RUN:-0}" = 1 ]; then
 fi
 if [ "${MTC_GPU_EMULATED:-0}" = 1 ]; then
   # Without a GPU: the cuda target on the CUDA emulation (test/cudaemu),
-  # everything but the benchmark (~30 min on 2 cores, the zoo's CNNs most).
-  exec "$python" "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
-    --build "$build" --work "$build/gpu-check-emulated" --emulated "$@"
+  # the check (~30 min on 2 cores, the zoo's CNNs most) and the benchmark
+  # at toy sizes against PyTorch on the CPU (its times mean nothing).
+  status=0
+  if [ "${MTC_GPU_CHECK:-1}" != 0 ]; then
+    "$python" "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
+      --build "$build" --work "$build/gpu-check-emulated" --emulated "$@" ||
+      status=$?
+  fi
+  if [ "${MTC_GPU_BENCH:-1}" != 0 ]; then
+    "$python" "$root/bench/gpu_bench.py" --mtc "$build/bin/mtc" \
+      --work "$build/gpu-bench-emulated" --emulated || status=$?
+  fi
+  exit "$status"
 fi
 nvidia-smi -L || { echo "gpu-check: no CUDA GPU visible"; exit 1; }
 status=0

@@ -12,9 +12,17 @@
 // a view (one buffer for both, live until the last reader of either); a
 // result its kernel can write over an operand (mtc::inPlaceSource) takes
 // that operand's buffer when the operand dies at its op; kernel scratch
-// lives only during its op. Placement is best fit against the already placed buffers
-// whose lifetimes overlap, under several orders (by size, by lifetime, by
-// both, by start); the smallest arena wins.
+// lives only during its op. Placement is best fit against the already placed
+// buffers whose lifetimes overlap, under several orders (by size, by lifetime,
+// by both, by start); the smallest arena wins.
+//
+// Rows are padded to 16 bytes where a GEMM writes or reads them and their
+// width is not a multiple of it (the logits over an odd vocabulary): GEMM
+// kernels load 16-byte aligned rows (Hopper's tensor memory accelerator
+// only takes strides that are multiples of 16 bytes), and cuBLAS runs
+// slower kernels on other leading dimensions. A tensor is padded only when
+// every op that reads or writes it, or a view of it, takes rows any number
+// of elements apart (mtc::rowPitchUse); the padding is never read.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,6 +77,71 @@ bool narrowsInPlace(Value r) {
 
 int64_t alignTo(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
+}
+
+/// The row alignment GEMM kernels want (see the file comment).
+constexpr int64_t kRowAlignment = 16;
+
+/// Sets attr::kRowPitch on the ops of `body` whose results (with their
+/// views, and a cross-entropy gradient with its logits, which it may
+/// overwrite) are read and written only by kernels that take padded rows,
+/// and whose rows are not a multiple of kRowAlignment bytes.
+void assignRowPitches(Block &body) {
+  for (Operation &op : body)
+    op.removeAttr(attr::kRowPitch);
+  // Tensors that must share one layout (a view and its source, a
+  // cross-entropy gradient and the logits it may overwrite), as a
+  // union-find over values.
+  DenseMap<Value, Value> parent;
+  std::function<Value(Value)> find = [&](Value v) -> Value {
+    auto it = parent.find(v);
+    if (it == parent.end() || it->second == v)
+      return v;
+    return it->second = find(it->second);
+  };
+  SmallVector<Value> candidates;
+  SmallVector<std::pair<Value, Value>> joined;
+  for (Operation &op : body.without_terminator())
+    for (OpResult r : op.getResults()) {
+      if (!rowPitchResult(r))
+        continue;
+      candidates.push_back(r);
+      if (isa<ReshapeOp>(op))
+        joined.push_back({r, viewSource(&op)});
+      else if (auto ce = dyn_cast<SoftmaxCrossEntropyWithGradOp>(op))
+        joined.push_back({r, ce.getLogits()});
+    }
+  for (auto [a, b] : joined)
+    parent[find(a)] = find(b);
+  // A group is padded when each of its tensors is written by a kernel that
+  // takes padded rows and read only by such kernels.
+  DenseMap<Value, bool> padded;
+  for (Value v : candidates) {
+    bool ok = llvm::all_of(v.getUses(),
+                           [](OpOperand &use) { return rowPitchUse(use); });
+    auto [it, inserted] = padded.try_emplace(find(v), ok);
+    it->second = it->second && ok;
+  }
+  for (auto [a, b] : joined)
+    if (!isa<OpResult>(b) || !rowPitchResult(cast<OpResult>(b)))
+      padded[find(a)] = false;
+  OpBuilder b(body.getParentOp());
+  for (Value v : candidates) {
+    if (!padded.lookup(find(v)))
+      continue;
+    auto type = cast<RankedTensorType>(v.getType());
+    int64_t width = type.getShape().back();
+    int64_t bytes = type.getElementType().getIntOrFloatBitWidth() / 8;
+    int64_t pitch = alignTo(width * bytes, kRowAlignment) / bytes;
+    if (type.getRank() < 2 || pitch == width)
+      continue;
+    Operation *def = v.getDefiningOp();
+    SmallVector<int64_t> pitches(def->getNumResults(), 0);
+    if (auto old = def->getAttrOfType<DenseI64ArrayAttr>(attr::kRowPitch))
+      pitches.assign(old.asArrayRef().begin(), old.asArrayRef().end());
+    pitches[cast<OpResult>(v).getResultNumber()] = pitch;
+    def->setAttr(attr::kRowPitch, b.getDenseI64ArrayAttr(pitches));
+  }
 }
 
 class MemoryPlanPass : public mtc::impl::MemoryPlanPassBase<MemoryPlanPass> {
@@ -190,6 +263,7 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
   Block &body = func.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   OpBuilder b(func);
+  assignRowPitches(body);
 
   DenseMap<Operation *, int64_t> index;
   int64_t numOps = numberKernels(body, index);
@@ -211,8 +285,7 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
     if (persistent)
       start = 0;
     bufferOf[v] = buffers.size();
-    buffers.push_back({alignTo(getTensorBytes(v.getType()), alignment), start,
-                       end});
+    buffers.push_back({alignTo(storageBytes(v), alignment), start, end});
   };
 
   for (BlockArgument arg : body.getArguments())
@@ -278,10 +351,10 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
         Buffer &buf = buffers[shared];
         // A narrowing conversion's result fits in its input's bytes, but
         // keeps all of them as long as it lives (see narrowsInPlace).
-        int64_t bytes = alignTo(getTensorBytes(r.getType()), alignment);
+        int64_t bytes = alignTo(storageBytes(r), alignment);
         bool narrowing = isa<ConvertOp, SoftmaxCrossEntropyWithGradOp>(op) &&
                          narrowsInPlace(r);
-        if (buf.end == index[&op] &&
+        if (buf.end == index[&op] && rowPitch(r) == rowPitch(source) &&
             (buf.bytes == bytes || (narrowing && buf.bytes > bytes))) {
           bufferOf[r] = shared;
           buf.end = lastUse(r, buf.end);
@@ -337,6 +410,7 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
   Block &body = eval.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   OpBuilder b(eval);
+  assignRowPitches(body);
 
   // What the training step occupies: persistent regions and every region.
   SmallVector<Region> persistent, everything;
@@ -354,8 +428,7 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
   for (Operation &op : trainBody.without_terminator()) {
     auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(attr::kOffsets);
     for (auto [r, offset] : llvm::zip(op.getResults(), offsets.asArrayRef())) {
-      Region region{offset, offset + alignTo(getTensorBytes(r.getType()),
-                                            alignment)};
+      Region region{offset, offset + alignTo(storageBytes(r), alignment)};
       everything.push_back(region);
       if (isa<ConstantOp>(op))
         persistent.push_back(region);
@@ -413,8 +486,7 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
         continue;
       }
       bufferOf[r] = buffers.size();
-      buffers.push_back(
-          {alignTo(getTensorBytes(r.getType()), alignment), start, end});
+      buffers.push_back({alignTo(storageBytes(r), alignment), start, end});
     }
     if (auto cost = dyn_cast<CostOpInterface>(op))
       if (int64_t scratch = cost.getWorkspaceBytes()) {

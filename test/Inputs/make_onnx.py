@@ -52,6 +52,30 @@ def classifier(batch="batch", out_first="loss"):
     return helper.make_graph(nodes, "classifier", inputs, outputs, inits)
 
 
+def lm_head():
+    """A language-model head over an odd vocabulary: x [2, 8, 32] @ W [32,
+    50] -> logits [2, 8, 50], flattened to [16, 50] for the next-token
+    loss, as GPT-style models export it."""
+    nodes = [
+        helper.make_node("MatMul", ["input", "head.weight"], ["logits"], name="head"),
+        helper.make_node("Constant", [], ["shape"], name="shape",
+                         value=numpy_helper.from_array(np.array([-1, 50], np.int64))),
+        helper.make_node("Reshape", ["logits", "shape"], ["flat"], name="flat"),
+        helper.make_node("Constant", [], ["tshape"], name="tshape",
+                         value=numpy_helper.from_array(np.array([-1], np.int64))),
+        helper.make_node("Reshape", ["target", "tshape"], ["labels"], name="labels"),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["flat", "labels"], ["loss"],
+                         name="xent", reduction="mean"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 8, 32]),
+        helper.make_tensor_value_info("target", TensorProto.INT64, [2, 8]),
+    ]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    return helper.make_graph(nodes, "lm_head", inputs, outputs,
+                             [init("head.weight", [32, 50], 9)])
+
+
 def attention_scores():
     """Batched MatMuls: x @ Wq and x @ Wk (a shared [8, 8] weight), then
     q @ k^T per batch; the scores' row mean classifies into 4 classes."""
@@ -366,6 +390,8 @@ def main():
         g = classifier(batch=4)
         g.node[-1].attribute.append(helper.make_attribute("ignore_index", -100))
         save(g, path)
+    elif name == "lm-head":
+        save(lm_head(), path)
     elif name == "attention-scores":
         save(attention_scores(), path)
     elif name == "qkv-attention":

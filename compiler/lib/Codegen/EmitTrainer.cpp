@@ -899,7 +899,9 @@ void Emitter::emitMatMul(MatMulOp op) {
   int64_t ar = a.size(), br = b.size(), yr = y.size();
   int64_t m = y[yr - 2], n = y[yr - 1];
   int64_t kk = ta ? a[ar - 2] : a[ar - 1];
-  int64_t lda = a[ar - 1], ldb = b[br - 1];
+  // Leading dimensions: the rows as stored (the memory plan may pad them).
+  int64_t lda = rowPitch(op.getA()), ldb = rowPitch(op.getB()),
+          ldc = rowPitch(op.getOutput());
   ArrayRef<int64_t> yBatch = y.drop_back(2);
   int64_t batch = 1;
   for (int64_t d : yBatch)
@@ -907,16 +909,19 @@ void Emitter::emitMatMul(MatMulOp op) {
   int64_t aMat = a[ar - 2] * a[ar - 1], bMat = b[br - 2] * b[br - 1];
   int64_t aBatch = getNumElements(op.getA().getType()) / aMat;
   int64_t bBatch = getNumElements(op.getB().getType()) / bMat;
-  auto batchStride = [&](int64_t count, int64_t mat) -> std::optional<int64_t> {
+  auto batchStride = [&](int64_t count, int64_t rows,
+                         int64_t ld) -> std::optional<int64_t> {
     if (count == 1)
       return 0;
     if (count == batch)
-      return mat;
+      return rows * ld;
     return std::nullopt;
   };
-  auto sa = batchStride(aBatch, aMat), sb = batchStride(bBatch, bMat);
+  auto sa = batchStride(aBatch, a[ar - 2], lda),
+       sb = batchStride(bBatch, b[br - 2], ldb);
   GemmCall g = gemmOperands(op, op.getA(), op.getB());
-  if (br == 2 && !ta) {
+  MatMulForm form = matMulForm(op);
+  if (form == MatMulForm::FoldedRows) {
     // A 2-D weight and a batch of row-major inputs: one GEMM with the batch
     // folded into the rows (the output's batch is contiguous alike).
     std::string function = g.function;
@@ -934,11 +939,11 @@ void Emitter::emitMatMul(MatMulOp op) {
       out = "(" + workspace(op) + " + " +
             std::to_string(numel(op.getA()) + numel(op.getB())) + ")";
     emitCall(llvm::formatv("{0}(ctx, {1}false, {2}, {3}, {4}, {5}, {6}{7}, "
-                           "{8}, {9}, {10}, {11}{12}, {4})",
+                           "{8}, {9}, {10}, {11}{12}, {13})",
                            function, g.storage, tb ? "true" : "false",
-                           batch * m, n, kk,
-                           op.getBias() ? "" : "1.0f, ", g.a, lda, g.b, ldb,
-                           op.getBias() ? bias : "0.0f, ", out)
+                           batch * m, n, kk, op.getBias() ? "" : "1.0f, ", g.a,
+                           lda, g.b, ldb, op.getBias() ? bias : "0.0f, ", out,
+                           roundAfter ? n : ldc)
                  .str());
     if (roundAfter)
       s << "  {\n    const int64_t count[] = {" << numel(op.getOutput())
@@ -949,13 +954,13 @@ void Emitter::emitMatMul(MatMulOp op) {
   }
   // A full or fully broadcast batch is one strided-batched call; anything
   // else (e.g. [2,1,..] x [1,3,..]) loops over the output batch.
-  if (sa && sb && (aBatch == batch || bBatch == batch || batch == 1)) {
+  if (form == MatMulForm::StridedBatched) {
     emitCall(llvm::formatv(
                  "{15}StridedBatched(ctx, {16}{0}, {1}, {2}, {3}, {4}, 1.0f, "
                  "{5}, {6}, {7}, {8}, {9}, {10}, 0.0f, {11}, {12}, {13}, {14})",
                  ta ? "true" : "false", tb ? "true" : "false", m, n, kk, g.a,
-                 lda, *sa, g.b, ldb, *sb, ptr(op.getOutput()), n, m * n, batch,
-                 g.function, g.storage)
+                 lda, *sa, g.b, ldb, *sb, ptr(op.getOutput()), ldc, m * ldc,
+                 batch, g.function, g.storage)
                  .str());
     return;
   }
@@ -1004,6 +1009,20 @@ void Emitter::emitMatMulBiasGrad(MatMulBiasGradOp op) {
 }
 
 void Emitter::emitOp(Operation *op) {
+  // Padded rows (the memory plan's mtc::rowPitch) reach only the kernels
+  // that take them.
+  auto padded = [](Value v) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    return type && type.getRank() && rowPitch(v) != type.getShape().back();
+  };
+  for (OpOperand &use : op->getOpOperands())
+    if (padded(use.get()) && !rowPitchUse(use) && error.empty())
+      error = "padded rows reach '" + op->getName().getStringRef().str() +
+              "', whose kernel cannot read them";
+  for (OpResult r : op->getResults())
+    if (padded(r) && !rowPitchResult(r) && error.empty())
+      error = "padded rows for '" + op->getName().getStringRef().str() +
+              "', whose kernel cannot write them";
   // Optimizer updates under gradient accumulation run on the last
   // micro-batch of each step only.
   if (op->hasAttr(attr::kLastMicroBatch)) {
@@ -1322,12 +1341,12 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](SoftmaxCrossEntropyLossOp o) {
         ArrayRef<int64_t> x = shapeOf(o.getLogits());
         std::string ignore = ignoreIndexLiteral(o.getIgnoreIndexAttr());
-        emitCall(llvm::formatv("softmaxCrossEntropyLoss(ctx, {0}, {1}, {2}, "
-                               "{3}, {4}, {5}, {6}, {7})",
-                               x[0], x[1], ptr(o.getLogits()),
-                               ptr(o.getLabels()),
-                               reductionLiteral(o.getReduction()),
-                               ignore, ptr(o.getLoss()), workspace(op))
+        emitCall(llvm::formatv(
+                     "softmaxCrossEntropyLoss(ctx, {0}, {1}, {8}, "
+                     "{2}, {3}, {4}, {5}, {6}, {7})",
+                     x[0], x[1], ptr(o.getLogits()), ptr(o.getLabels()),
+                     reductionLiteral(o.getReduction()), ignore,
+                     ptr(o.getLoss()), workspace(op), rowPitch(o.getLogits()))
                      .str());
       })
       .Case([&](SoftmaxCrossEntropyWithGradOp o) {
@@ -1336,38 +1355,38 @@ void Emitter::emitOpBody(Operation *op) {
         bool narrow = isLowPrecision(o.getDlogits());
         if (isLowPrecision(o.getLogits())) {
           emitCall(llvm::formatv(
-                       "softmaxCrossEntropyWithGrad16(ctx, {0}, {1}, {2}, {3}, "
-                       "{4}, {5}, {6}, {7}, {8}, {9}, {10})",
-                       storage16(o.getLogits()), x[0], x[1],
-                       ptr(o.getLogits()), ptr(o.getLabels()),
-                       ptr(o.getDloss()),
-                       reductionLiteral(o.getReduction()),
-                       ignore, ptr(o.getLoss()), ptr(o.getDlogits()),
-                       workspace(op))
+                       "softmaxCrossEntropyWithGrad16(ctx, {0}, {1}, {2}, "
+                       "{11}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10})",
+                       storage16(o.getLogits()), x[0], x[1], ptr(o.getLogits()),
+                       ptr(o.getLabels()), ptr(o.getDloss()),
+                       reductionLiteral(o.getReduction()), ignore,
+                       ptr(o.getLoss()), ptr(o.getDlogits()), workspace(op),
+                       rowPitch(o.getLogits()))
                        .str());
           return;
         }
         emitCall(llvm::formatv(
-                     "softmaxCrossEntropyWithGrad(ctx, {0}, {1}, {2}, {3}, {4}, "
-                     "{5}, {6}, {7}, {8}, {9}, {10}, {11})",
+                     "softmaxCrossEntropyWithGrad(ctx, {0}, {1}, {12}, {2}, "
+                     "{3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11})",
                      x[0], x[1], ptr(o.getLogits()), ptr(o.getLabels()),
-                     ptr(o.getDloss()),
-                     reductionLiteral(o.getReduction()),
+                     ptr(o.getDloss()), reductionLiteral(o.getReduction()),
                      ignore, ptr(o.getLoss()), ptr(o.getDlogits()),
                      narrow ? "true" : "false",
                      narrow ? storage16(o.getDlogits()) : "Storage16::Bf16",
-                     workspace(op))
+                     workspace(op), rowPitch(o.getLogits()))
                      .str());
       })
       .Case([&](CountCorrectOp cc) {
         ArrayRef<int64_t> x = shapeOf(cc.getLogits());
         int64_t d = numel(cc.getLogits()) / (x[0] * x[1]);
         std::string ignore = ignoreIndexLiteral(cc.getIgnoreIndexAttr());
-        emitCall(llvm::formatv("countCorrect(ctx, {0}, {1}, {2}, {3}, {4}, "
-                               "{5}, {6})",
+        // Rank-2 logits may have padded rows (mtc::rowPitch).
+        int64_t stride = x.size() == 2 ? rowPitch(cc.getLogits()) : x[1] * d;
+        emitCall(llvm::formatv("countCorrect(ctx, {0}, {1}, {2}, {7}, {3}, "
+                               "{4}, {5}, {6})",
                                x[0], x[1], d, ptr(cc.getLogits()),
-                               ptr(cc.getLabels()), ignore,
-                               ptr(cc.getOutput()))
+                               ptr(cc.getLabels()), ignore, ptr(cc.getOutput()),
+                               stride)
                      .str());
       })
       .Case([&](AccumulateGradOp a) {

@@ -102,14 +102,14 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
       if (tied.contains(v))
         continue; // shares its argument's bytes
       int64_t start = isa<ConstantOp>(op) ? 0 : i;
-      uint64_t bytes = getTensorBytes(v.getType());
+      uint64_t bytes = storageBytes(v);
       // Written over an operand that dies here: counted from the next op,
       // in the operand's bytes (a 16-bit conversion keeps all of its
       // float32 input's).
       if (Value source = inPlaceSource(cast<OpResult>(v));
           source && offsetOf(func, source) == offsetOf(func, v)) {
         start = i + 1;
-        bytes = std::max<uint64_t>(bytes, getTensorBytes(source.getType()));
+        bytes = std::max<uint64_t>(bytes, storageBytes(source));
       }
       int64_t end = lastUse(v, i);
       if (llvm::is_contained(ret.getOperands(), v) || isa<ConstantOp>(op))
@@ -205,8 +205,8 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
       int64_t start = index[&op], end = start;
       for (Operation *user : v.getUsers())
         end = std::max(end, index[user]);
-      activations[start] += getTensorBytes(v.getType());
-      activations[end + 1] -= getTensorBytes(v.getType());
+      activations[start] += storageBytes(v);
+      activations[end + 1] -= storageBytes(v);
     }
   }
   int64_t running = 0;

@@ -11,7 +11,7 @@
 
 namespace mtc::rt {
 
-void countCorrect(Context &, int64_t n, int64_t c, int64_t d,
+void countCorrect(Context &, int64_t n, int64_t c, int64_t d, int64_t stride,
                   const float *logits, const int64_t *labels,
                   int64_t ignoreIndex, float *count) {
   int64_t correct = 0, counted = 0;
@@ -20,7 +20,7 @@ void countCorrect(Context &, int64_t n, int64_t c, int64_t d,
     if (label == ignoreIndex)
       continue;
     ++counted;
-    const float *row = logits + (pos / d) * c * d + pos % d;
+    const float *row = logits + (pos / d) * stride + pos % d;
     correct += firstArgmax(row, c, d) == label ? 1 : 0;
   }
   count[0] = static_cast<float>(correct);

@@ -127,10 +127,10 @@ namespace {
 /// softmaxCrossEntropyWithGrad on logits stored as T (float, or 16 bits in
 /// `storage`). 16-bit logits take a 16-bit dlogits of their format, which
 /// may be them: each row's gradient is written after the whole row is read.
-/// Without dlogits, the loss alone.
+/// Rows are `ld` elements apart. Without dlogits, the loss alone.
 template <typename T>
-void lossWithGrad(Context &ctx, int64_t n, int64_t c, const T *logits,
-                  const int64_t *labels, const float *dloss,
+void lossWithGrad(Context &ctx, int64_t n, int64_t c, int64_t ld,
+                  const T *logits, const int64_t *labels, const float *dloss,
                   Reduction reduction, int64_t ignoreIndex, float *loss,
                   void *dlogits, bool narrow, Storage16 storage,
                   void *workspace) {
@@ -140,11 +140,11 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, const T *logits,
   float *shift = static_cast<float *>(workspace);
   const bool parallel = n * c >= cpu::kParallelGrain;
   cpu::parallelFor(0, n, parallel, [&](int64_t row) {
-    cpu::softmaxRowShift(c, logits + row * c, bf16, shift[2 * row],
+    cpu::softmaxRowShift(c, logits + row * ld, bf16, shift[2 * row],
                          shift[2 * row + 1]);
   });
   auto logProb = [&](int64_t row, int64_t i) {
-    return storedToFloat(logits[row * c + i], bf16) - shift[2 * row] -
+    return storedToFloat(logits[row * ld + i], bf16) - shift[2 * row] -
            shift[2 * row + 1];
   };
   reduceLoss(ctx, n, c, 1, labels, reduction, ignoreIndex, loss, logProb);
@@ -162,12 +162,13 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, const T *logits,
     cpu::parallelFor(first, last, parallel && last - first > 1,
                      [&](int64_t row) {
                        if (!to16) {
-                         float *dst = static_cast<float *>(dlogits) + row * c;
+                         float *dst = static_cast<float *>(dlogits) + row * ld;
                          for (int64_t i = 0; i < c; ++i)
                            dst[i] = gradient(row, i);
                          return;
                        }
-                       uint16_t *dst = static_cast<uint16_t *>(dlogits) + row * c;
+                       uint16_t *dst =
+                           static_cast<uint16_t *>(dlogits) + row * ld;
                        for (int64_t i = 0; i < c; ++i)
                          dst[i] = bf16 ? floatToBf16(gradient(row, i))
                                        : floatToHalf(gradient(row, i));
@@ -179,9 +180,14 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, const T *logits,
     return;
   }
   // In place from float32 to 16 bits: row r's 16-bit values overwrite the
-  // float32 rows r / 2 to (r + 1) / 2. Row 0 goes through float32 and
-  // narrowInPlace; then rows [1, 2), [2, 4), [4, 8)... each write only rows
-  // earlier phases have read.
+  // float32 rows r / 2 to (r + 1) / 2 (rows without padding). Row 0 goes
+  // through float32 and narrowInPlace; then rows [1, 2), [2, 4), [4, 8)... each
+  // write only rows earlier phases have read.
+  if (ld != c) {
+    reportError(ctx, "softmaxCrossEntropyWithGrad: a 16-bit gradient in "
+                     "place of float32 logits needs rows without padding");
+    return;
+  }
   rows(0, 1, false);
   narrowInPlace(ctx, storage, static_cast<float *>(dlogits), c);
   for (int64_t first = 1; first < n; first *= 2)
@@ -190,33 +196,33 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, const T *logits,
 
 } // namespace
 
-void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
+void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c, int64_t ld,
                                  const float *logits, const int64_t *labels,
                                  const float *dloss, Reduction reduction,
                                  int64_t ignoreIndex, float *loss,
                                  void *dlogits, bool narrow, Storage16 storage,
                                  void *workspace) {
-  lossWithGrad(ctx, n, c, logits, labels, dloss, reduction, ignoreIndex, loss,
-               dlogits, narrow, storage, workspace);
+  lossWithGrad(ctx, n, c, ld, logits, labels, dloss, reduction, ignoreIndex,
+               loss, dlogits, narrow, storage, workspace);
 }
 
-void softmaxCrossEntropyLoss(Context &ctx, int64_t n, int64_t c,
+void softmaxCrossEntropyLoss(Context &ctx, int64_t n, int64_t c, int64_t ld,
                              const float *logits, const int64_t *labels,
                              Reduction reduction, int64_t ignoreIndex,
                              float *loss, void *workspace) {
-  lossWithGrad(ctx, n, c, logits, labels, nullptr, reduction, ignoreIndex,
+  lossWithGrad(ctx, n, c, ld, logits, labels, nullptr, reduction, ignoreIndex,
                loss, nullptr, false, Storage16::Bf16, workspace);
 }
 
-void softmaxCrossEntropyWithGrad16(Context &ctx, Storage16 storage,
-                                   int64_t n, int64_t c,
+void softmaxCrossEntropyWithGrad16(Context &ctx, Storage16 storage, int64_t n,
+                                   int64_t c, int64_t ld,
                                    const uint16_t *logits,
                                    const int64_t *labels, const float *dloss,
                                    Reduction reduction, int64_t ignoreIndex,
                                    float *loss, uint16_t *dlogits,
                                    void *workspace) {
-  lossWithGrad(ctx, n, c, logits, labels, dloss, reduction, ignoreIndex, loss,
-               dlogits, true, storage, workspace);
+  lossWithGrad(ctx, n, c, ld, logits, labels, dloss, reduction, ignoreIndex,
+               loss, dlogits, true, storage, workspace);
 }
 
 } // namespace mtc::rt

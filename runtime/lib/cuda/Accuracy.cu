@@ -22,8 +22,9 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void countCorrectKernel(int64_t n, int64_t c, int64_t d,
-                                   const float *logits, const int64_t *labels,
-                                   int64_t ignoreIndex, float *count) {
+                                   int64_t stride, const float *logits,
+                                   const int64_t *labels, int64_t ignoreIndex,
+                                   float *count) {
   __shared__ int partial[kThreads], partialCounted[kThreads];
   int correct = 0, counted = 0;
   for (int64_t pos = threadIdx.x; pos < n * d; pos += blockDim.x) {
@@ -31,7 +32,7 @@ __global__ void countCorrectKernel(int64_t n, int64_t c, int64_t d,
     if (label == ignoreIndex)
       continue;
     ++counted;
-    const float *row = logits + (pos / d) * c * d + pos % d;
+    const float *row = logits + (pos / d) * stride + pos % d;
     correct += firstArgmax(row, c, d) == label ? 1 : 0;
   }
   partial[threadIdx.x] = correct;
@@ -52,11 +53,11 @@ __global__ void countCorrectKernel(int64_t n, int64_t c, int64_t d,
 
 } // namespace
 
-void countCorrect(Context &ctx, int64_t n, int64_t c, int64_t d,
+void countCorrect(Context &ctx, int64_t n, int64_t c, int64_t d, int64_t stride,
                   const float *logits, const int64_t *labels,
                   int64_t ignoreIndex, float *count) {
-  countCorrectKernel<<<1, kThreads, 0, ctx.stream>>>(n, c, d, logits, labels,
-                                                     ignoreIndex, count);
+  countCorrectKernel<<<1, kThreads, 0, ctx.stream>>>(
+      n, c, d, stride, logits, labels, ignoreIndex, count);
   checkLaunch(ctx, "countCorrectKernel");
 }
 

@@ -163,10 +163,10 @@ __device__ inline float blockMax(float value, float *scratch) {
 /// `staged`, the block first copies its row into dynamic shared memory
 /// (c elements of In) and its three passes read it there: the logits are
 /// read from memory once instead of three times, and the numbers are the
-/// same.
+/// same. Rows are `ld` elements apart in logits and dlogits.
 template <typename In, typename Out>
 __global__ void
-ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c,
+ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
                      const In *logits, const int64_t *labels,
                      const float *dloss, bool mean, int64_t ignoreIndex,
                      float *rowLoss, Out *dlogits, bool bf16, bool staged,
@@ -180,7 +180,7 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c,
     scale = count > 0 ? scale / static_cast<float>(count) : 0.0f;
   }
   for (int64_t row = first + blockIdx.x; row < last; row += gridDim.x) {
-    const In *src = logits + row * c;
+    const In *src = logits + row * ld;
     if (staged) {
       In *cache = reinterpret_cast<In *>(ceRowCache);
       for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
@@ -213,7 +213,7 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c,
       continue;
     // Every thread has read the whole row (the reductions synchronize)
     // before any writes over it.
-    Out *dst = dlogits + row * c;
+    Out *dst = dlogits + row * ld;
     for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
       float g = valid ? scale * (expf(at(i) - maxValue - logSum) -
                                  (i == label ? 1.0f : 0.0f))
@@ -288,8 +288,8 @@ namespace {
 /// `storage`, then with dlogits in the same format, in place or not).
 /// Without dlogits, the loss alone.
 template <typename In>
-void lossWithGrad(Context &ctx, int64_t n, int64_t c, const In *logits,
-                  const int64_t *labels, const float *dloss,
+void lossWithGrad(Context &ctx, int64_t n, int64_t c, int64_t ld,
+                  const In *logits, const int64_t *labels, const float *dloss,
                   Reduction reduction, int64_t ignoreIndex, float *loss,
                   void *dlogits, bool narrow, Storage16 storage,
                   void *workspace) {
@@ -321,11 +321,11 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, const In *logits,
     size_t shared = staged ? rowBytes : 0;
     if (to16)
       kernel16<<<grid, kRowThreads, shared, ctx.stream>>>(
-          first, last, c, logits, labels, dloss, mean, ignoreIndex, rowLoss,
+          first, last, c, ld, logits, labels, dloss, mean, ignoreIndex, rowLoss,
           static_cast<uint16_t *>(dlogits), bf16, staged, errors);
     else
       kernel32<<<grid, kRowThreads, shared, ctx.stream>>>(
-          first, last, c, logits, labels, dloss, mean, ignoreIndex, rowLoss,
+          first, last, c, ld, logits, labels, dloss, mean, ignoreIndex, rowLoss,
           static_cast<float *>(dlogits), bf16, staged, errors);
     checkLaunch(ctx, "ceWithGradRowsKernel");
   };
@@ -334,6 +334,10 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, const In *logits,
   if (!std::is_same_v<In, float> || !narrow ||
       dlogits != static_cast<const void *>(logits) || n == 0) {
     rows(0, n, narrow);
+  } else if (ld != c) {
+    reportError(ctx, "softmaxCrossEntropyWithGrad: a 16-bit gradient in "
+                     "place of float32 logits needs rows without padding");
+    return;
   } else {
     // In place in 16 bits: as on the CPU, row 0 through float32 and
     // narrowInPlace, then rows [1, 2), [2, 4)... in phases.
@@ -349,33 +353,33 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, const In *logits,
 
 } // namespace
 
-void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
+void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c, int64_t ld,
                                  const float *logits, const int64_t *labels,
                                  const float *dloss, Reduction reduction,
                                  int64_t ignoreIndex, float *loss,
                                  void *dlogits, bool narrow, Storage16 storage,
                                  void *workspace) {
-  lossWithGrad(ctx, n, c, logits, labels, dloss, reduction, ignoreIndex, loss,
-               dlogits, narrow, storage, workspace);
+  lossWithGrad(ctx, n, c, ld, logits, labels, dloss, reduction, ignoreIndex,
+               loss, dlogits, narrow, storage, workspace);
 }
 
-void softmaxCrossEntropyLoss(Context &ctx, int64_t n, int64_t c,
+void softmaxCrossEntropyLoss(Context &ctx, int64_t n, int64_t c, int64_t ld,
                              const float *logits, const int64_t *labels,
                              Reduction reduction, int64_t ignoreIndex,
                              float *loss, void *workspace) {
-  lossWithGrad(ctx, n, c, logits, labels, nullptr, reduction, ignoreIndex,
+  lossWithGrad(ctx, n, c, ld, logits, labels, nullptr, reduction, ignoreIndex,
                loss, nullptr, false, Storage16::Bf16, workspace);
 }
 
-void softmaxCrossEntropyWithGrad16(Context &ctx, Storage16 storage,
-                                   int64_t n, int64_t c,
+void softmaxCrossEntropyWithGrad16(Context &ctx, Storage16 storage, int64_t n,
+                                   int64_t c, int64_t ld,
                                    const uint16_t *logits,
                                    const int64_t *labels, const float *dloss,
                                    Reduction reduction, int64_t ignoreIndex,
                                    float *loss, uint16_t *dlogits,
                                    void *workspace) {
-  lossWithGrad(ctx, n, c, logits, labels, dloss, reduction, ignoreIndex, loss,
-               dlogits, true, storage, workspace);
+  lossWithGrad(ctx, n, c, ld, logits, labels, dloss, reduction, ignoreIndex,
+               loss, dlogits, true, storage, workspace);
 }
 
 } // namespace mtc::rt

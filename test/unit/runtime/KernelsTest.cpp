@@ -778,14 +778,14 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGradMatchesTheTwoKernels) {
         float *fusedLoss = upload<float>({0});
         void *ws = upload(std::vector<float>(
             softmaxCrossEntropyWithGradWorkspaceBytes(n) / sizeof(float)));
-        softmaxCrossEntropyWithGrad(ctx, n, c, in, labels, dloss, reduction,
+        softmaxCrossEntropyWithGrad(ctx, n, c, c, in, labels, dloss, reduction,
                                     -100, fusedLoss, out, narrow, storage, ws);
         EXPECT_FALSE(hasError(ctx));
         const float l = download(fusedLoss, 1)[0];
         if (!inPlace) {
           // The loss alone (evaluation) is the same number.
           float *aloneLoss = upload<float>({0});
-          softmaxCrossEntropyLoss(ctx, n, c, in, labels, reduction, -100,
+          softmaxCrossEntropyLoss(ctx, n, c, c, in, labels, reduction, -100,
                                   aloneLoss, ws);
           EXPECT_FALSE(hasError(ctx));
           EXPECT_EQ(download(aloneLoss, 1)[0], l);
@@ -854,7 +854,7 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGrad16ReadsTheStoredLogits) {
           softmaxCrossEntropyWithGradWorkspaceBytes(n) / sizeof(float)));
       float *wantLoss = upload<float>({0});
       uint16_t *wantGrad = upload(std::vector<uint16_t>(n * c, 0));
-      softmaxCrossEntropyWithGrad(ctx, n, c, upload(wide), labels, dloss,
+      softmaxCrossEntropyWithGrad(ctx, n, c, c, upload(wide), labels, dloss,
                                   reduction, -100, wantLoss, wantGrad, true,
                                   storage, ws);
       for (bool inPlace : {false, true}) {
@@ -865,7 +865,7 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGrad16ReadsTheStoredLogits) {
         uint16_t *grad =
             inPlace ? logits : upload(std::vector<uint16_t>(n * c, 0x7777));
         float *loss = upload<float>({0});
-        softmaxCrossEntropyWithGrad16(ctx, storage, n, c, logits, labels,
+        softmaxCrossEntropyWithGrad16(ctx, storage, n, c, c, logits, labels,
                                       dloss, reduction, -100, loss, grad, ws);
         EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
         EXPECT_EQ(download(loss, 1)[0], download(wantLoss, 1)[0]);
@@ -921,7 +921,7 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGradLargeRows) {
     std::vector<float> got(n * c);
     if (sixteen) {
       uint16_t *grad = upload(std::vector<uint16_t>(n * c, 0x7777));
-      softmaxCrossEntropyWithGrad16(ctx, Storage16::Bf16, n, c, upload(bits),
+      softmaxCrossEntropyWithGrad16(ctx, Storage16::Bf16, n, c, c, upload(bits),
                                     labels, dloss, Reduction::Mean, -100, loss,
                                     grad, ws);
       std::vector<uint16_t> h = download(grad, n * c);
@@ -929,7 +929,7 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGradLargeRows) {
         got[i] = bf16ToFloat(h[i]);
     } else {
       float *grad = upload(std::vector<float>(n * c, 9.0f));
-      softmaxCrossEntropyWithGrad(ctx, n, c, upload(x), labels, dloss,
+      softmaxCrossEntropyWithGrad(ctx, n, c, c, upload(x), labels, dloss,
                                   Reduction::Mean, -100, loss, grad, false,
                                   Storage16::Bf16, ws);
       got = download(grad, n * c);
@@ -939,6 +939,123 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGradLargeRows) {
     // A bf16 gradient is one rounding off.
     expectRelNear(got, want, sixteen ? 8e-3 : 1e-4, 1e-10);
   }
+}
+
+TEST_F(Kernels, SoftmaxCrossEntropyWithGradPaddedRows) {
+  // Rows `ld` elements apart (the memory plan pads odd-width logits to 16
+  // bytes): the loss, the evaluation loss and every gradient row are
+  // bitwise those of the dense rows, in place or not, and the padding is
+  // neither read (NaN there changes nothing) nor written.
+  const int64_t n = 9, c = 1031, ld = 1032;
+  std::vector<int64_t> y(n);
+  for (int64_t r = 0; r < n; ++r)
+    y[r] = r == 4 ? -100 : (r * 577) % c;
+  const int64_t *labels = upload(y);
+  const float *dloss = upload<float>({1.0f});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> dense(n * c), padded(n * ld, nan);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < c; ++i)
+      dense[r * c + i] = padded[r * ld + i] =
+          5.0f * std::sin(0.23f * float(r * c + i)) + 0.02f * float(i % 31);
+  void *ws = upload(std::vector<float>(
+      softmaxCrossEntropyWithGradWorkspaceBytes(n) / sizeof(float)));
+  for (bool sixteen : {false, true}) {
+    float *wantLoss = upload<float>({0}), *evalLoss = upload<float>({0});
+    std::vector<float> want;
+    std::vector<uint16_t> want16;
+    std::vector<uint16_t> bits(n * c), bitsPadded(n * ld, 0x7fc1);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < c; ++i)
+        bits[r * c + i] = bitsPadded[r * ld + i] =
+            floatToBf16(dense[r * c + i]);
+    if (sixteen) {
+      uint16_t *g = upload(std::vector<uint16_t>(n * c, 0));
+      softmaxCrossEntropyWithGrad16(ctx, Storage16::Bf16, n, c, c, upload(bits),
+                                    labels, dloss, Reduction::Mean, -100,
+                                    wantLoss, g, ws);
+      want16 = download(g, n * c);
+    } else {
+      float *g = upload(std::vector<float>(n * c, 0.0f));
+      softmaxCrossEntropyWithGrad(ctx, n, c, c, upload(dense), labels, dloss,
+                                  Reduction::Mean, -100, wantLoss, g, false,
+                                  Storage16::Bf16, ws);
+      want = download(g, n * c);
+      softmaxCrossEntropyLoss(ctx, n, c, ld, upload(padded), labels,
+                              Reduction::Mean, -100, evalLoss, ws);
+      EXPECT_EQ(download(evalLoss, 1)[0], download(wantLoss, 1)[0]);
+    }
+    EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+    for (bool inPlace : {false, true}) {
+      SCOPED_TRACE(std::string(sixteen ? "bf16" : "float32") +
+                   (inPlace ? ", in place" : ""));
+      float *loss = upload<float>({0});
+      if (sixteen) {
+        uint16_t *logits = upload(bitsPadded);
+        uint16_t *grad =
+            inPlace ? logits : upload(std::vector<uint16_t>(n * ld, 0x7fc1));
+        softmaxCrossEntropyWithGrad16(ctx, Storage16::Bf16, n, c, ld, logits,
+                                      labels, dloss, Reduction::Mean, -100,
+                                      loss, grad, ws);
+        std::vector<uint16_t> got = download(grad, n * ld);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t i = 0; i < ld; ++i)
+            ASSERT_EQ(got[r * ld + i],
+                      i < c ? want16[r * c + i] : uint16_t(0x7fc1))
+                << "row " << r << ", column " << i;
+      } else {
+        float *logits = upload(padded);
+        float *grad =
+            inPlace ? logits : upload(std::vector<float>(n * ld, nan));
+        softmaxCrossEntropyWithGrad(ctx, n, c, ld, logits, labels, dloss,
+                                    Reduction::Mean, -100, loss, grad, false,
+                                    Storage16::Bf16, ws);
+        std::vector<float> got = download(grad, n * ld);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t i = 0; i < ld; ++i)
+            if (i < c)
+              ASSERT_EQ(got[r * ld + i], want[r * c + i])
+                  << "row " << r << ", column " << i;
+            else
+              ASSERT_TRUE(std::isnan(got[r * ld + i]))
+                  << "row " << r << ", column " << i;
+      }
+      EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+      EXPECT_EQ(download(loss, 1)[0], download(wantLoss, 1)[0]);
+    }
+  }
+  // A 16-bit gradient in place of float32 logits needs dense rows: refused.
+  float *loss = upload<float>({0});
+  float *logits = upload(padded);
+  softmaxCrossEntropyWithGrad(ctx, n, c, ld, logits, labels, dloss,
+                              Reduction::Mean, -100, loss, logits, true,
+                              Storage16::Bf16, ws);
+  EXPECT_TRUE(hasError(ctx));
+  EXPECT_NE(takeError(ctx).message.find("without padding"), std::string::npos);
+}
+
+TEST_F(Kernels, CountCorrectWithStrides) {
+  // The first maximum of each position's classes against its label, with
+  // ignored labels not counted; [n, c] logits with padded rows (stride
+  // > c, the padding NaN) and dense [n, c, d] logits.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Rows of 3 classes, 4 apart: argmaxes 2, 0 (a tie: the first), 1, 1.
+  float *rows = upload<float>({0.1f, 0.2f, 0.9f, nan,  //
+                               0.5f, 0.1f, 0.5f, nan,  //
+                               -1.0f, 3.0f, 2.0f, nan, //
+                               0.0f, 1.0f, 0.0f, nan});
+  float *count = upload<float>({nan, nan});
+  countCorrect(ctx, 4, 3, 1, 4, rows, upload<int64_t>({2, 2, -100, 1}), -100,
+               count);
+  expectNear(download(count, 2), {2, 3});
+  // [2, 3, 2]: position (n, d) reads classes n * 6 + c * 2 + d.
+  float *spatial = upload<float>({1, 0, 2, 5, 3, 4, //
+                                  0, 0, 7, 1, 0, 9});
+  countCorrect(ctx, 2, 3, 2, 6, spatial, upload<int64_t>({2, 1, 1, 0}), -100,
+               count);
+  // Argmaxes: (0,0) 2, (0,1) 1, (1,0) 1, (1,1) 2.
+  expectNear(download(count, 2), {3, 4});
+  EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
 }
 
 TEST_F(Kernels, ReduceSum) {

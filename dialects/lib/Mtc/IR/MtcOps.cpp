@@ -1008,6 +1008,98 @@ Value mtc::viewSource(Operation *op) {
   return def && !isa<ConstantOp>(def) ? input : nullptr;
 }
 
+MatMulForm mtc::matMulForm(MatMulOp op) {
+  ArrayRef<int64_t> a = op.getA().getType().getShape(),
+                    b = op.getB().getType().getShape(),
+                    y = op.getOutput().getType().getShape();
+  if (b.size() == 2 && !op.getTransposeA())
+    return MatMulForm::FoldedRows;
+  int64_t batch = 1;
+  for (int64_t d : y.drop_back(2))
+    batch *= d;
+  int64_t aBatch =
+      getNumElements(op.getA().getType()) / (a[a.size() - 2] * a[a.size() - 1]);
+  int64_t bBatch =
+      getNumElements(op.getB().getType()) / (b[b.size() - 2] * b[b.size() - 1]);
+  auto strided = [&](int64_t count) { return count == 1 || count == batch; };
+  if (strided(aBatch) && strided(bBatch))
+    return MatMulForm::StridedBatched;
+  return MatMulForm::Loop;
+}
+
+int64_t mtc::rowPitch(Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  int64_t last = type.getRank() ? type.getShape().back() : 1;
+  auto r = dyn_cast<OpResult>(v);
+  if (!r)
+    return last;
+  auto pitches =
+      r.getOwner()->getAttrOfType<DenseI64ArrayAttr>(attr::kRowPitch);
+  if (!pitches || pitches[r.getResultNumber()] == 0)
+    return last;
+  return pitches[r.getResultNumber()];
+}
+
+int64_t mtc::storageBytes(Value v) {
+  int64_t bytes = getTensorBytes(v.getType());
+  int64_t pitch = rowPitch(v);
+  auto type = cast<RankedTensorType>(v.getType());
+  if (!type.getRank() || pitch == type.getShape().back())
+    return bytes;
+  return bytes / type.getShape().back() * pitch;
+}
+
+/// Whether a reshape keeps the last dim (then its rows are its input's).
+static bool keepsRows(ReshapeOp op) {
+  ArrayRef<int64_t> in = op.getInput().getType().getShape(),
+                    out = op.getOutput().getType().getShape();
+  return !in.empty() && !out.empty() && in.back() == out.back();
+}
+
+static bool is16Bit(Value v) {
+  return getElementTypeOrSelf(v.getType()).getIntOrFloatBitWidth() == 16;
+}
+
+/// Whether a matmul's GEMM reads its operands as stored (float32, or 16
+/// bits without a widened copy).
+static bool readsAsStored(MatMulOp op) {
+  return !is16Bit(op.getA()) || op->hasAttr(attr::kNative16BitGemm);
+}
+
+bool mtc::rowPitchUse(OpOperand &use) {
+  Operation *op = use.getOwner();
+  Value v = use.get();
+  if (auto reshape = dyn_cast<ReshapeOp>(op))
+    return viewSource(op) == v && keepsRows(reshape);
+  if (auto mm = dyn_cast<MatMulOp>(op))
+    return (v == mm.getA() || v == mm.getB()) && v != mm.getBias() &&
+           matMulForm(mm) != MatMulForm::Loop && readsAsStored(mm);
+  if (auto ce = dyn_cast<SoftmaxCrossEntropyWithGradOp>(op))
+    return v == ce.getLogits() &&
+           getElementTypeOrSelf(ce.getLogits().getType()) ==
+               getElementTypeOrSelf(ce.getDlogits().getType());
+  if (auto ce = dyn_cast<SoftmaxCrossEntropyLossOp>(op))
+    return v == ce.getLogits();
+  if (auto cc = dyn_cast<CountCorrectOp>(op))
+    return v == cc.getLogits() && cc.getLogits().getType().getRank() == 2;
+  return false;
+}
+
+bool mtc::rowPitchResult(OpResult result) {
+  Operation *op = result.getOwner();
+  if (auto reshape = dyn_cast<ReshapeOp>(op))
+    return viewSource(op) && keepsRows(reshape);
+  if (auto mm = dyn_cast<MatMulOp>(op))
+    // A 16-bit result of float32 sums is rounded by a copy from scratch.
+    return matMulForm(mm) != MatMulForm::Loop &&
+           (!is16Bit(result) || (is16Bit(mm.getA()) && readsAsStored(mm)));
+  if (auto ce = dyn_cast<SoftmaxCrossEntropyWithGradOp>(op))
+    return result == ce.getDlogits() &&
+           getElementTypeOrSelf(ce.getLogits().getType()) ==
+               getElementTypeOrSelf(ce.getDlogits().getType());
+  return false;
+}
+
 SmallVector<int64_t> mtc::contiguousStrides(ArrayRef<int64_t> shape) {
   SmallVector<int64_t> strides(shape.size(), 1);
   for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)

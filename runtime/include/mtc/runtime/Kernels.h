@@ -276,8 +276,12 @@ inline uint64_t softmaxCrossEntropyWithGradWorkspaceBytes(int64_t n) {
 /// conversion rounds the float32 gradient. dlogits may be logits: a float32
 /// gradient is written row by row over it, a 16-bit one in phases of rows
 /// as narrowInPlace does. `workspace` holds
-/// softmaxCrossEntropyWithGradWorkspaceBytes(n) bytes.
-void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
+/// softmaxCrossEntropyWithGradWorkspaceBytes(n) bytes. Rows are `ld`
+/// elements apart (>= c) in logits and dlogits: the memory plan pads the
+/// rows of logits a GEMM writes to 16 bytes (mtc::rowPitch); the padding is
+/// neither read nor written. A 16-bit dlogits written in place over float32
+/// logits needs ld == c.
+void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c, int64_t ld,
                                  const float *logits, const int64_t *labels,
                                  const float *dloss, Reduction reduction,
                                  int64_t ignoreIndex, float *loss,
@@ -285,7 +289,7 @@ void softmaxCrossEntropyWithGrad(Context &ctx, int64_t n, int64_t c,
                                  void *workspace);
 /// The loss of softmaxCrossEntropyWithGrad alone (no dloss, no dlogits):
 /// evaluation's loss, with the same workspace.
-void softmaxCrossEntropyLoss(Context &ctx, int64_t n, int64_t c,
+void softmaxCrossEntropyLoss(Context &ctx, int64_t n, int64_t c, int64_t ld,
                              const float *logits, const int64_t *labels,
                              Reduction reduction, int64_t ignoreIndex,
                              float *loss, void *workspace);
@@ -293,8 +297,8 @@ void softmaxCrossEntropyLoss(Context &ctx, int64_t n, int64_t c,
 /// as torch.autocast stores it), widened exactly as they are read, with
 /// dlogits in the same format. dlogits may be logits (each row is read
 /// before it is written over).
-void softmaxCrossEntropyWithGrad16(Context &ctx, Storage16 storage,
-                                   int64_t n, int64_t c,
+void softmaxCrossEntropyWithGrad16(Context &ctx, Storage16 storage, int64_t n,
+                                   int64_t c, int64_t ld,
                                    const uint16_t *logits,
                                    const int64_t *labels, const float *dloss,
                                    Reduction reduction, int64_t ignoreIndex,
@@ -595,8 +599,10 @@ void gatherBackwardAccumulate(Context &ctx, int64_t outer, int64_t dim,
 /// Stores in count[0] the number of positions whose first maximum over the
 /// c classes equals the label and in count[1] the number of positions
 /// counted (labels equal to ignoreIndex are not); logits [n, c, d], labels
-/// [n, d]. Used by evaluation for accuracy.
-void countCorrect(Context &ctx, int64_t n, int64_t c, int64_t d,
+/// [n, d]. Used by evaluation for accuracy. Consecutive n are `stride`
+/// elements apart in logits (c * d when dense; more for padded rows of
+/// [n, c] logits, see softmaxCrossEntropyWithGrad).
+void countCorrect(Context &ctx, int64_t n, int64_t c, int64_t d, int64_t stride,
                   const float *logits, const int64_t *labels,
                   int64_t ignoreIndex, float *count);
 

@@ -80,6 +80,9 @@ constexpr llvm::StringLiteral kOffsets = "mtc.offsets";
 constexpr llvm::StringLiteral kWorkspace = "mtc.workspace";
 constexpr llvm::StringLiteral kArenaSize = "mtc.arena_size";
 constexpr llvm::StringLiteral kLowerBound = "mtc.lower_bound";
+/// Memory plan, op: per result, the elements from one row of the result
+/// to the next where its rows are padded (0: dense); see mtc::rowPitch.
+constexpr llvm::StringLiteral kRowPitch = "mtc.row_pitch";
 /// Name of the evaluation function the driver adds beside @forward.
 constexpr llvm::StringLiteral kEvalFunction = "eval_step";
 /// Function: summary of the optimizer, for the trainer's banner.

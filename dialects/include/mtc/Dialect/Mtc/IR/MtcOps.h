@@ -175,4 +175,35 @@ mlir::FailureOr<AttentionRows> attentionRows(const StridedLayout &layout,
 #define GET_OP_CLASSES
 #include "mtc/Dialect/Mtc/IR/MtcOps.h.inc"
 
+namespace mtc {
+
+/// How the code generator multiplies a mtc.matmul: one GEMM with the batch
+/// folded into the rows (a 2-D `b`, `a` not transposed), one
+/// strided-batched GEMM (no batch, or a full or fully broadcast one), or a
+/// loop of GEMMs over the output's batch.
+enum class MatMulForm { FoldedRows, StridedBatched, Loop };
+MatMulForm matMulForm(MatMulOp op);
+
+/// Elements from one row (one step of the second-to-last dim) of `v` to
+/// the next as stored: its last dim, or more where the memory plan padded
+/// its rows (attr::kRowPitch, see rowPitchUse).
+int64_t rowPitch(mlir::Value v);
+
+/// Bytes `v` takes as stored: getTensorBytes with its rows padded to
+/// rowPitch.
+int64_t storageBytes(mlir::Value v);
+
+/// Whether the kernel of `use`'s op reads that operand, or (for a result)
+/// writes `result`, with rows any number of elements apart: GEMM operands
+/// and results as their leading dimension (matmuls the code generator
+/// does not loop over, 16-bit ones only when their GEMM reads 16 bits as
+/// stored), the logits of the cross-entropy kernels and the gradient they
+/// write, the logits of count_correct (rank 2), and reshapes that keep the
+/// last dim (views). The memory plan pads the rows of a tensor to 16 bytes
+/// only when everything that reads or writes it (and its views) is so.
+bool rowPitchUse(mlir::OpOperand &use);
+bool rowPitchResult(mlir::OpResult result);
+
+} // namespace mtc
+
 #endif // MTC_DIALECT_MTC_IR_MTCOPS_H
