@@ -6,10 +6,10 @@
 //
 // CUDA source, translated like the runtime's, checking what the emulation
 // promises: the built-in variables, barriers and their reductions, warp
-// exchanges with CUDA's width rules, WMMA tiles, dynamic shared memory,
-// the launch checks a GPU makes, graph capture and replay, and that a
-// barrier nobody can pass fails the launch instead of hanging. Expected
-// values come from CUDA's definitions, written out by hand.
+// exchanges with CUDA's width rules, WMMA tiles, static and dynamic shared
+// memory, the launch checks a GPU makes, graph capture and replay, and
+// that a barrier nobody can pass fails the launch instead of hanging.
+// Expected values come from CUDA's definitions, written out by hand.
 //
 //===----------------------------------------------------------------------===//
 
@@ -189,6 +189,32 @@ TEST(CudaEmulation, DynamicSharedMemoryLimits) {
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  300 * 1024),
             cudaErrorInvalidValue);
+  cudaFree(out);
+}
+
+/// Block 0 writes its static shared array, block 1 only reads it: on a GPU
+/// block 1 reads whatever its multiprocessor's shared memory held; the
+/// emulation hands every block 0xff bytes, not block 0's values.
+__global__ void staticSharedKernel(int *out) {
+  __shared__ int slot[32], other[2];
+  if (blockIdx.x == 0) {
+    slot[threadIdx.x] = 7;
+    other[threadIdx.x % 2] = 7;
+  }
+  __syncthreads();
+  out[blockIdx.x * 64 + threadIdx.x] = slot[threadIdx.x];
+  out[blockIdx.x * 64 + 32 + threadIdx.x] = other[threadIdx.x % 2];
+}
+
+TEST(CudaEmulation, StaticSharedMemoryIsFreshPerBlock) {
+  int *out = deviceArray<int>(2 * 64);
+  staticSharedKernel<<<2, 32>>>(out);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> got = fetch(out, 2 * 64);
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(got[i], 7) << "block 0, " << i;
+    EXPECT_EQ(got[64 + i], -1) << "block 1, " << i; // 0xffffffff
+  }
   cudaFree(out);
 }
 

@@ -34,6 +34,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -133,6 +134,7 @@ struct BlockRun {
   Fiber *running = nullptr;
   const std::function<void()> *body = nullptr;
   unsigned char *shared = nullptr;
+  std::vector<const void *> freshStatics; ///< filled by this block
 };
 
 thread_local BlockRun *tBlock = nullptr;
@@ -325,6 +327,7 @@ void startBlock(BlockRun &run, dim3 grid, dim3 block, uint3 blockIndex,
   }
   run.live = threads;
   std::memset(run.shared, 0xff, sharedBytes);
+  run.freshStatics.clear();
   unsigned t = 0;
   for (unsigned z = 0; z < block.z; ++z)
     for (unsigned y = 0; y < block.y; ++y)
@@ -437,6 +440,15 @@ uint64_t warpExchange(uint64_t value, int source, int predicate,
 }
 
 void *dynamicShared() { return tBlock ? tBlock->shared : nullptr; }
+
+void freshShared(void *address, size_t bytes) {
+  if (!tBlock ||
+      std::find(tBlock->freshStatics.begin(), tBlock->freshStatics.end(),
+                address) != tBlock->freshStatics.end())
+    return;
+  std::memset(address, 0xff, bytes);
+  tBlock->freshStatics.push_back(address);
+}
 
 void setSharedLimit(const void *kernel, size_t bytes) {
   sharedLimits()[kernel] = bytes;

@@ -16,10 +16,11 @@
 //    operations (__syncwarp, __shfl*_sync, __any/__all/__ballot_sync) and at
 //    WMMA calls, each of which waits for every thread (or lane) that has not
 //    exited; a barrier nobody can pass is reported as a deadlock;
-//  * __shared__ variables are statics (one block runs at a time) and the
-//    dynamic shared memory a fresh buffer per block, filled with 0xff bytes
-//    (NaN as floats), as device memory from cudaMalloc is, so code that reads
-//    what it never wrote shows it;
+//  * __shared__ variables are statics (one block runs at a time) that the
+//    first thread of each block to declare them fills with 0xff bytes (NaN
+//    as floats; translate.py adds the call), and the dynamic shared memory
+//    a fresh buffer per block filled alike, as device memory from
+//    cudaMalloc is, so code that reads what it never wrote shows it;
 //  * atomics are plain read-modify-writes: fibers never interleave inside
 //    one;
 //  * WMMA fragments hold the whole 16 x 16 tile in every lane; products are
@@ -92,6 +93,11 @@ uint64_t warpExchange(uint64_t value, int source, int predicate,
 
 /// The current block's dynamic shared memory.
 void *dynamicShared();
+
+/// Fills the static __shared__ variable at `address` with 0xff bytes unless
+/// a thread of the current block did already (translate.py calls it after
+/// each declaration).
+void freshShared(void *address, size_t bytes);
 
 /// Runs `threadBody` as every thread of every block of a launch of `kernel`
 /// (a function address, for the shared memory it may use) named `name`.

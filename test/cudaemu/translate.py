@@ -3,8 +3,9 @@
 
 Usage: translate.py INPUT.cu OUTPUT.cpp
 
-Two constructs are not C++ and get rewritten; everything else is left to
-Kernel.h, which the build includes first:
+Three constructs are not C++ or need the emulation's help and get
+rewritten; everything else is left to Kernel.h, which the build includes
+first:
 
   * kernel<<<grid, block[, shared[, stream]]>>>(args) becomes
         ::mtc::cudaemu::Launch(ADDRESS, "kernel", grid, block[, shared[,
@@ -14,6 +15,11 @@ Kernel.h, which the build includes first:
     one function (Kernel.h's addressOrNull), else null;
   * extern __shared__ [__align__(n)] T name[]; becomes
         T *name = reinterpret_cast<T *>(::mtc::cudaemu::dynamicShared());
+  * __shared__ T a[n], b; becomes
+        static T a[n], b; ::mtc::cudaemu::freshShared(&a, sizeof(a));
+        ::mtc::cudaemu::freshShared(&b, sizeof(b));
+    so that the first thread of each block to declare them fills them with
+    0xff bytes: a block never sees what an earlier block left there.
 
 Line numbers are kept (the rewritten text has the same newlines), and a
 #line directive names the original file, so compiler messages point at the
@@ -108,17 +114,31 @@ def in_comment(text, i):
     return text.rfind("/*", 0, i) > text.rfind("*/", 0, i)
 
 
-def rewrite_launches(path, text):
+def rewrite(text, token, replace):
+    """Rewrites each occurrence of `token` outside comments (and not part of
+    a longer name): replace(at) returns (start, end, new text) for
+    text[start:end], where start <= at and end > at."""
     out, pos = [], 0
     while True:
-        at = text.find("<<<", pos)
+        at = text.find(token, pos)
         if at < 0:
             out.append(text[pos:])
             return "".join(out)
-        if in_comment(text, at):
-            out.append(text[pos:at + 3])
-            pos = at + 3
+        after = at + len(token)
+        if in_comment(text, at) or (token[-1].isalnum() and after < len(text)
+                                    and (text[after].isalnum() or
+                                         text[after] == "_")):
+            out.append(text[pos:after])
+            pos = after
             continue
+        start, end, new = replace(at)
+        out.append(text[pos:start])
+        out.append(new)
+        pos = end
+
+
+def rewrite_launches(path, text):
+    def launch(at):
         start = kernel_start(text, at)
         kernel = text[start:at].strip()
         if not kernel:
@@ -149,9 +169,9 @@ def rewrite_launches(path, text):
                 f"\"{name}\", {config}){between}.run([=](auto... mtcEmuArgs) "
                 f"{{ {name}(mtcEmuArgs...); }}")
         call += f", {args})" if args.strip() else ")"
-        out.append(text[pos:start])
-        out.append(call)
-        pos = end + 1
+        return start, end + 1, call
+
+    return rewrite(text, "<<<", launch)
 
 
 def rewrite_shared(text):
@@ -161,13 +181,37 @@ def rewrite_shared(text):
         text)
 
 
+DECLARED_NAME = re.compile(r"(\w+)\s*(?:\[[^;]*)?$")
+
+
+def rewrite_static_shared(path, text):
+    def declaration(at):
+        end = at + len("__shared__")
+        semi = text.find(";", end)
+        if semi < 0 or "{" in text[end:semi]:
+            fail(path, text, at, "a __shared__ declaration without its ';'")
+        names = []
+        for part in split_top_level(text[end:semi]):
+            m = DECLARED_NAME.search(part.strip())
+            if not m:
+                fail(path, text, at, "cannot find the name a __shared__ "
+                     "declaration declares")
+            names.append(m.group(1))
+        fills = "".join(f" ::mtc::cudaemu::freshShared(&{n}, sizeof({n}));"
+                        for n in names)
+        return at, semi + 1, "static" + text[end:semi + 1] + fills
+
+    return rewrite(text, "__shared__", declaration)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     source, target = sys.argv[1], sys.argv[2]
     with open(source) as f:
         text = f.read()
-    text = rewrite_launches(source, rewrite_shared(text))
+    text = rewrite_launches(
+        source, rewrite_static_shared(source, rewrite_shared(text)))
     with open(target, "w") as f:
         f.write(f'#line 1 "{source}"\n')
         f.write(text)
