@@ -6,9 +6,10 @@ vocab 50257, sequence 1024, batch 8) and ResNet-50 (torchvision, 224x224,
 batch 64), all in bf16 with AdamW on the same data:
 
 * mtc: `mtc compile --target cuda --precision bf16 --optimizer adamw`, the
-  trainer's median `time_ms` over steps 3..N (--metrics), its planned
-  arena (the whole device memory of the step, known before it runs) and
-  its first loss;
+  trainer's median `time_ms` over steps 3..N (--metrics), its device
+  memory (the planned arena, the whole memory of the step known before it
+  runs, plus the runtime's cuBLASLt workspace and step counters, which
+  the trainer reports) and its first loss;
 * PyTorch eager: the same model under torch.autocast(bfloat16) with
   torch.optim.AdamW, median step time (synchronized), peak
   torch.cuda.max_memory_allocated() and the first loss;
@@ -131,8 +132,20 @@ def run_mtc(args, name, onnx_path, data_dir):
               % (name, "\n".join(kinds.splitlines()[:16])), flush=True)
     m = re.search(r"elementwise kernels: \d+, [0-9.]+ ms, [0-9.]+ GB moved, "
                   r"([0-9.]+) GB/s", prof)
+    # Beside the arena: the runtime's library workspace (CUDA), which
+    # PyTorch's peak counts for its own cuBLAS workspaces.
+    w = re.search(r"the plan needs .*? \((\d+) bytes\) beside the .*? "
+                  r"\((\d+) bytes\) of library workspace", prof)
+    if not w and (args.device == "cuda" or args.emulated):
+        raise RuntimeError("the cuda trainer did not report its library "
+                           "workspace")
+    if w and int(w.group(1)) != arena:
+        raise RuntimeError("the trainer's arena (%s bytes) is not the "
+                           "report's (%d)" % (w.group(1), arena))
+    workspace = int(w.group(2)) if w else 0
     return {"ms": median_after_warmup([r["time_ms"] for r in records]),
-            "bytes": arena, "loss": float(records[0]["loss"]),
+            "bytes": arena + workspace, "workspace": workspace,
+            "loss": float(records[0]["loss"]),
             "build_s": build_s,
             "elementwise_gbs": float(m.group(1)) if m else 0.0}
 
@@ -240,7 +253,8 @@ def bench_model(args, name):
 
 def table(results, copy_gbs):
     out = ["| model (batch) | mtc ms | eager ms | compile ms | mtc/eager | "
-           "mtc/compile | mtc MiB (planned) | eager MiB | compile MiB | "
+           "mtc/compile | mtc MiB (arena + workspace) | eager MiB | "
+           "compile MiB | "
            "first loss mtc / eager | mtc elementwise GB/s (of copy) |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:

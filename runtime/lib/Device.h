@@ -41,6 +41,9 @@ void shutdown(Context &ctx);
 std::string name();
 /// Free and total memory of the device in bytes; false when unknown.
 bool memoryInfo(uint64_t &freeBytes, uint64_t &totalBytes);
+/// Device memory initialize() allocated beside the arena (CUDA: cuBLASLt's
+/// workspace and the step counters; the CPU: none).
+uint64_t workspaceBytes(const Context &ctx);
 
 /// The single arena allocation (at least 256-byte aligned).
 Status allocate(uint64_t bytes, unsigned char **ptr);

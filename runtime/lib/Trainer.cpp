@@ -1017,10 +1017,13 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   if (std::string(device::kind()) == "cuda") {
     uint64_t freeBytes = 0, totalBytes = 0;
     if (device::memoryInfo(freeBytes, totalBytes)) {
+      const uint64_t workspace = device::workspaceBytes(ctx);
       std::printf("mtc trainer: device memory %s free of %s; the plan needs "
-                  "%s\n",
+                  "%s (%" PRIu64 " bytes) beside the %s (%" PRIu64
+                  " bytes) of library workspace\n",
                   humanBytes(freeBytes).c_str(), humanBytes(totalBytes).c_str(),
-                  humanBytes(desc.arenaBytes).c_str());
+                  humanBytes(desc.arenaBytes).c_str(), desc.arenaBytes,
+                  humanBytes(workspace).c_str(), workspace);
       if (desc.arenaBytes > freeBytes) {
         printError("the planned arena (" + humanBytes(desc.arenaBytes) +
                    ") does not fit in the " + humanBytes(freeBytes) +

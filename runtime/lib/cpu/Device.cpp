@@ -57,6 +57,8 @@ Status initialize(Context &) {
 
 void shutdown(Context &) {}
 
+uint64_t workspaceBytes(const Context &) { return 0; }
+
 Status profileSetup(Context &ctx, int ops) {
   ctx.profiling = true;
   ctx.profileMs.assign(ops, 0.0);

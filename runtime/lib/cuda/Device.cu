@@ -192,6 +192,10 @@ std::string name() {
          std::to_string(prop.minor) + ")";
 }
 
+uint64_t workspaceBytes(const Context &ctx) {
+  return ctx.ltWorkspaceBytes + (ctx.deviceCounters ? sizeof(StepCounters) : 0);
+}
+
 bool memoryInfo(uint64_t &freeBytes, uint64_t &totalBytes) {
   size_t f = 0, t = 0;
   if (cudaMemGetInfo(&f, &t) != cudaSuccess)
