@@ -658,11 +658,14 @@ template <typename F> void withSlices(int n, F &&f) {
 // are chosen per call from the head dims and the device's shared memory
 // (capped at 99 KB): the largest of 64 x 64, 32 x 64, 32 x 32, 16 x 32 and
 // 16 x 16 (own x step) that fits in 80 KB, else the largest that fits.
-// For d = dv = 64 on sm_80 and sm_90 the forward and dQ tiles are 64 x 64
-// (54,016 and 74,240 bytes) and the dK/dV tiles 32 x 64 (65,024 bytes). On
-// sm_75 (64 KB) bfloat16 is refused, and with float16 the dK/dV kernel does
-// not fit once d + dv, each rounded up to 16, reaches 416 (d = dv = 208):
-// attentionBackward16 reports that as an error.
+// Head dims up to 128 take the register-accumulator variants below instead
+// (64 rows, steps of 64 or the whole shorter side; with 64 x 64 tiles and
+// d = dv = 64: 50,688, 56,832 and 66,048 bytes for the forward, dQ and
+// dK/dV), where their shared memory fits; larger ones these kernels. For d = dv
+// = 128 on sm_80 and sm_90 the forward and dQ tiles are 64 x 64 and the dK/dV
+// tiles 32 x 64. On sm_75 (64 KB) bfloat16 is refused, and with float16 the
+// dK/dV kernel does not fit once d + dv, each rounded up to 16, reaches 416 (d
+// = dv = 208): attentionBackward16 reports that as an error.
 
 namespace wmma = nvcuda::wmma;
 
@@ -830,12 +833,14 @@ struct ForwardLayout {
 };
 
 /// Backward dQ: the query and output gradient tiles, the K and V steps,
-/// scale * dS in 16 bits, the float32 dQ accumulator, the warps' scratch
-/// tiles and each row's log-sum-exp and delta.
+/// scale * dS in 16 bits, the float32 dQ accumulator (none in the register
+/// kernel: `sharedAcc` false), the warps' scratch tiles and each row's
+/// log-sum-exp and delta.
 struct DqLayout {
   int ldQ, ldG, ldK, ldV, ldDs, ldAcc;
   size_t q, g, k, v, ds, acc, scratch, lse, delta, bytes;
-  __host__ __device__ explicit DqLayout(const Tiling16 &t)
+  __host__ __device__ explicit DqLayout(const Tiling16 &t,
+                                        bool sharedAcc = true)
       : ldQ(t.d16 + kPad16), ldG(t.dv16 + kPad16), ldK(t.d16 + kPad16),
         ldV(t.dv16 + kPad16), ldDs(t.step + kPad16), ldAcc(t.d16 + kPad32) {
     q = 0;
@@ -844,7 +849,7 @@ struct DqLayout {
     v = k + sizeof(uint16_t) * t.step * ldK;
     ds = v + sizeof(uint16_t) * t.step * ldV;
     acc = ds + sizeof(uint16_t) * t.own * ldDs;
-    scratch = acc + sizeof(float) * t.own * ldAcc;
+    scratch = acc + (sharedAcc ? sizeof(float) * t.own * ldAcc : 0);
     lse = scratch + kScratchBytes;
     delta = lse + sizeof(float) * t.own;
     bytes = delta + sizeof(float) * t.own;
@@ -853,12 +858,14 @@ struct DqLayout {
 
 /// Backward dK/dV (own = keys, step = queries): the key and value tiles, the
 /// query and output gradient steps, scale * dS^T and the dropped P^T in 16
-/// bits, the float32 dK and dV accumulators, the warps' scratch tiles and
-/// each query's log-sum-exp and delta.
+/// bits, the float32 dK and dV accumulators (none in the register kernel:
+/// `sharedAcc` false), the warps' scratch tiles and each query's
+/// log-sum-exp and delta.
 struct DkvLayout {
   int ldK, ldV, ldQ, ldG, ldT, ldAccK, ldAccV;
   size_t k, v, q, g, dsT, pT, accK, accV, scratch, lse, delta, bytes;
-  __host__ __device__ explicit DkvLayout(const Tiling16 &t)
+  __host__ __device__ explicit DkvLayout(const Tiling16 &t,
+                                         bool sharedAcc = true)
       : ldK(t.d16 + kPad16), ldV(t.dv16 + kPad16), ldQ(t.d16 + kPad16),
         ldG(t.dv16 + kPad16), ldT(t.step + kPad16), ldAccK(t.d16 + kPad32),
         ldAccV(t.dv16 + kPad32) {
@@ -869,8 +876,8 @@ struct DkvLayout {
     dsT = g + sizeof(uint16_t) * t.step * ldG;
     pT = dsT + sizeof(uint16_t) * t.own * ldT;
     accK = pT + sizeof(uint16_t) * t.own * ldT;
-    accV = accK + sizeof(float) * t.own * ldAccK;
-    scratch = accV + sizeof(float) * t.own * ldAccV;
+    accV = accK + (sharedAcc ? sizeof(float) * t.own * ldAccK : 0);
+    scratch = accV + (sharedAcc ? sizeof(float) * t.own * ldAccV : 0);
     lse = scratch + kScratchBytes;
     delta = lse + sizeof(float) * t.step;
     bytes = delta + sizeof(float) * t.step;
@@ -1021,6 +1028,146 @@ __device__ void rowTerms(const AttentionDims &a, const O *out,
   }
 }
 
+/// One row's step of the online softmax over keys [j0, j0 + cols) of a
+/// step of `step` keys: reads the row's float32 scores at `scores`, writes
+/// its dropped probabilities rounded to T over them at `probs` (16-bit),
+/// updates its running maximum and sum (lane 0) and returns the factor its
+/// earlier output is rescaled by. Query i of head h; `valid`: i is in the
+/// sequence. The whole warp calls it, lane l owning columns l + 32 u.
+template <typename T>
+__device__ inline float
+softmaxStepRow(const AttentionDims &a, const unsigned char *maskHead,
+               const DropoutParams &drop, bool dropout, int64_t h, int64_t i,
+               bool valid, int64_t j0, int cols, int step, const float *scores,
+               uint16_t *probs, float *rowMax, float *rowSum, int lane) {
+  float score[kColsPerLane], e[kColsPerLane];
+  bool live[kColsPerLane];
+  float localMax = kNegInf;
+#pragma unroll
+  for (int u = 0; u < kColsPerLane; ++u) {
+    const int c = lane + 32 * u;
+    live[u] = valid && c < cols && !maskedOut(a, maskHead, i, j0 + c);
+    score[u] = live[u] ? scores[c] * a.scale : kNegInf;
+    localMax = fmaxf(localMax, score[u]);
+  }
+  const float old = *rowMax;
+  // Uniform across the warp: the reductions give every lane the same value.
+  const float m = fmaxf(old, warpMax(localMax));
+  // m == -inf: every key so far is masked; nothing to rescale.
+  const float factor = m == kNegInf ? 1.0f : expf(old - m);
+  float sum = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kColsPerLane; ++u) {
+    e[u] = m == kNegInf ? 0.0f : expf(score[u] - m);
+    sum += e[u];
+  }
+  sum = warpSum(sum);
+  __syncwarp(); // every lane has read its scores before P overwrites
+  // The row's dropout groups, drawn once (a lane per group) when some key
+  // of the step is live.
+  bool anyLive = false;
+#pragma unroll
+  for (int u = 0; u < kColsPerLane; ++u)
+    anyLive |= live[u];
+  const bool drops = dropout && __any_sync(kFullMask, anyLive);
+  const uint64_t rowBase = static_cast<uint64_t>((h * a.sq + i) * a.sk + j0);
+  const unsigned keepBits =
+      drops ? lineKeepBits(drop, rowBase, step, lane) : 0u;
+#pragma unroll
+  for (int u = 0; u < kColsPerLane; ++u) {
+    const int c = lane + 32 * u;
+    const float f = drops ? lineKeepFactor(drop, keepBits, rowBase, c) : 1.0f;
+    if (c < step)
+      probs[c] = round16<T>(live[u] ? e[u] * f : 0.0f);
+  }
+  if (lane == 0) {
+    *rowMax = m;
+    *rowSum = *rowSum * factor + sum;
+  }
+  return factor;
+}
+
+/// scale * dS of a 16 x 16 tile of queries i0 + row0 + r (the block's row
+/// row0 + r, of `rows` in the sequence) against keys j0 + col0 + c (of
+/// `cols`), from its S and dP tiles in the warp's scratch, rounded to T at
+/// ds[r * ld + c]. The whole warp calls it.
+template <typename T>
+__device__ inline void
+dsTile(const AttentionDims &a, const unsigned char *maskHead,
+       const DropoutParams &drop, bool dropout, int64_t h, int64_t i0,
+       int64_t j0, int row0, int col0, int rows, int cols, const float *lseRows,
+       const float *deltaRows, const float *scratchS, const float *scratchP,
+       uint16_t *ds, int ld, int lane) {
+  auto live = [&](int e) {
+    const int row = row0 + e / kEdge, col = col0 + e % kEdge;
+    return row < rows && col < cols && lseRows[row] != kNegInf &&
+           !maskedOut(a, maskHead, i0 + row, j0 + col);
+  };
+  auto lineBase = [&](int r) {
+    return static_cast<uint64_t>((h * a.sq + i0 + row0 + r) * a.sk + j0 + col0);
+  };
+  bool drops;
+  const TileKeep keep =
+      tileKeepIfLive(drop, dropout, live, lineBase, lane, drops);
+  for (int e = lane; e < kEdge * kEdge; e += 32) {
+    const int r = e / kEdge, c = e % kEdge;
+    const int row = row0 + r;
+    const float f =
+        drops ? tileKeepFactor(drop, keep, lineBase(r), r, c) : 1.0f;
+    float g = 0.0f;
+    if (live(e)) {
+      const float pr =
+          expf(scratchS[r * kScratchLd + c] * a.scale - lseRows[row]);
+      g = pr * (scratchP[r * kScratchLd + c] * f - deltaRows[row]);
+    }
+    ds[r * ld + c] = round16<T>(g * a.scale);
+  }
+  __syncwarp(); // the scratch tiles are read before the next tile
+}
+
+/// scale * dS^T and the dropped P^T of a 16 x 16 tile of keys j0 + key0 + r
+/// (of `cols` in the sequence) against queries i0 + query0 + c (the step's
+/// query query0 + c, of `rows`), from its S^T and dP^T tiles in the warp's
+/// scratch, rounded to T at dsT[r * ld + c] and pT[r * ld + c]. A line of
+/// the mask is a query (a column of the tile). The whole warp calls it.
+template <typename T>
+__device__ inline void
+dsPTransposedTile(const AttentionDims &a, const unsigned char *maskHead,
+                  const DropoutParams &drop, bool dropout, int64_t h,
+                  int64_t i0, int64_t j0, int key0, int query0, int rows,
+                  int cols, const float *lseRows, const float *deltaRows,
+                  const float *scratchS, const float *scratchP, uint16_t *dsT,
+                  uint16_t *pT, int ld, int lane) {
+  auto live = [&](int e) {
+    const int key = key0 + e / kEdge, query = query0 + e % kEdge;
+    return key < cols && query < rows && lseRows[query] != kNegInf &&
+           !maskedOut(a, maskHead, i0 + query, j0 + key);
+  };
+  auto lineBase = [&](int c) {
+    return static_cast<uint64_t>((h * a.sq + i0 + query0 + c) * a.sk + j0 +
+                                 key0);
+  };
+  bool drops;
+  const TileKeep keep =
+      tileKeepIfLive(drop, dropout, live, lineBase, lane, drops);
+  for (int e = lane; e < kEdge * kEdge; e += 32) {
+    const int r = e / kEdge, c = e % kEdge;
+    const int query = query0 + c;
+    const float f =
+        drops ? tileKeepFactor(drop, keep, lineBase(c), c, r) : 1.0f;
+    float g = 0.0f, dropped = 0.0f;
+    if (live(e)) {
+      const float pr =
+          expf(scratchS[r * kScratchLd + c] * a.scale - lseRows[query]);
+      g = pr * (scratchP[r * kScratchLd + c] * f - deltaRows[query]);
+      dropped = pr * f;
+    }
+    dsT[r * ld + c] = round16<T>(g * a.scale);
+    pT[r * ld + c] = round16<T>(dropped);
+  }
+  __syncwarp(); // the scratch tiles are read before the next tile
+}
+
 template <typename T, typename O>
 __device__ void forward16(const AttentionDims &a, const uint16_t *q,
                           const uint16_t *k, const uint16_t *v,
@@ -1077,57 +1224,13 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
       stage16(kv, L.ldKV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, t.step,
               static_cast<int>(a.dv), t.dv16);
 
-      // The online softmax, a warp per row, lane l owning columns l + 32 u.
+      // The online softmax, a warp per row.
       for (int r = warp; r < t.own; r += kWarps) {
-        const int64_t i = i0 + r;
-        float score[kColsPerLane], e[kColsPerLane];
-        bool live[kColsPerLane];
-        float localMax = kNegInf;
-#pragma unroll
-        for (int u = 0; u < kColsPerLane; ++u) {
-          const int c = lane + 32 * u;
-          live[u] = r < rows && c < cols && !maskedOut(a, maskHead, i, j0 + c);
-          score[u] = live[u] ? s[r * L.ldS + c] * a.scale : kNegInf;
-          localMax = fmaxf(localMax, score[u]);
-        }
-        const float old = rowMax[r];
-        // Uniform across the warp: the reductions give every lane the same
-        // value.
-        const float m = fmaxf(old, warpMax(localMax));
-        // m == -inf: every key so far is masked; nothing to rescale.
-        const float factor = m == kNegInf ? 1.0f : expf(old - m);
-        float sum = 0.0f;
-#pragma unroll
-        for (int u = 0; u < kColsPerLane; ++u) {
-          e[u] = m == kNegInf ? 0.0f : expf(score[u] - m);
-          sum += e[u];
-        }
-        sum = warpSum(sum);
-        __syncwarp(); // every lane has read its scores before P overwrites
-        // The row's dropout groups, drawn once (a lane per group) when some
-        // key of the chunk is live.
-        bool anyLive = false;
-#pragma unroll
-        for (int u = 0; u < kColsPerLane; ++u)
-          anyLive |= live[u];
-        const bool drops = dropout && __any_sync(kFullMask, anyLive);
-        const uint64_t rowBase =
-            static_cast<uint64_t>((h * a.sq + i) * a.sk + j0);
-        const unsigned keepBits =
-            drops ? lineKeepBits(drop, rowBase, t.step, lane) : 0u;
-#pragma unroll
-        for (int u = 0; u < kColsPerLane; ++u) {
-          const int c = lane + 32 * u;
-          const float f =
-              drops ? lineKeepFactor(drop, keepBits, rowBase, c) : 1.0f;
-          if (c < t.step)
-            p[r * ldP + c] = round16<T>(live[u] ? e[u] * f : 0.0f);
-        }
-        if (lane == 0) {
-          rowMax[r] = m;
-          rowSum[r] = rowSum[r] * factor + sum;
+        const float factor = softmaxStepRow<T>(
+            a, maskHead, drop, dropout, h, i0 + r, r < rows, j0, cols, t.step,
+            s + r * L.ldS, p + r * ldP, rowMax + r, rowSum + r, lane);
+        if (lane == 0)
           rescale[r] = factor;
-        }
       }
       __syncthreads(); // P, the rescale factors and V are ready
 
@@ -1216,35 +1319,9 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         productTile<T>(scratchP, kScratchLd, gs + rt * kEdge * L.ldG, L.ldG,
                        vs + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
         __syncwarp();
-        // Line r of the tile is query i0 + rt * 16 + r, its keys from j0 +
-        // ct * 16 on.
-        auto live = [&](int e) {
-          const int row = rt * kEdge + e / kEdge, col = ct * kEdge + e % kEdge;
-          return row < rows && col < cols && lseRows[row] != kNegInf &&
-                 !maskedOut(a, maskHead, i0 + row, j0 + col);
-        };
-        auto lineBase = [&](int r) {
-          return static_cast<uint64_t>((h * a.sq + i0 + rt * kEdge + r) * a.sk +
-                                       j0 + ct * kEdge);
-        };
-        bool drops;
-        const TileKeep keep =
-            tileKeepIfLive(drop, dropout, live, lineBase, lane, drops);
-        for (int e = lane; e < kEdge * kEdge; e += 32) {
-          const int r = e / kEdge, c = e % kEdge;
-          const int row = rt * kEdge + r, col = ct * kEdge + c;
-          const float rowLse = lseRows[row];
-          const float f =
-              drops ? tileKeepFactor(drop, keep, lineBase(r), r, c) : 1.0f;
-          float g = 0.0f;
-          if (live(e)) {
-            const float pr =
-                expf(scratchS[r * kScratchLd + c] * a.scale - rowLse);
-            g = pr * (scratchP[r * kScratchLd + c] * f - deltaRows[row]);
-          }
-          ds[row * L.ldDs + col] = round16<T>(g * a.scale);
-        }
-        __syncwarp(); // the scratch tiles are read before the next tile
+        dsTile<T>(a, maskHead, drop, dropout, h, i0, j0, rt * kEdge, ct * kEdge,
+                  rows, cols, lseRows, deltaRows, scratchS, scratchP,
+                  ds + rt * kEdge * L.ldDs + ct * kEdge, L.ldDs, lane);
       }
       __syncthreads(); // dS is complete
       for (int x = warp; x < ownTiles * dTiles; x += kWarps) {
@@ -1325,38 +1402,11 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         productTile<T>(scratchP, kScratchLd, vs + kt * kEdge * L.ldV, L.ldV,
                        gs + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
         __syncwarp();
-        // The tile is keys x queries; a line of the mask is a query (column
-        // c of the tile, i0 + qt * 16 + c), its keys from j0 + kt * 16 on.
-        auto live = [&](int e) {
-          const int key = kt * kEdge + e / kEdge,
-                    query = qt * kEdge + e % kEdge;
-          return key < cols && query < rows && lseRows[query] != kNegInf &&
-                 !maskedOut(a, maskHead, i0 + query, j0 + key);
-        };
-        auto lineBase = [&](int c) {
-          return static_cast<uint64_t>((h * a.sq + i0 + qt * kEdge + c) * a.sk +
-                                       j0 + kt * kEdge);
-        };
-        bool drops;
-        const TileKeep keep =
-            tileKeepIfLive(drop, dropout, live, lineBase, lane, drops);
-        for (int e = lane; e < kEdge * kEdge; e += 32) {
-          const int r = e / kEdge, c = e % kEdge;
-          const int key = kt * kEdge + r, query = qt * kEdge + c;
-          const float rowLse = lseRows[query];
-          const float f =
-              drops ? tileKeepFactor(drop, keep, lineBase(c), c, r) : 1.0f;
-          float g = 0.0f, dropped = 0.0f;
-          if (live(e)) {
-            const float pr =
-                expf(scratchS[r * kScratchLd + c] * a.scale - rowLse);
-            g = pr * (scratchP[r * kScratchLd + c] * f - deltaRows[query]);
-            dropped = pr * f;
-          }
-          dsT[key * L.ldT + query] = round16<T>(g * a.scale);
-          pT[key * L.ldT + query] = round16<T>(dropped);
-        }
-        __syncwarp(); // the scratch tiles are read before the next tile
+        dsPTransposedTile<T>(a, maskHead, drop, dropout, h, i0, j0, kt * kEdge,
+                             qt * kEdge, rows, cols, lseRows, deltaRows,
+                             scratchS, scratchP,
+                             dsT + kt * kEdge * L.ldT + qt * kEdge,
+                             pT + kt * kEdge * L.ldT + qt * kEdge, L.ldT, lane);
       }
       __syncthreads(); // dS^T and P^T are complete
       const int vTiles = ownTiles * dvTiles;
@@ -1383,6 +1433,399 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         storeGrad<T>(dk, gk + x, narrowGrads, accK[r * L.ldAccK + x]);
       for (int x = lane; x < a.dv; x += 32)
         storeGrad<T>(dv, gv + x, narrowGrads, accV[r * L.ldAccV + x]);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// 16-bit operands, accumulators in registers
+//===----------------------------------------------------------------------===//
+//
+// For head dims up to 128 (GPT-2's 64, and the 128 of most larger models)
+// the three kernels keep their outputs in accumulator fragments for the whole
+// walk instead of loading and storing a shared float32 tile around every step,
+// and cut the block's `own` = 64 rows into one 16-row strip per warp: warp w
+// forms the S (and dP) tiles of its strip, runs the row pass over them and
+// multiplies them into its own accumulators, so only the staging of the
+// streamed side is a block-wide phase (two barriers per step instead of four
+// or more, and about half the shared-memory traffic of the forward). Per-row
+// factors reach the opaque accumulators through a fragment of the same type
+// loaded from a 16 x 16 tile whose row r holds row r's factor: elementwise
+// products of two fragments of one type pair the same matrix elements. The
+// outputs are stored to shared memory once, at the end, and written out as
+// the general kernels write them.
+//
+// Every output element is still accumulated by one warp over the same
+// sequence of 16-deep tensor-core steps as the general kernels (the tiles of
+// the streamed side in order), so the results are bitwise theirs.
+
+/// The rows a register kernel's block owns: one 16-row strip per warp.
+constexpr int kRegOwn = kWarps * kEdge;
+
+/// The accumulator fragments per output (kTiles) of the register kernel
+/// instance for a's head dims: 4 up to 64, 8 up to 128, else 0 (none).
+int regTilesFor(const AttentionDims &a) {
+  const int widest = std::max(roundUp16(a.d), roundUp16(a.dv));
+  return widest <= 4 * kEdge ? 4 : widest <= 8 * kEdge ? 8 : 0;
+}
+
+/// A 16 x 16 tile of float32 whose line r holds value(r), for scaling the
+/// rows of a warp's accumulators; the warp's 32 lanes fill it.
+template <typename Value>
+__device__ inline void fillRowFactors(float *tile, int lane, Value value) {
+  for (int e = lane; e < kEdge * kEdge; e += 32)
+    tile[(e / kEdge) * kScratchLd + e % kEdge] = value(e / kEdge);
+  __syncwarp();
+}
+
+/// acc[t] *= the row factors in `tile` for t < count.
+template <int kTiles>
+__device__ inline void scaleRows(Accumulator *acc, int count,
+                                 const float *tile) {
+  Accumulator f;
+  wmma::load_matrix_sync(f, tile, kScratchLd, wmma::mem_row_major);
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+    if (t < count)
+      for (int i = 0; i < f.num_elements; ++i)
+        acc[t].x[i] *= f.x[i];
+}
+
+/// acc[t] += A B_t over `steps` 16-deep slices, for t < count: A is the
+/// warp's 16-row strip (row-major at a, stride lda), B_t the 16 columns from
+/// t * 16 on of the row-major (16 steps) x (16 count) matrix at b. Each A
+/// slice is loaded once for every t.
+template <typename T, int kTiles>
+__device__ inline void mmaStrip(Accumulator *acc, int count, const uint16_t *a,
+                                int lda, const uint16_t *b, int ldb,
+                                int steps) {
+  wmma::fragment<wmma::matrix_a, kEdge, kEdge, kEdge, T, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, kEdge, kEdge, kEdge, T, wmma::row_major> fb;
+  for (int k = 0; k < steps; ++k) {
+    wmma::load_matrix_sync(fa, reinterpret_cast<const T *>(a + k * kEdge),
+                           static_cast<unsigned>(lda));
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+      if (t < count) {
+        wmma::load_matrix_sync(
+            fb, reinterpret_cast<const T *>(b + k * kEdge * ldb + t * kEdge),
+            static_cast<unsigned>(ldb));
+        wmma::mma_sync(acc[t], fa, fb, acc[t]);
+      }
+  }
+}
+
+template <int kTiles>
+__device__ inline void zeroAccumulators(Accumulator *acc) {
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+    wmma::fill_fragment(acc[t], 0.0f);
+}
+
+/// Stores the warp's accumulators acc[t] (t < count), the 16-row strip from
+/// row `r0` on, to the float32 rows at `rows` (stride ld).
+template <int kTiles>
+__device__ inline void storeStrip(float *rows, int ld, int r0,
+                                  const Accumulator *acc, int count) {
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+    if (t < count)
+      wmma::store_matrix_sync(rows + r0 * ld + t * kEdge, acc[t],
+                              static_cast<unsigned>(ld), wmma::mem_row_major);
+  __syncwarp();
+}
+
+/// Forward: the query tile, the K and V steps, each warp's float32 scores
+/// (16 rows; P overwrites each row in 16 bits) and row-factor tile, and each
+/// row's maximum and sum. At the end the output rows, float32 with stride
+/// dv16 + kPad32, are stored over the tiles from offset 0.
+struct RegForwardLayout {
+  int ldQ, ldKV, ldS, ldO;
+  size_t q, k, v, s, factors, stats, bytes;
+  __host__ __device__ explicit RegForwardLayout(const Tiling16 &t)
+      : ldQ(t.d16 + kPad16), ldKV(maxInt(t.d16, t.dv16) + kPad16),
+        ldS(t.step + kPad32), ldO(t.dv16 + kPad32) {
+    q = 0;
+    k = q + sizeof(uint16_t) * t.own * ldQ;
+    v = k + sizeof(uint16_t) * t.step * ldKV;
+    s = v + sizeof(uint16_t) * t.step * ldKV;
+    factors = s + sizeof(float) * t.own * ldS;
+    stats = factors + sizeof(float) * kWarps * kEdge * kScratchLd;
+    bytes = stats + sizeof(float) * 2 * t.own;
+  }
+};
+
+template <typename T, int kTiles, typename O>
+__device__ void
+forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
+             const uint16_t *v, const unsigned char *mask,
+             const DropoutParams &drop, bool dropout, const Tiling16 &t,
+             unsigned char *smem, O *out, float *lse) {
+  const RegForwardLayout L(t);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r0 = warp * kEdge; // the warp's strip of the block's rows
+  uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
+  uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
+  uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
+  float *s = reinterpret_cast<float *>(smem + L.s) + r0 * L.ldS;
+  // Row r of P (16-bit) overwrites the first half of row r of S.
+  uint16_t *p = reinterpret_cast<uint16_t *>(s);
+  const int ldP = 2 * L.ldS;
+  float *factors =
+      reinterpret_cast<float *>(smem + L.factors) + r0 * kScratchLd;
+  float *rowMax = reinterpret_cast<float *>(smem + L.stats) + r0;
+  float *rowSum = rowMax + t.own;
+  const int stepTiles = t.step / kEdge, dvTiles = t.dv16 / kEdge;
+  const int64_t tilesPerHead = (a.sq + t.own - 1) / t.own;
+  Accumulator acc[kTiles];
+
+  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
+       tile += gridDim.x) {
+    const int64_t h = tile / tilesPerHead;
+    const int64_t i0 = (tile % tilesPerHead) * t.own;
+    const int rows = countFrom(a.sq, i0, t.own);
+    const unsigned char *maskHead =
+        mask ? mask + attentionMaskOffset(a, h) : nullptr;
+    __syncthreads(); // the previous tile's output pass is done
+    stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows,
+            t.own, static_cast<int>(a.d), t.d16);
+    if (lane < kEdge) {
+      rowMax[lane] = kNegInf;
+      rowSum[lane] = 0.0f;
+    }
+    __syncwarp();
+    zeroAccumulators<kTiles>(acc);
+
+    for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
+      const int cols = countFrom(a.sk, j0, t.step);
+      __syncthreads(); // every warp is done with the last K and V
+      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+        continue;
+      stage16(ks, L.ldKV, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row,
+              cols, t.step, static_cast<int>(a.d), t.d16);
+      stage16(vs, L.ldKV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row,
+              cols, t.step, static_cast<int>(a.dv), t.dv16);
+      __syncthreads();
+      if (r0 >= rows)
+        continue; // a strip past the end of the sequence
+      for (int ct = 0; ct < stepTiles; ++ct)
+        productTile<T>(s + ct * kEdge, L.ldS, qs + r0 * L.ldQ, L.ldQ,
+                       ks + ct * kEdge * L.ldKV, L.ldKV, t.d16 / kEdge);
+      __syncwarp();
+
+      // The online softmax over the strip.
+      for (int r = 0; r < kEdge; ++r) {
+        const float factor = softmaxStepRow<T>(
+            a, maskHead, drop, dropout, h, i0 + r0 + r, r0 + r < rows, j0, cols,
+            t.step, s + r * L.ldS, p + r * ldP, rowMax + r, rowSum + r, lane);
+        if (lane < kEdge)
+          factors[r * kScratchLd + lane] = factor;
+      }
+      __syncwarp(); // P and the factors are written
+
+      // O = factor * O + P V.
+      scaleRows<kTiles>(acc, dvTiles, factors);
+      mmaStrip<T, kTiles>(acc, dvTiles, p, ldP, vs, L.ldKV, stepTiles);
+      __syncwarp(); // P is read before the next step's S overwrites it
+    }
+
+    __syncthreads(); // every warp is done with Q, K and V
+    if (r0 >= rows)
+      continue;
+    // out = O / rowSum (0 for a row whose every key is masked).
+    fillRowFactors(factors, lane, [&](int r) {
+      const float sum = rowSum[r];
+      return sum == 0.0f ? 0.0f : 1.0f / sum;
+    });
+    scaleRows<kTiles>(acc, dvTiles, factors);
+    float *o = reinterpret_cast<float *>(smem);
+    storeStrip<kTiles>(o, L.ldO, r0, acc, dvTiles);
+    for (int r = 0; r < kEdge && r0 + r < rows; ++r) {
+      const float sum = rowSum[r];
+      const bool empty = sum == 0.0f; // every key masked
+      O *orow = out + attentionRow(a, a.rows.o, h, i0 + r0 + r);
+      for (int x = lane; x < a.dv; x += 32)
+        storeOut<T>(orow + x, o[(r0 + r) * L.ldO + x]);
+      if (lane == 0)
+        lse[h * a.sq + i0 + r0 + r] = empty ? kNegInf : rowMax[r] + logf(sum);
+    }
+  }
+}
+
+/// Backward dQ, shared memory as DqLayout without the accumulator; at the
+/// end the dQ rows, float32 with stride ldAcc, are stored over the staged
+/// tiles from offset 0.
+template <typename T, int kTiles, typename O>
+__device__ void
+dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
+        const uint16_t *v, const unsigned char *mask, const O *out,
+        const float *lse, const uint16_t *dout, const DropoutParams &drop,
+        bool dropout, const Tiling16 &t, unsigned char *smem, void *dq,
+        bool narrowGrads) {
+  const DqLayout L(t, /*sharedAcc=*/false);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r0 = warp * kEdge; // the warp's strip of the block's queries
+  uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
+  uint16_t *gs = reinterpret_cast<uint16_t *>(smem + L.g);
+  uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
+  uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
+  uint16_t *ds = reinterpret_cast<uint16_t *>(smem + L.ds) + r0 * L.ldDs;
+  float *lseRows = reinterpret_cast<float *>(smem + L.lse);
+  float *deltaRows = reinterpret_cast<float *>(smem + L.delta);
+  float *scratchS = reinterpret_cast<float *>(smem + L.scratch) +
+                    warp * 2 * kEdge * kScratchLd;
+  float *scratchP = scratchS + kEdge * kScratchLd;
+  const int stepTiles = t.step / kEdge, dTiles = t.d16 / kEdge;
+  const int64_t tilesPerHead = (a.sq + t.own - 1) / t.own;
+  Accumulator acc[kTiles];
+
+  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
+       tile += gridDim.x) {
+    const int64_t h = tile / tilesPerHead;
+    const int64_t i0 = (tile % tilesPerHead) * t.own;
+    const int rows = countFrom(a.sq, i0, t.own);
+    const unsigned char *maskHead =
+        mask ? mask + attentionMaskOffset(a, h) : nullptr;
+    __syncthreads(); // the previous tile's output pass is done
+    stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows,
+            t.own, static_cast<int>(a.d), t.d16);
+    stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
+            a.rows.dout.row, rows, t.own, static_cast<int>(a.dv), t.dv16);
+    rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows);
+    zeroAccumulators<kTiles>(acc);
+
+    for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
+      const int cols = countFrom(a.sk, j0, t.step);
+      __syncthreads(); // every warp is done with the last K
+      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+        continue;
+      stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row,
+              cols, t.step, static_cast<int>(a.d), t.d16);
+      stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row,
+              cols, t.step, static_cast<int>(a.dv), t.dv16);
+      __syncthreads();
+      if (r0 >= rows)
+        continue; // a strip past the end of the sequence
+      // The strip's scale * dS, a 16 x 16 tile at a time from its S and dP
+      // tiles; line r is query i0 + r0 + r, its keys from j0 + ct * 16 on.
+      for (int ct = 0; ct < stepTiles; ++ct) {
+        productTile<T>(scratchS, kScratchLd, qs + r0 * L.ldQ, L.ldQ,
+                       ks + ct * kEdge * L.ldK, L.ldK, t.d16 / kEdge);
+        productTile<T>(scratchP, kScratchLd, gs + r0 * L.ldG, L.ldG,
+                       vs + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
+        __syncwarp();
+        dsTile<T>(a, maskHead, drop, dropout, h, i0, j0, r0, ct * kEdge, rows,
+                  cols, lseRows, deltaRows, scratchS, scratchP, ds + ct * kEdge,
+                  L.ldDs, lane);
+      }
+      // dQ += dS K.
+      mmaStrip<T, kTiles>(acc, dTiles, ds, L.ldDs, ks, L.ldK, stepTiles);
+    }
+
+    __syncthreads(); // every warp is done with the staged tiles
+    if (r0 >= rows)
+      continue;
+    float *o = reinterpret_cast<float *>(smem);
+    storeStrip<kTiles>(o, L.ldAcc, r0, acc, dTiles);
+    for (int r = 0; r < kEdge && r0 + r < rows; ++r) {
+      const int64_t g = attentionRow(a, a.rows.dq, h, i0 + r0 + r);
+      for (int x = lane; x < a.d; x += 32)
+        storeGrad<T>(dq, g + x, narrowGrads, o[(r0 + r) * L.ldAcc + x]);
+    }
+  }
+}
+
+/// Backward dK/dV, shared memory as DkvLayout without the accumulators; at
+/// the end the dK rows (stride ldAccK) and then the dV rows (ldAccV),
+/// float32, are stored over the staged tiles from offset 0.
+template <typename T, int kTiles, typename O>
+__device__ void
+dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
+         const uint16_t *v, const unsigned char *mask, const O *out,
+         const float *lse, const uint16_t *dout, const DropoutParams &drop,
+         bool dropout, const Tiling16 &t, unsigned char *smem, void *dk,
+         void *dv, bool narrowGrads) {
+  const DkvLayout L(t, /*sharedAcc=*/false);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r0 = warp * kEdge; // the warp's strip of the block's keys
+  uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
+  uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
+  uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
+  uint16_t *gs = reinterpret_cast<uint16_t *>(smem + L.g);
+  uint16_t *dsT = reinterpret_cast<uint16_t *>(smem + L.dsT) + r0 * L.ldT;
+  uint16_t *pT = reinterpret_cast<uint16_t *>(smem + L.pT) + r0 * L.ldT;
+  float *lseRows = reinterpret_cast<float *>(smem + L.lse);
+  float *deltaRows = reinterpret_cast<float *>(smem + L.delta);
+  float *scratchS = reinterpret_cast<float *>(smem + L.scratch) +
+                    warp * 2 * kEdge * kScratchLd;
+  float *scratchP = scratchS + kEdge * kScratchLd;
+  const int stepTiles = t.step / kEdge;
+  const int dTiles = t.d16 / kEdge, dvTiles = t.dv16 / kEdge;
+  const int64_t tilesPerHead = (a.sk + t.own - 1) / t.own;
+  Accumulator accK[kTiles], accV[kTiles];
+
+  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
+       tile += gridDim.x) {
+    const int64_t h = tile / tilesPerHead;
+    const int64_t j0 = (tile % tilesPerHead) * t.own;
+    const int cols = countFrom(a.sk, j0, t.own);
+    const unsigned char *maskHead =
+        mask ? mask + attentionMaskOffset(a, h) : nullptr;
+    __syncthreads(); // the previous tile's output pass is done
+    stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols,
+            t.own, static_cast<int>(a.d), t.d16);
+    stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols,
+            t.own, static_cast<int>(a.dv), t.dv16);
+    zeroAccumulators<kTiles>(accK);
+    zeroAccumulators<kTiles>(accV);
+
+    for (int64_t i0 = 0; i0 < a.sq; i0 += t.step) {
+      const int rows = countFrom(a.sq, i0, t.step);
+      __syncthreads(); // every warp is done with the last query step
+      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+        continue;
+      stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
+              rows, t.step, static_cast<int>(a.d), t.d16);
+      stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
+              a.rows.dout.row, rows, t.step, static_cast<int>(a.dv), t.dv16);
+      rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step, lseRows, deltaRows);
+      __syncthreads();
+      if (r0 >= cols)
+        continue; // a strip past the end of the sequence
+      // The strip's scale * dS^T and dropped P^T, a 16 x 16 tile (keys x
+      // queries) at a time from its S^T and dP^T tiles; a line of the mask
+      // is a query (column c of the tile, i0 + qt * 16 + c), its keys from
+      // j0 + r0 on.
+      for (int qt = 0; qt < stepTiles; ++qt) {
+        productTile<T>(scratchS, kScratchLd, ks + r0 * L.ldK, L.ldK,
+                       qs + qt * kEdge * L.ldQ, L.ldQ, t.d16 / kEdge);
+        productTile<T>(scratchP, kScratchLd, vs + r0 * L.ldV, L.ldV,
+                       gs + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
+        __syncwarp();
+        dsPTransposedTile<T>(a, maskHead, drop, dropout, h, i0, j0, r0,
+                             qt * kEdge, rows, cols, lseRows, deltaRows,
+                             scratchS, scratchP, dsT + qt * kEdge,
+                             pT + qt * kEdge, L.ldT, lane);
+      }
+      // dV += P^T dO, dK += dS^T Q.
+      mmaStrip<T, kTiles>(accV, dvTiles, pT, L.ldT, gs, L.ldG, stepTiles);
+      mmaStrip<T, kTiles>(accK, dTiles, dsT, L.ldT, qs, L.ldQ, stepTiles);
+    }
+
+    __syncthreads(); // every warp is done with the staged tiles
+    if (r0 >= cols)
+      continue;
+    float *outK = reinterpret_cast<float *>(smem);
+    float *outV = outK + t.own * L.ldAccK;
+    storeStrip<kTiles>(outK, L.ldAccK, r0, accK, dTiles);
+    storeStrip<kTiles>(outV, L.ldAccV, r0, accV, dvTiles);
+    for (int r = 0; r < kEdge && r0 + r < cols; ++r) {
+      const int64_t gk = attentionRow(a, a.rows.dk, h, j0 + r0 + r);
+      const int64_t gv = attentionRow(a, a.rows.dv, h, j0 + r0 + r);
+      for (int x = lane; x < a.d; x += 32)
+        storeGrad<T>(dk, gk + x, narrowGrads, outK[(r0 + r) * L.ldAccK + x]);
+      for (int x = lane; x < a.dv; x += 32)
+        storeGrad<T>(dv, gv + x, narrowGrads, outV[(r0 + r) * L.ldAccV + x]);
     }
   }
 }
@@ -1433,6 +1876,55 @@ __global__ void __launch_bounds__(kThreads)
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     dkv16<T>(a, q, k, v, mask, out, lse, dout, drop, dropout, t, smem16, dk,
              dv, narrowGrads);
+  }
+}
+
+template <typename T, typename O, int kTiles>
+__global__ void __launch_bounds__(kThreads)
+    attentionForwardReg16Kernel(AttentionDims a, const uint16_t *q,
+                                const uint16_t *k, const uint16_t *v,
+                                const unsigned char *mask, DropoutParams drop,
+                                const StepCounters *counters, bool dropout,
+                                Tiling16 t, O *out, float *lse) {
+  if constexpr (wmmaSupports<T>()) {
+    extern __shared__ __align__(128) unsigned char smem16[];
+    drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
+    forwardReg16<T, kTiles>(a, q, k, v, mask, drop, dropout, t, smem16, out,
+                            lse);
+  }
+}
+
+template <typename T, typename O, int kTiles>
+__global__ void __launch_bounds__(kThreads)
+    attentionDqReg16Kernel(AttentionDims a, const uint16_t *q,
+                           const uint16_t *k, const uint16_t *v,
+                           const unsigned char *mask, const O *out,
+                           const float *lse, const uint16_t *dout,
+                           DropoutParams drop, const StepCounters *counters,
+                           bool dropout, Tiling16 t, void *dq,
+                           bool narrowGrads) {
+  if constexpr (wmmaSupports<T>()) {
+    extern __shared__ __align__(128) unsigned char smem16[];
+    drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
+    dqReg16<T, kTiles>(a, q, k, v, mask, out, lse, dout, drop, dropout, t,
+                       smem16, dq, narrowGrads);
+  }
+}
+
+template <typename T, typename O, int kTiles>
+__global__ void __launch_bounds__(kThreads)
+    attentionDkvReg16Kernel(AttentionDims a, const uint16_t *q,
+                            const uint16_t *k, const uint16_t *v,
+                            const unsigned char *mask, const O *out,
+                            const float *lse, const uint16_t *dout,
+                            DropoutParams drop, const StepCounters *counters,
+                            bool dropout, Tiling16 t, void *dk, void *dv,
+                            bool narrowGrads) {
+  if constexpr (wmmaSupports<T>()) {
+    extern __shared__ __align__(128) unsigned char smem16[];
+    drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
+    dkvReg16<T, kTiles>(a, q, k, v, mask, out, lse, dout, drop, dropout, t,
+                        smem16, dk, dv, narrowGrads);
   }
 }
 
@@ -1523,6 +2015,26 @@ bool chooseTiling16(Context &ctx, const AttentionDims &a, int64_t ownRows,
   return false;
 }
 
+/// The register kernels' instance for a's head dims (regTilesFor) and its
+/// tiling (own = kRegOwn rows of a side of `ownRows`; steps of kMaxStep rows
+/// of a streamed side of `stepRows`, fewer when it is shorter, as
+/// chooseTiling16 would), when there is one, the own side has kRegOwn rows
+/// or more and the shared memory fits `limit`; else 0. A shorter side
+/// would leave warps without rows in a block whose shared memory is sized
+/// for 64: the general kernels cut it into smaller tiles there.
+template <typename Layout, typename... Extra>
+int regTiling16(const AttentionDims &a, int64_t ownRows, int64_t stepRows,
+                size_t limit, Tiling16 &tiling, Extra... extra) {
+  const int tiles = ownRows >= kRegOwn ? regTilesFor(a) : 0;
+  const int step =
+      static_cast<int>(std::min<int64_t>(kMaxStep, roundUp16(stepRows)));
+  const Tiling16 t{kRegOwn, step, roundUp16(a.d), roundUp16(a.dv)};
+  if (tiles == 0 || Layout(t, extra...).bytes > limit)
+    return 0;
+  tiling = t;
+  return tiles;
+}
+
 /// Opts the kernel into `limit` bytes of dynamic shared memory, once per
 /// kernel instance (a step being captured into a CUDA graph, which ran
 /// eagerly before, sets no attribute); every tiling chosen for the device
@@ -1545,57 +2057,89 @@ bool allowShared16(Context &ctx, size_t limit, const char *name) {
   return true;
 }
 
+/// Launches `kernel` on `tiles` blocks with `bytes` of dynamic shared
+/// memory, after opting it into `limit`.
+template <auto kernel, typename... Args>
+void launch16(Context &ctx, const char *name, size_t limit, size_t bytes,
+              int64_t tiles, Args... args) {
+  if (!allowShared16<kernel>(ctx, limit, name))
+    return;
+  kernel<<<cuda::gridFor(tiles, 1), kThreads, bytes, ctx.stream>>>(args...);
+  checkLaunch(ctx, name);
+}
+
+/// The forward with tiling t: the register kernel instance regTiles (4 or
+/// 8), or the general kernel (0).
 template <typename T, typename O>
 void launchForward16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
-                     size_t limit, const uint16_t *q, const uint16_t *k,
-                     const uint16_t *v, const unsigned char *mask,
-                     const DropoutParams &drop, bool dropout, O *out,
-                     float *lse) {
-  if (!allowShared16<attentionForward16Kernel<T, O>>(
-          ctx, limit, "attentionForward16Kernel"))
-    return;
-  auto kernel = attentionForward16Kernel<T, O>;
+                     int regTiles, size_t limit, const uint16_t *q,
+                     const uint16_t *k, const uint16_t *v,
+                     const unsigned char *mask, const DropoutParams &drop,
+                     bool dropout, O *out, float *lse) {
   const int64_t tiles = a.batch * ((a.sq + t.own - 1) / t.own);
-  kernel<<<cuda::gridFor(tiles, 1), kThreads, ForwardLayout(t).bytes,
-           ctx.stream>>>(a, q, k, v, mask, drop, cuda::stepCounters(ctx),
-                         dropout, t, out, lse);
-  checkLaunch(ctx, "attentionForward16Kernel");
+  const StepCounters *counters = cuda::stepCounters(ctx);
+  const size_t regBytes = RegForwardLayout(t).bytes;
+  if (regTiles == 4)
+    launch16<attentionForwardReg16Kernel<T, O, 4>>(
+        ctx, "attentionForwardReg16Kernel", limit, regBytes, tiles, a, q, k, v,
+        mask, drop, counters, dropout, t, out, lse);
+  else if (regTiles == 8)
+    launch16<attentionForwardReg16Kernel<T, O, 8>>(
+        ctx, "attentionForwardReg16Kernel", limit, regBytes, tiles, a, q, k, v,
+        mask, drop, counters, dropout, t, out, lse);
+  else
+    launch16<attentionForward16Kernel<T, O>>(
+        ctx, "attentionForward16Kernel", limit, ForwardLayout(t).bytes, tiles,
+        a, q, k, v, mask, drop, counters, dropout, t, out, lse);
 }
 
 template <typename T, typename O>
 void launchDq16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
-                size_t limit, const uint16_t *q, const uint16_t *k,
-                const uint16_t *v, const unsigned char *mask, const O *out,
-                const float *lse, const uint16_t *dout,
+                int regTiles, size_t limit, const uint16_t *q,
+                const uint16_t *k, const uint16_t *v, const unsigned char *mask,
+                const O *out, const float *lse, const uint16_t *dout,
                 const DropoutParams &drop, bool dropout, void *dq,
                 bool narrowGrads) {
-  if (!allowShared16<attentionDq16Kernel<T, O>>(ctx, limit,
-                                                "attentionDq16Kernel"))
-    return;
-  auto kernel = attentionDq16Kernel<T, O>;
   const int64_t tiles = a.batch * ((a.sq + t.own - 1) / t.own);
-  kernel<<<cuda::gridFor(tiles, 1), kThreads, DqLayout(t).bytes, ctx.stream>>>(
-      a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
-      t, dq, narrowGrads);
-  checkLaunch(ctx, "attentionDq16Kernel");
+  const StepCounters *counters = cuda::stepCounters(ctx);
+  const size_t regBytes = DqLayout(t, /*sharedAcc=*/false).bytes;
+  if (regTiles == 4)
+    launch16<attentionDqReg16Kernel<T, O, 4>>(
+        ctx, "attentionDqReg16Kernel", limit, regBytes, tiles, a, q, k, v, mask,
+        out, lse, dout, drop, counters, dropout, t, dq, narrowGrads);
+  else if (regTiles == 8)
+    launch16<attentionDqReg16Kernel<T, O, 8>>(
+        ctx, "attentionDqReg16Kernel", limit, regBytes, tiles, a, q, k, v, mask,
+        out, lse, dout, drop, counters, dropout, t, dq, narrowGrads);
+  else
+    launch16<attentionDq16Kernel<T, O>>(
+        ctx, "attentionDq16Kernel", limit, DqLayout(t).bytes, tiles, a, q, k, v,
+        mask, out, lse, dout, drop, counters, dropout, t, dq, narrowGrads);
 }
 
 template <typename T, typename O>
 void launchDkv16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
-                 size_t limit, const uint16_t *q, const uint16_t *k,
-                 const uint16_t *v, const unsigned char *mask, const O *out,
-                 const float *lse, const uint16_t *dout,
-                 const DropoutParams &drop, bool dropout, void *dk,
-                 void *dv, bool narrowGrads) {
-  if (!allowShared16<attentionDkv16Kernel<T, O>>(ctx, limit,
-                                                 "attentionDkv16Kernel"))
-    return;
-  auto kernel = attentionDkv16Kernel<T, O>;
+                 int regTiles, size_t limit, const uint16_t *q,
+                 const uint16_t *k, const uint16_t *v,
+                 const unsigned char *mask, const O *out, const float *lse,
+                 const uint16_t *dout, const DropoutParams &drop, bool dropout,
+                 void *dk, void *dv, bool narrowGrads) {
   const int64_t tiles = a.batch * ((a.sk + t.own - 1) / t.own);
-  kernel<<<cuda::gridFor(tiles, 1), kThreads, DkvLayout(t).bytes, ctx.stream>>>(
-      a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
-      t, dk, dv, narrowGrads);
-  checkLaunch(ctx, "attentionDkv16Kernel");
+  const StepCounters *counters = cuda::stepCounters(ctx);
+  const size_t regBytes = DkvLayout(t, /*sharedAcc=*/false).bytes;
+  if (regTiles == 4)
+    launch16<attentionDkvReg16Kernel<T, O, 4>>(
+        ctx, "attentionDkvReg16Kernel", limit, regBytes, tiles, a, q, k, v,
+        mask, out, lse, dout, drop, counters, dropout, t, dk, dv, narrowGrads);
+  else if (regTiles == 8)
+    launch16<attentionDkvReg16Kernel<T, O, 8>>(
+        ctx, "attentionDkvReg16Kernel", limit, regBytes, tiles, a, q, k, v,
+        mask, out, lse, dout, drop, counters, dropout, t, dk, dv, narrowGrads);
+  else
+    launch16<attentionDkv16Kernel<T, O>>(ctx, "attentionDkv16Kernel", limit,
+                                         DkvLayout(t).bytes, tiles, a, q, k, v,
+                                         mask, out, lse, dout, drop, counters,
+                                         dropout, t, dk, dv, narrowGrads);
 }
 
 } // namespace
@@ -1647,20 +2191,22 @@ void forward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
   size_t limit = 0;
   Tiling16 t;
   if (!checkDims(ctx, a) ||
-      !sharedLimit16(ctx, storage, "attentionForward16", limit) ||
-      !chooseTiling16<ForwardLayout>(ctx, a, a.sq, a.sk, limit,
-                                     "attentionForward16", t))
+      !sharedLimit16(ctx, storage, "attentionForward16", limit))
+    return;
+  const int reg = regTiling16<RegForwardLayout>(a, a.sq, a.sk, limit, t);
+  if (reg == 0 && !chooseTiling16<ForwardLayout>(ctx, a, a.sq, a.sk, limit,
+                                                 "attentionForward16", t))
     return;
   // The step is read on the device (a replayed CUDA graph's kernels keep
   // their arguments).
   const DropoutParams drop = dropoutParams(ctx.seed, 0, a.stream, a.dropout);
   const bool dropout = a.dropout > 0.0f;
   if (storage == Storage16::Bf16)
-    launchForward16<__nv_bfloat16>(ctx, a, t, limit, q, k, v, mask, drop,
+    launchForward16<__nv_bfloat16>(ctx, a, t, reg, limit, q, k, v, mask, drop,
                                    dropout, out, lse);
   else
-    launchForward16<__half>(ctx, a, t, limit, q, k, v, mask, drop, dropout, out,
-                            lse);
+    launchForward16<__half>(ctx, a, t, reg, limit, q, k, v, mask, drop, dropout,
+                            out, lse);
 }
 
 /// attentionBackward16 with the output stored as O (float or 16-bit) and
@@ -1673,11 +2219,16 @@ void backward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
   size_t limit = 0;
   Tiling16 tq, tkv;
   if (!checkDims(ctx, a) ||
-      !sharedLimit16(ctx, storage, "attentionBackward16", limit) ||
-      !chooseTiling16<DqLayout>(ctx, a, a.sq, a.sk, limit,
-                                "attentionBackward16", tq) ||
-      !chooseTiling16<DkvLayout>(ctx, a, a.sk, a.sq, limit,
-                                 "attentionBackward16", tkv))
+      !sharedLimit16(ctx, storage, "attentionBackward16", limit))
+    return;
+  const int regQ =
+      regTiling16<DqLayout>(a, a.sq, a.sk, limit, tq, /*sharedAcc=*/false);
+  const int regKv =
+      regTiling16<DkvLayout>(a, a.sk, a.sq, limit, tkv, /*sharedAcc=*/false);
+  if ((regQ == 0 && !chooseTiling16<DqLayout>(ctx, a, a.sq, a.sk, limit,
+                                              "attentionBackward16", tq)) ||
+      (regKv == 0 && !chooseTiling16<DkvLayout>(ctx, a, a.sk, a.sq, limit,
+                                                "attentionBackward16", tkv)))
     return;
   // The step is read on the device (a replayed CUDA graph's kernels keep
   // their arguments).
@@ -1685,15 +2236,15 @@ void backward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
   const bool dropout = a.dropout > 0.0f;
   constexpr bool narrow = std::is_same_v<G, uint16_t>;
   if (storage == Storage16::Bf16) {
-    launchDq16<__nv_bfloat16>(ctx, a, tq, limit, q, k, v, mask, out, lse, dout,
-                              drop, dropout, dq, narrow);
-    launchDkv16<__nv_bfloat16>(ctx, a, tkv, limit, q, k, v, mask, out, lse,
-                               dout, drop, dropout, dk, dv, narrow);
+    launchDq16<__nv_bfloat16>(ctx, a, tq, regQ, limit, q, k, v, mask, out, lse,
+                              dout, drop, dropout, dq, narrow);
+    launchDkv16<__nv_bfloat16>(ctx, a, tkv, regKv, limit, q, k, v, mask, out,
+                               lse, dout, drop, dropout, dk, dv, narrow);
   } else {
-    launchDq16<__half>(ctx, a, tq, limit, q, k, v, mask, out, lse, dout, drop,
-                       dropout, dq, narrow);
-    launchDkv16<__half>(ctx, a, tkv, limit, q, k, v, mask, out, lse, dout, drop,
-                        dropout, dk, dv, narrow);
+    launchDq16<__half>(ctx, a, tq, regQ, limit, q, k, v, mask, out, lse, dout,
+                       drop, dropout, dq, narrow);
+    launchDkv16<__half>(ctx, a, tkv, regKv, limit, q, k, v, mask, out, lse,
+                        dout, drop, dropout, dk, dv, narrow);
   }
 }
 

@@ -672,10 +672,17 @@ TEST_F(Attention, LargeScoresDoNotOverflow) {
 
 TEST_F(Attention, SixteenBitMatchesReference) {
   // sq = 37 and sk = 70 are multiples of no tile size; d = 40 and dv = 24
-  // are not multiples of 16, the tensor-core tile edge.
+  // are not multiples of 16, the tensor-core tile edge. On CUDA, head dims
+  // up to 64 and up to 128 take the two instances of the kernels that keep
+  // their accumulators in registers where the side a block owns (queries
+  // for the forward and dQ, keys for dK/dV) has 64 rows or more, the
+  // general kernels elsewhere and for larger dims; 130 x 200 walks several
+  // tiles and steps.
   struct Case {
     int64_t sq, sk, d, dv;
-  } cases[] = {{37, 70, 64, 64}, {37, 70, 40, 24}, {70, 37, 40, 64}};
+  } cases[] = {{37, 70, 64, 64},   {37, 70, 40, 24},   {70, 37, 40, 64},
+               {130, 200, 64, 48}, {37, 70, 128, 128}, {200, 130, 96, 40},
+               {70, 37, 160, 144}};
   unsigned seed = 900;
   for (Storage16 storage : {Storage16::Bf16, Storage16::F16})
     for (const Case &c : cases) {
@@ -713,6 +720,31 @@ TEST_F(Attention, SixteenBitCausalMaskAndDropout) {
     for (int64_t h = 0; h < a.batch; ++h)
       expectNoKeyGradient(r, a, h, sq);
   }
+}
+
+TEST_F(Attention, SixteenBitLongCausalSequences) {
+  // 200 queries and keys under a causal mask, with dropout: blocks whose
+  // every step is live, partly masked and skipped, in both instances of the
+  // register kernels (d = 64 and 80) and in the general ones (d = 144).
+  const int64_t s = 200;
+  ctx.seed = 99;
+  ctx.batch = 4;
+  unsigned seed = 960;
+  for (int64_t d : {64, 80, 144})
+    for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+      AttentionDims a = attentionDims(2, s, s, d, d, 0.125f);
+      a.dropout = 0.1f;
+      a.stream = 7;
+      a.maskRowStride = s;
+      a.maskColStride = 1;
+      SCOPED_TRACE(std::string(storageName(storage)) + " " + describe(a));
+      Inputs in = randomInputs(a, seed);
+      seed += 10;
+      causalMask(a, in);
+      Inputs16 bits = roundInputs(in, storage);
+      expectMatches16(run16(a, storage, in, bits),
+                      attentionReference(a, in, ctx.seed, ctx.batch), storage);
+    }
 }
 
 TEST_F(Attention, SixteenBitFullyMaskedHead) {
