@@ -125,7 +125,7 @@ def run_mtc(args, name, onnx_path, data_dir):
         f.write(prof)
     # The time per kind of op (attention, GEMMs, fused kernels...) goes to
     # the output too: where the step's time goes on this GPU.
-    kinds = prof[prof.find("   ms/step      %    ops  kind"):]
+    kinds = prof[prof.find("   ms/step      %    ops     GB/s  GFLOP/s  kind"):]
     kinds = kinds[:kinds.find("   ms/step      %     GB/s")].rstrip()
     if kinds:
         print("  %s: mtc time per kind of op (--profile, no CUDA graph)\n%s"

@@ -903,26 +903,33 @@ void printProfile(const Context &ctx, const ModelDesc &desc, int64_t steps) {
   // Per kind of op (all convolutions, all optimizer updates...), then the
   // single ops that take the most time.
   // A generated kernel's name follows its op's ("mtc.fused k3_fused_...").
-  std::vector<std::pair<std::string, std::pair<double, int>>> kinds;
+  struct Kind {
+    std::string name;
+    double ms = 0.0, bytes = 0.0, flops = 0.0;
+    int ops = 0;
+  };
+  std::vector<Kind> kinds;
   for (int i = 0; i < n; ++i) {
-    const double ms = ctx.profileMs[i] / static_cast<double>(profiled);
-    std::string kind = desc.profileOps[i].name;
-    kind = kind.substr(0, kind.find(' '));
+    const ProfileOp &op = desc.profileOps[i];
+    std::string name = op.name;
+    name = name.substr(0, name.find(' '));
     auto it = std::find_if(kinds.begin(), kinds.end(),
-                           [&](const auto &k) { return k.first == kind; });
+                           [&](const Kind &k) { return k.name == name; });
     if (it == kinds.end())
-      kinds.push_back({kind, {ms, 1}});
-    else
-      it->second.first += ms, ++it->second.second;
+      it = kinds.insert(kinds.end(), Kind{name});
+    it->ms += ctx.profileMs[i] / static_cast<double>(profiled);
+    it->bytes += static_cast<double>(op.bytes);
+    it->flops += static_cast<double>(op.flops);
+    ++it->ops;
   }
-  std::sort(kinds.begin(), kinds.end(), [](const auto &a, const auto &b) {
-    return a.second.first > b.second.first;
-  });
-  std::printf("   ms/step      %%    ops  kind\n");
-  for (const auto &[name, timeAndCount] : kinds)
-    std::printf("  %8.3f %5.1f%% %6d  %s\n", timeAndCount.first,
-                totalMs > 0.0 ? 100.0 * timeAndCount.first / totalMs : 0.0,
-                timeAndCount.second, name.c_str());
+  std::sort(kinds.begin(), kinds.end(),
+            [](const Kind &a, const Kind &b) { return a.ms > b.ms; });
+  std::printf("   ms/step      %%    ops     GB/s  GFLOP/s  kind\n");
+  for (const Kind &k : kinds)
+    std::printf("  %8.3f %5.1f%% %6d %8.1f %8.1f  %s\n", k.ms,
+                totalMs > 0.0 ? 100.0 * k.ms / totalMs : 0.0, k.ops,
+                perSecond(k.bytes, k.ms), perSecond(k.flops, k.ms),
+                k.name.c_str());
   std::printf("   ms/step      %%     GB/s  GFLOP/s  op\n");
   for (int rank = 0; rank < n && rank < 25; ++rank) {
     const ProfileOp &op = desc.profileOps[order[rank]];
