@@ -7,14 +7,18 @@
 // CUDA source, translated like the runtime's, checking what the emulation
 // promises: the built-in variables, barriers and their reductions, warp
 // exchanges with CUDA's width rules, WMMA tiles, static and dynamic shared
-// memory, the launch checks a GPU makes, graph capture and replay, and
-// that a barrier nobody can pass fails the launch instead of hanging.
+// memory, cp.async copies, the launch checks a GPU makes, graph capture and
+// replay, and that a barrier nobody can pass fails the launch instead of
+// hanging.
 // Expected values come from CUDA's definitions, written out by hand.
 //
 //===----------------------------------------------------------------------===//
 
 #include <gtest/gtest.h>
 #include <mma.h>
+#ifndef MTC_CUDA_EMULATION
+#include <cuda_pipeline.h>
+#endif
 
 #include <cstdint>
 #include <cstdlib>
@@ -289,6 +293,73 @@ TEST(CudaEmulation, CopiesOutsideAnAllocationAreRefused) {
             cudaSuccess);
   EXPECT_EQ(cudaFree(host.data()), cudaErrorInvalidValue);
   cudaFree(x);
+}
+
+/// Thread t copies 16 bytes (4 ints) of src into its slot of shared memory
+/// in two cp.async groups: words 0-1 then, zero-filling the last 4 bytes,
+/// words 2-3. It records its slot before any wait, after waiting for all
+/// but the last group and after waiting for all, as CUDA defines
+/// __pipeline_wait_prior.
+__global__ void asyncCopyKernel(const int *src, int *seen) {
+  __shared__ __align__(16) int slot[32][4];
+  const int t = threadIdx.x;
+  for (int w = 0; w < 4; ++w)
+    slot[t][w] = -1;
+  __pipeline_memcpy_async(&slot[t][0], src + 4 * t, 8);
+  __pipeline_commit();
+  __pipeline_memcpy_async(&slot[t][2], src + 4 * t + 2, 8, 4);
+  __pipeline_commit();
+  for (int phase = 0; phase < 3; ++phase) {
+    if (phase > 0)
+      __pipeline_wait_prior(2 - phase);
+    for (int w = 0; w < 4; ++w)
+      seen[(phase * 32 + t) * 4 + w] = slot[t][w];
+  }
+}
+
+TEST(CudaEmulation, AsyncCopiesLandWhenTheirGroupIsWaitedFor) {
+  int *src = deviceArray<int>(32 * 4);
+  int *seen = deviceArray<int>(3 * 32 * 4);
+  std::vector<int> values(32 * 4);
+  for (int i = 0; i < 32 * 4; ++i)
+    values[i] = 100 + i;
+  ASSERT_EQ(cudaMemcpy(src, values.data(), values.size() * sizeof(int),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  asyncCopyKernel<<<1, 32>>>(src, seen);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> got = fetch(seen, 3 * 32 * 4);
+  for (int t = 0; t < 32; ++t) {
+    const int *before = &got[t * 4], *first = &got[(32 + t) * 4],
+              *all = &got[(64 + t) * 4];
+    const int base = 100 + 4 * t;
+    EXPECT_EQ(std::vector<int>(before, before + 4),
+              std::vector<int>({-1, -1, -1, -1}));
+    EXPECT_EQ(std::vector<int>(first, first + 4),
+              std::vector<int>({base, base + 1, -1, -1}));
+    EXPECT_EQ(std::vector<int>(all, all + 4),
+              std::vector<int>({base, base + 1, base + 2, 0}));
+  }
+  cudaFree(src);
+  cudaFree(seen);
+}
+
+/// A copy nobody waits for.
+__global__ void unwaitedCopyKernel(const int *src) {
+  __shared__ __align__(16) int slot[4];
+  __pipeline_memcpy_async(slot, src, 16);
+  __pipeline_commit();
+}
+
+TEST(CudaEmulationDeathTest, ACopyNeverWaitedForFailsTheLaunch) {
+  EXPECT_EXIT(
+      {
+        int *src = deviceArray<int>(4);
+        unwaitedCopyKernel<<<1, 32>>>(src);
+        const bool failed = cudaGetLastError() == cudaErrorLaunchFailure;
+        std::exit(failed ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "cp.async copies it never waited for");
 }
 
 /// Lane 0 waits at __syncthreads while the rest of its warp waits for it

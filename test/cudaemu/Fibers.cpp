@@ -96,6 +96,13 @@ constexpr unsigned kMaxThreads = 1024;
 /// keeps whole tiles in every lane.
 constexpr size_t kStackBytes = 256 * 1024;
 
+/// A cp.async copy waiting for its group to complete.
+struct AsyncCopy {
+  void *dst;
+  const void *src;
+  size_t bytes, zfill;
+};
+
 struct Fiber {
   void *sp = nullptr;
   ThreadState state{};
@@ -104,6 +111,8 @@ struct Fiber {
   const void *stackBottom = nullptr; ///< for AddressSanitizer
   size_t stackBytes = 0;
   void *fakeStack = nullptr;
+  std::vector<std::vector<AsyncCopy>> committed; ///< oldest group first
+  std::vector<AsyncCopy> open;                   ///< since the last commit
 };
 
 /// A barrier's arrivals, and the results of the last two rounds (a thread
@@ -135,6 +144,7 @@ struct BlockRun {
   const std::function<void()> *body = nullptr;
   unsigned char *shared = nullptr;
   std::vector<const void *> freshStatics; ///< filled by this block
+  bool failed = false;                    ///< a thread broke a rule (reported)
 };
 
 thread_local BlockRun *tBlock = nullptr;
@@ -275,7 +285,7 @@ bool reverseOrder() {
   return reverse;
 }
 
-/// Runs one block; false on a deadlock (reported).
+/// Runs one block; false on a deadlock or a broken rule (reported).
 bool runBlock(BlockRun &run, const char *what) {
   const unsigned threads = static_cast<unsigned>(run.fibers.size());
   for (unsigned i = 0; i < threads; ++i)
@@ -293,6 +303,8 @@ bool runBlock(BlockRun &run, const char *what) {
       afterSwitch(run.schedulerFakeStack);
       run.running = nullptr;
     }
+    if (run.failed)
+      return false;
     if (!run.progress && run.live > 0) {
       unsigned atBlock = run.block.arrived, atWarp = 0;
       for (const Barrier &w : run.warps)
@@ -382,6 +394,14 @@ extern "C" void mtcEmuFiberMain(Fiber *fiber) {
   BlockRun &run = *tBlock;
   afterSwitch(nullptr, &run.schedulerBottom, &run.schedulerBytes);
   (*run.body)();
+  const bool pending =
+      !fiber->open.empty() ||
+      std::any_of(fiber->committed.begin(), fiber->committed.end(),
+                  [](const std::vector<AsyncCopy> &g) { return !g.empty(); });
+  if (pending) {
+    complain("a thread exited with cp.async copies it never waited for");
+    run.failed = true;
+  }
   fiber->done = true;
   --run.live;
   run.progress = true;
@@ -437,6 +457,37 @@ uint64_t warpExchange(uint64_t value, int source, int predicate,
     return ~uint64_t(0);
   }
   return w.values[round][source];
+}
+
+void asyncCopy(void *dst, const void *src, size_t bytes, size_t zfill) {
+  if ((bytes != 4 && bytes != 8 && bytes != 16) || zfill > bytes ||
+      reinterpret_cast<uintptr_t>(dst) % bytes != 0 ||
+      reinterpret_cast<uintptr_t>(src) % bytes != 0) {
+    complain("__pipeline_memcpy_async: the size must be 4, 8 or 16 bytes, "
+             "both addresses aligned to it and zfill at most the size");
+    tBlock->failed = true;
+    return;
+  }
+  tBlock->running->open.push_back({dst, src, bytes, zfill});
+}
+
+void asyncCommit() {
+  Fiber &self = *tBlock->running;
+  self.committed.push_back(std::move(self.open));
+  self.open.clear();
+}
+
+void asyncWait(size_t prior) {
+  Fiber &self = *tBlock->running;
+  const size_t done =
+      self.committed.size() > prior ? self.committed.size() - prior : 0;
+  for (size_t g = 0; g < done; ++g)
+    for (const AsyncCopy &c : self.committed[g]) {
+      const size_t copied = c.bytes - c.zfill;
+      std::memcpy(c.dst, c.src, copied);
+      std::memset(static_cast<unsigned char *>(c.dst) + copied, 0, c.zfill);
+    }
+  self.committed.erase(self.committed.begin(), self.committed.begin() + done);
 }
 
 void *dynamicShared() { return tBlock ? tBlock->shared : nullptr; }

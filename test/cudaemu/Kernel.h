@@ -180,6 +180,17 @@ template <typename T> T shuffleWithin(T value, int lane, int width) {
   return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
 }
 
+/// cp.async through cuda_pipeline.h's primitives. A copy is queued on the
+/// calling thread and made only when __pipeline_wait_prior lets its group
+/// complete (copies queued since the last commit join the next group), so
+/// code that reads the destination before waiting for it, or lets another
+/// thread read it before a barrier after the wait, reads what was there
+/// before; a thread that exits with copies it never waited for fails the
+/// launch.
+void asyncCopy(void *dst, const void *src, size_t bytes, size_t zfill);
+void asyncCommit();
+void asyncWait(size_t prior);
+
 } // namespace mtc::cudaemu
 
 #define threadIdx (::mtc::cudaemu::current().thread)
@@ -237,6 +248,15 @@ inline int __syncthreads_and(int p) {
 }
 inline int __syncthreads_count(int p) {
   return ::mtc::cudaemu::blockBarrier(p, ::mtc::cudaemu::Reduce::Count);
+}
+inline void __pipeline_memcpy_async(void *__restrict__ dst,
+                                    const void *__restrict__ src,
+                                    size_t size_and_align, size_t zfill = 0) {
+  ::mtc::cudaemu::asyncCopy(dst, src, size_and_align, zfill);
+}
+inline void __pipeline_commit() { ::mtc::cudaemu::asyncCommit(); }
+inline void __pipeline_wait_prior(size_t prior) {
+  ::mtc::cudaemu::asyncWait(prior);
 }
 inline void __syncwarp(unsigned = 0xffffffffu) {
   ::mtc::cudaemu::warpExchange(0, -1, 0, nullptr);

@@ -43,6 +43,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
+#ifndef MTC_CUDA_EMULATION // the emulation's Kernel.h has its own
+#include <cuda_pipeline.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -166,6 +169,12 @@ __device__ inline bool maskedOut(const AttentionDims &a,
   return maskHead && maskHead[i * a.maskRowStride + j * a.maskColStride] != 0;
 }
 
+/// Whether one of the four bytes of `word` is 0 (exact: a borrow can only
+/// mark bytes above a zero byte).
+__device__ inline bool hasZeroByte(unsigned word) {
+  return ((word - 0x01010101u) & ~word & 0x80808080u) != 0;
+}
+
 /// Whether the mask hides every score of queries [i0, i0 + rows) against
 /// keys [j0, j0 + cols) of a head (half the chunks of a causal mask). Such
 /// a chunk adds nothing (its probabilities are 0, its products add zeros),
@@ -177,6 +186,21 @@ __device__ inline bool chunkMasked(const AttentionDims &a,
   if (!maskHead)
     return false;
   bool live = false;
+  const unsigned char *base =
+      maskHead + i0 * a.maskRowStride + j0 * a.maskColStride;
+  if (a.maskColStride == 1 && a.maskRowStride % 16 == 0 && cols % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(base) % 16 == 0) {
+    // Rows of whole 16-byte vectors (a causal mask over a sequence that is a
+    // multiple of 16): a live score is a zero byte in a vector.
+    const int vectors = cols / 16;
+    for (int e = threadIdx.x; e < rows * vectors && !live; e += blockDim.x) {
+      const uint4 m = *reinterpret_cast<const uint4 *>(
+          base + (e / vectors) * a.maskRowStride + (e % vectors) * 16);
+      live = hasZeroByte(m.x) || hasZeroByte(m.y) || hasZeroByte(m.z) ||
+             hasZeroByte(m.w);
+    }
+    return !__syncthreads_or(live);
+  }
   for (int e = threadIdx.x; e < rows * cols && !live; e += blockDim.x)
     live = !maskedOut(a, maskHead, i0 + e / cols, j0 + e % cols);
   return !__syncthreads_or(live);
@@ -800,9 +824,12 @@ __device__ inline float tileKeepFactor(const DropoutParams &drop,
 
 /// How a 16-bit kernel cuts the problem: `own` rows of the block's side and
 /// `step` rows of the streamed side at a time (multiples of 16, step at most
-/// kMaxStep), and the head dims rounded up to 16.
+/// kMaxStep), the head dims rounded up to 16, and how many buffers hold the
+/// streamed side's tiles (2 in the register kernels when they fit: the next
+/// step is copied in while this one is used).
 struct Tiling16 {
   int own, step, d16, dv16;
+  int buffers = 1;
 };
 
 __host__ __device__ constexpr int roundUp16(int64_t n) {
@@ -832,13 +859,14 @@ struct ForwardLayout {
   }
 };
 
-/// Backward dQ: the query and output gradient tiles, the K and V steps,
+/// Backward dQ: the query and output gradient tiles, the K and V steps
+/// (`buffer` bytes apart from the next buffer's, when there are two),
 /// scale * dS in 16 bits, the float32 dQ accumulator (none in the register
 /// kernel: `sharedAcc` false), the warps' scratch tiles and each row's
 /// log-sum-exp and delta.
 struct DqLayout {
   int ldQ, ldG, ldK, ldV, ldDs, ldAcc;
-  size_t q, g, k, v, ds, acc, scratch, lse, delta, bytes;
+  size_t q, g, k, v, buffer, ds, acc, scratch, lse, delta, bytes;
   __host__ __device__ explicit DqLayout(const Tiling16 &t,
                                         bool sharedAcc = true)
       : ldQ(t.d16 + kPad16), ldG(t.dv16 + kPad16), ldK(t.d16 + kPad16),
@@ -847,7 +875,8 @@ struct DqLayout {
     g = q + sizeof(uint16_t) * t.own * ldQ;
     k = g + sizeof(uint16_t) * t.own * ldG;
     v = k + sizeof(uint16_t) * t.step * ldK;
-    ds = v + sizeof(uint16_t) * t.step * ldV;
+    buffer = sizeof(uint16_t) * t.step * (ldK + ldV);
+    ds = k + t.buffers * buffer;
     acc = ds + sizeof(uint16_t) * t.own * ldDs;
     scratch = acc + (sharedAcc ? sizeof(float) * t.own * ldAcc : 0);
     lse = scratch + kScratchBytes;
@@ -857,13 +886,15 @@ struct DqLayout {
 };
 
 /// Backward dK/dV (own = keys, step = queries): the key and value tiles, the
-/// query and output gradient steps, scale * dS^T and the dropped P^T in 16
+/// query and output gradient steps (`buffer` bytes apart from the next
+/// buffer's, when there are two), scale * dS^T and the dropped P^T in 16
 /// bits, the float32 dK and dV accumulators (none in the register kernel:
 /// `sharedAcc` false), the warps' scratch tiles and each query's
-/// log-sum-exp and delta.
+/// log-sum-exp and delta (per buffer, `rowBuffer` bytes apart).
 struct DkvLayout {
   int ldK, ldV, ldQ, ldG, ldT, ldAccK, ldAccV;
-  size_t k, v, q, g, dsT, pT, accK, accV, scratch, lse, delta, bytes;
+  size_t k, v, q, g, buffer, dsT, pT, accK, accV, scratch, lse, delta,
+      rowBuffer, bytes;
   __host__ __device__ explicit DkvLayout(const Tiling16 &t,
                                          bool sharedAcc = true)
       : ldK(t.d16 + kPad16), ldV(t.dv16 + kPad16), ldQ(t.d16 + kPad16),
@@ -873,14 +904,16 @@ struct DkvLayout {
     v = k + sizeof(uint16_t) * t.own * ldK;
     q = v + sizeof(uint16_t) * t.own * ldV;
     g = q + sizeof(uint16_t) * t.step * ldQ;
-    dsT = g + sizeof(uint16_t) * t.step * ldG;
+    buffer = sizeof(uint16_t) * t.step * (ldQ + ldG);
+    dsT = q + t.buffers * buffer;
     pT = dsT + sizeof(uint16_t) * t.own * ldT;
     accK = pT + sizeof(uint16_t) * t.own * ldT;
     accV = accK + (sharedAcc ? sizeof(float) * t.own * ldAccK : 0);
     scratch = accV + (sharedAcc ? sizeof(float) * t.own * ldAccV : 0);
     lse = scratch + kScratchBytes;
     delta = lse + sizeof(float) * t.step;
-    bytes = delta + sizeof(float) * t.step;
+    rowBuffer = 2 * sizeof(float) * t.step;
+    bytes = lse + t.buffers * rowBuffer;
   }
 };
 
@@ -949,6 +982,30 @@ __device__ void stage16(uint16_t *dst, int ld, const uint16_t *src,
     dst[r * ld + c] = r < valid && c < width
                           ? src[r * stride + c]
                           : static_cast<uint16_t>(0);
+  }
+}
+
+/// stage16 through cp.async (sm_80 on; a plain copy before): the whole
+/// 16-byte vectors of the rows are queued and land once the caller's
+/// __pipeline_wait_prior lets their group complete; the zeros, and rows
+/// that are not whole vectors, are stored at once. Called by the whole
+/// block, which commits the group.
+__device__ void stage16Async(uint16_t *dst, int ld, const uint16_t *src,
+                             int64_t stride, int valid, int rows, int width,
+                             int padded) {
+  if (width % 8 != 0 || stride % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(src) % 16 != 0) {
+    stage16(dst, ld, src, stride, valid, rows, width, padded);
+    return;
+  }
+  const int vectors = padded / 8;
+  for (int x = threadIdx.x; x < rows * vectors; x += kThreads) {
+    const int r = x / vectors, c = x % vectors * 8;
+    uint16_t *to = dst + r * ld + c;
+    if (r < valid && c < width)
+      __pipeline_memcpy_async(to, src + r * stride + c, 16);
+    else
+      *reinterpret_cast<uint4 *>(to) = make_uint4(0u, 0u, 0u, 0u);
   }
 }
 
@@ -1537,25 +1594,58 @@ __device__ inline void storeStrip(float *rows, int ld, int r0,
   __syncwarp();
 }
 
-/// Forward: the query tile, the K and V steps, each warp's float32 scores
+/// Forward: the query tile, the K and V steps (`buffer` bytes apart from the
+/// next buffer's, when there are two), each warp's float32 scores
 /// (16 rows; P overwrites each row in 16 bits) and row-factor tile, and each
 /// row's maximum and sum. At the end the output rows, float32 with stride
 /// dv16 + kPad32, are stored over the tiles from offset 0.
 struct RegForwardLayout {
   int ldQ, ldKV, ldS, ldO;
-  size_t q, k, v, s, factors, stats, bytes;
+  size_t q, k, v, buffer, s, factors, stats, bytes;
   __host__ __device__ explicit RegForwardLayout(const Tiling16 &t)
       : ldQ(t.d16 + kPad16), ldKV(maxInt(t.d16, t.dv16) + kPad16),
         ldS(t.step + kPad32), ldO(t.dv16 + kPad32) {
     q = 0;
     k = q + sizeof(uint16_t) * t.own * ldQ;
     v = k + sizeof(uint16_t) * t.step * ldKV;
-    s = v + sizeof(uint16_t) * t.step * ldKV;
+    buffer = 2 * sizeof(uint16_t) * t.step * ldKV;
+    s = k + t.buffers * buffer;
     factors = s + sizeof(float) * t.own * ldS;
     stats = factors + sizeof(float) * kWarps * kEdge * kScratchLd;
     bytes = stats + sizeof(float) * 2 * t.own;
   }
 };
+
+/// A register kernel's walk over the streamed side (`total` rows in steps
+/// of t.step) for one tile: `liveFrom(at)` is the first step from `at` on
+/// that the mask leaves live (total when none; block-wide), `stage(at, b)`
+/// queues step `at` into buffer b (block-wide, cp.async), `use(at, b)` runs
+/// the step. With two buffers the next live step is copied in while this
+/// one is used. The caller queues the tile's own rows first: they join the
+/// first group, and the walk waits for everything before it returns.
+template <typename Live, typename Stage, typename Use>
+__device__ void walkSteps(int64_t total, const Tiling16 &t, Live liveFrom,
+                          Stage stage, Use use) {
+  const bool ahead = t.buffers == 2;
+  int64_t at = liveFrom(0);
+  if (ahead && at < total)
+    stage(at, 0);
+  __pipeline_commit();
+  for (int b = 0; at < total; b = ahead ? b ^ 1 : 0) {
+    __syncthreads(); // every warp is done with the buffer staged next
+    const int64_t next = liveFrom(at + t.step);
+    if (!ahead)
+      stage(at, 0);
+    else if (next < total)
+      stage(next, b ^ 1);
+    __pipeline_commit();
+    __pipeline_wait_prior(ahead && next < total ? 1 : 0);
+    __syncthreads(); // this step's tiles are in
+    use(at, b);
+    at = next;
+  }
+  __pipeline_wait_prior(0); // the own rows, when no step was live
+}
 
 template <typename T, int kTiles, typename O>
 __device__ void
@@ -1589,8 +1679,8 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     const unsigned char *maskHead =
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
     __syncthreads(); // the previous tile's output pass is done
-    stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows,
-            t.own, static_cast<int>(a.d), t.d16);
+    stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
+                 rows, t.own, static_cast<int>(a.d), t.d16);
     if (lane < kEdge) {
       rowMax[lane] = kNegInf;
       rowSum[lane] = 0.0f;
@@ -1598,21 +1688,29 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     __syncwarp();
     zeroAccumulators<kTiles>(acc);
 
-    for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
+    const auto liveFrom = [&](int64_t j0) {
+      while (j0 < a.sk && chunkMasked(a, maskHead, i0, rows, j0,
+                                      countFrom(a.sk, j0, t.step)))
+        j0 += t.step;
+      return j0;
+    };
+    const auto stage = [&](int64_t j0, int b) {
       const int cols = countFrom(a.sk, j0, t.step);
-      __syncthreads(); // every warp is done with the last K and V
-      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
-        continue;
-      stage16(ks, L.ldKV, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row,
-              cols, t.step, static_cast<int>(a.d), t.d16);
-      stage16(vs, L.ldKV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row,
-              cols, t.step, static_cast<int>(a.dv), t.dv16);
-      __syncthreads();
+      stage16Async(ks + b * L.buffer / 2, L.ldKV,
+                   k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols,
+                   t.step, static_cast<int>(a.d), t.d16);
+      stage16Async(vs + b * L.buffer / 2, L.ldKV,
+                   v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols,
+                   t.step, static_cast<int>(a.dv), t.dv16);
+    };
+    walkSteps(a.sk, t, liveFrom, stage, [&](int64_t j0, int b) {
       if (r0 >= rows)
-        continue; // a strip past the end of the sequence
+        return; // a strip past the end of the sequence
+      const int cols = countFrom(a.sk, j0, t.step);
+      const uint16_t *kb = ks + b * L.buffer / 2, *vb = vs + b * L.buffer / 2;
       for (int ct = 0; ct < stepTiles; ++ct)
         productTile<T>(s + ct * kEdge, L.ldS, qs + r0 * L.ldQ, L.ldQ,
-                       ks + ct * kEdge * L.ldKV, L.ldKV, t.d16 / kEdge);
+                       kb + ct * kEdge * L.ldKV, L.ldKV, t.d16 / kEdge);
       __syncwarp();
 
       // The online softmax over the strip.
@@ -1627,9 +1725,9 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 
       // O = factor * O + P V.
       scaleRows<kTiles>(acc, dvTiles, factors);
-      mmaStrip<T, kTiles>(acc, dvTiles, p, ldP, vs, L.ldKV, stepTiles);
+      mmaStrip<T, kTiles>(acc, dvTiles, p, ldP, vb, L.ldKV, stepTiles);
       __syncwarp(); // P is read before the next step's S overwrites it
-    }
+    });
 
     __syncthreads(); // every warp is done with Q, K and V
     if (r0 >= rows)
@@ -1689,40 +1787,48 @@ dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     const unsigned char *maskHead =
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
     __syncthreads(); // the previous tile's output pass is done
-    stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows,
-            t.own, static_cast<int>(a.d), t.d16);
-    stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
-            a.rows.dout.row, rows, t.own, static_cast<int>(a.dv), t.dv16);
+    stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
+                 rows, t.own, static_cast<int>(a.d), t.d16);
+    stage16Async(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
+                 a.rows.dout.row, rows, t.own, static_cast<int>(a.dv), t.dv16);
     rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows);
     zeroAccumulators<kTiles>(acc);
 
-    for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
+    const auto liveFrom = [&](int64_t j0) {
+      while (j0 < a.sk && chunkMasked(a, maskHead, i0, rows, j0,
+                                      countFrom(a.sk, j0, t.step)))
+        j0 += t.step;
+      return j0;
+    };
+    const auto stage = [&](int64_t j0, int b) {
       const int cols = countFrom(a.sk, j0, t.step);
-      __syncthreads(); // every warp is done with the last K
-      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
-        continue;
-      stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row,
-              cols, t.step, static_cast<int>(a.d), t.d16);
-      stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row,
-              cols, t.step, static_cast<int>(a.dv), t.dv16);
-      __syncthreads();
+      stage16Async(ks + b * L.buffer / 2, L.ldK,
+                   k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols,
+                   t.step, static_cast<int>(a.d), t.d16);
+      stage16Async(vs + b * L.buffer / 2, L.ldV,
+                   v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols,
+                   t.step, static_cast<int>(a.dv), t.dv16);
+    };
+    walkSteps(a.sk, t, liveFrom, stage, [&](int64_t j0, int b) {
       if (r0 >= rows)
-        continue; // a strip past the end of the sequence
+        return; // a strip past the end of the sequence
+      const int cols = countFrom(a.sk, j0, t.step);
+      const uint16_t *kb = ks + b * L.buffer / 2, *vb = vs + b * L.buffer / 2;
       // The strip's scale * dS, a 16 x 16 tile at a time from its S and dP
       // tiles; line r is query i0 + r0 + r, its keys from j0 + ct * 16 on.
       for (int ct = 0; ct < stepTiles; ++ct) {
         productTile<T>(scratchS, kScratchLd, qs + r0 * L.ldQ, L.ldQ,
-                       ks + ct * kEdge * L.ldK, L.ldK, t.d16 / kEdge);
+                       kb + ct * kEdge * L.ldK, L.ldK, t.d16 / kEdge);
         productTile<T>(scratchP, kScratchLd, gs + r0 * L.ldG, L.ldG,
-                       vs + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
+                       vb + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
         __syncwarp();
         dsTile<T>(a, maskHead, drop, dropout, h, i0, j0, r0, ct * kEdge, rows,
                   cols, lseRows, deltaRows, scratchS, scratchP, ds + ct * kEdge,
                   L.ldDs, lane);
       }
       // dQ += dS K.
-      mmaStrip<T, kTiles>(acc, dTiles, ds, L.ldDs, ks, L.ldK, stepTiles);
-    }
+      mmaStrip<T, kTiles>(acc, dTiles, ds, L.ldDs, kb, L.ldK, stepTiles);
+    });
 
     __syncthreads(); // every warp is done with the staged tiles
     if (r0 >= rows)
@@ -1774,45 +1880,58 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     const unsigned char *maskHead =
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
     __syncthreads(); // the previous tile's output pass is done
-    stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols,
-            t.own, static_cast<int>(a.d), t.d16);
-    stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols,
-            t.own, static_cast<int>(a.dv), t.dv16);
+    stage16Async(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row,
+                 cols, t.own, static_cast<int>(a.d), t.d16);
+    stage16Async(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row,
+                 cols, t.own, static_cast<int>(a.dv), t.dv16);
     zeroAccumulators<kTiles>(accK);
     zeroAccumulators<kTiles>(accV);
 
-    for (int64_t i0 = 0; i0 < a.sq; i0 += t.step) {
+    const auto liveFrom = [&](int64_t i0) {
+      while (i0 < a.sq && chunkMasked(a, maskHead, i0,
+                                      countFrom(a.sq, i0, t.step), j0, cols))
+        i0 += t.step;
+      return i0;
+    };
+    // Q and dO rows, and the rows' log-sum-exp and delta (stored at once).
+    const auto stage = [&](int64_t i0, int b) {
       const int rows = countFrom(a.sq, i0, t.step);
-      __syncthreads(); // every warp is done with the last query step
-      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
-        continue;
-      stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
-              rows, t.step, static_cast<int>(a.d), t.d16);
-      stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
-              a.rows.dout.row, rows, t.step, static_cast<int>(a.dv), t.dv16);
-      rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step, lseRows, deltaRows);
-      __syncthreads();
+      stage16Async(qs + b * L.buffer / 2, L.ldQ,
+                   q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows,
+                   t.step, static_cast<int>(a.d), t.d16);
+      stage16Async(gs + b * L.buffer / 2, L.ldG,
+                   dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row,
+                   rows, t.step, static_cast<int>(a.dv), t.dv16);
+      rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step,
+                  lseRows + b * L.rowBuffer / sizeof(float),
+                  deltaRows + b * L.rowBuffer / sizeof(float));
+    };
+    walkSteps(a.sq, t, liveFrom, stage, [&](int64_t i0, int b) {
       if (r0 >= cols)
-        continue; // a strip past the end of the sequence
+        return; // a strip past the end of the sequence
+      const int rows = countFrom(a.sq, i0, t.step);
+      const uint16_t *qb = qs + b * L.buffer / 2, *gb = gs + b * L.buffer / 2;
+      const float *lseB = lseRows + b * L.rowBuffer / sizeof(float);
+      const float *deltaB = deltaRows + b * L.rowBuffer / sizeof(float);
       // The strip's scale * dS^T and dropped P^T, a 16 x 16 tile (keys x
       // queries) at a time from its S^T and dP^T tiles; a line of the mask
       // is a query (column c of the tile, i0 + qt * 16 + c), its keys from
       // j0 + r0 on.
       for (int qt = 0; qt < stepTiles; ++qt) {
         productTile<T>(scratchS, kScratchLd, ks + r0 * L.ldK, L.ldK,
-                       qs + qt * kEdge * L.ldQ, L.ldQ, t.d16 / kEdge);
+                       qb + qt * kEdge * L.ldQ, L.ldQ, t.d16 / kEdge);
         productTile<T>(scratchP, kScratchLd, vs + r0 * L.ldV, L.ldV,
-                       gs + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
+                       gb + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
         __syncwarp();
         dsPTransposedTile<T>(a, maskHead, drop, dropout, h, i0, j0, r0,
-                             qt * kEdge, rows, cols, lseRows, deltaRows,
-                             scratchS, scratchP, dsT + qt * kEdge,
-                             pT + qt * kEdge, L.ldT, lane);
+                             qt * kEdge, rows, cols, lseB, deltaB, scratchS,
+                             scratchP, dsT + qt * kEdge, pT + qt * kEdge, L.ldT,
+                             lane);
       }
       // dV += P^T dO, dK += dS^T Q.
-      mmaStrip<T, kTiles>(accV, dvTiles, pT, L.ldT, gs, L.ldG, stepTiles);
-      mmaStrip<T, kTiles>(accK, dTiles, dsT, L.ldT, qs, L.ldQ, stepTiles);
-    }
+      mmaStrip<T, kTiles>(accV, dvTiles, pT, L.ldT, gb, L.ldG, stepTiles);
+      mmaStrip<T, kTiles>(accK, dTiles, dsT, L.ldT, qb, L.ldQ, stepTiles);
+    });
 
     __syncthreads(); // every warp is done with the staged tiles
     if (r0 >= cols)
@@ -1896,8 +2015,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Three blocks of dQ fit an SM's shared memory (75 KB each for d <= 64);
+// without the hint ptxas keeps its fp16 d <= 64 instance at 128 registers
+// and spills.
 template <typename T, typename O, int kTiles>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     attentionDqReg16Kernel(AttentionDims a, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v,
                            const unsigned char *mask, const O *out,
@@ -2020,7 +2142,8 @@ bool chooseTiling16(Context &ctx, const AttentionDims &a, int64_t ownRows,
 /// The register kernels' instance for a's head dims (regTilesFor) and its
 /// tiling (own = kRegOwn rows of a side of `ownRows`; steps of kMaxStep rows
 /// of a streamed side of `stepRows`, fewer when it is shorter, as
-/// chooseTiling16 would), when there is one, the own side has kRegOwn rows
+/// chooseTiling16 would; two buffers for the steps when they fit, else
+/// one), when there is one, the own side has kRegOwn rows
 /// or more and the shared memory fits `limit`; else 0. A shorter side
 /// would leave warps without rows in a block whose shared memory is sized
 /// for 64: the general kernels cut it into smaller tiles there.
@@ -2030,11 +2153,16 @@ int regTiling16(const AttentionDims &a, int64_t ownRows, int64_t stepRows,
   const int tiles = ownRows >= kRegOwn ? regTilesFor(a) : 0;
   const int step =
       static_cast<int>(std::min<int64_t>(kMaxStep, roundUp16(stepRows)));
-  const Tiling16 t{kRegOwn, step, roundUp16(a.d), roundUp16(a.dv)};
-  if (tiles == 0 || Layout(t, extra...).bytes > limit)
+  if (tiles == 0)
     return 0;
-  tiling = t;
-  return tiles;
+  for (int buffers : {2, 1}) {
+    const Tiling16 t{kRegOwn, step, roundUp16(a.d), roundUp16(a.dv), buffers};
+    if (Layout(t, extra...).bytes <= limit) {
+      tiling = t;
+      return tiles;
+    }
+  }
+  return 0;
 }
 
 /// Opts the kernel into `limit` bytes of dynamic shared memory, once per

@@ -747,6 +747,46 @@ TEST_F(Attention, SixteenBitLongCausalSequences) {
     }
 }
 
+TEST_F(Attention, SparseMaskSkipsOnlyDeadChunks) {
+  // A 256 x 256 mask with live scores in one row of each 64 x 64 chunk but
+  // those whose index is a multiple of 5 (fully masked), at two keys 16
+  // apart whose place in their 16-byte vectors of the mask row runs over
+  // all 16 (j % 16 = chunk index): a kernel that skipped a chunk holding
+  // live scores would lose those keys from their query's output and
+  // gradients. (Two keys, not one: a lone key's dq is 0 in exact
+  // arithmetic, which 16-bit products only approach.)
+  const int64_t s = 256;
+  AttentionDims a = attentionDims(2, s, s, 64, 64, 0.125f);
+  a.maskRowStride = s;
+  a.maskColStride = 1;
+  Inputs in = randomInputs(a, 970);
+  in.mask.assign(s * s, 1);
+  for (int c = 0; c < 16; ++c) {
+    if (c % 5 == 0)
+      continue;
+    const int64_t i = c / 4 * 64 + c * 13 % 64;
+    const int64_t j = c % 4 * 64 + c * 3 / 16 * 16 + c;
+    in.mask[i * s + j] = 0;
+    in.mask[i * s + j + 16] = 0;
+  }
+  in.fullMask = expandMask(a, [&](int64_t, int64_t i, int64_t j) {
+    return in.mask[i * s + j] != 0;
+  });
+  const Reference ref = attentionReference(a, in, ctx.seed, ctx.batch);
+  {
+    SCOPED_TRACE("float32");
+    expectMatches(run(a, in), ref);
+  }
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    SCOPED_TRACE(storageName(storage));
+    Inputs rounded = in;
+    const Inputs16 bits = roundInputs(rounded, storage);
+    expectMatches16(run16(a, storage, rounded, bits),
+                    attentionReference(a, rounded, ctx.seed, ctx.batch),
+                    storage);
+  }
+}
+
 TEST_F(Attention, SixteenBitFullyMaskedHead) {
   // A [2, 1, sk] key padding mask: head 0 sees its first 50 keys, head 1
   // none, so every row of head 1 gets lse = -inf and zeros everywhere.
