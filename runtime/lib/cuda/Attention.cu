@@ -175,35 +175,50 @@ __device__ inline bool hasZeroByte(unsigned word) {
   return ((word - 0x01010101u) & ~word & 0x80808080u) != 0;
 }
 
-/// Whether the mask hides every score of queries [i0, i0 + rows) against
-/// keys [j0, j0 + cols) of a head (half the chunks of a causal mask). Such
-/// a chunk adds nothing (its probabilities are 0, its products add zeros),
-/// so the kernels skip it. A barrier when there is a mask: the whole block
-/// calls it and gets the same answer.
-__device__ inline bool chunkMasked(const AttentionDims &a,
+/// What the mask leaves of the scores of queries [i0, i0 + rows) against
+/// keys [j0, j0 + cols) of a head: none (Dead: half the chunks of a causal
+/// mask; such a chunk adds nothing, its probabilities are 0 and its
+/// products add zeros, so the kernels skip it), some (Partial) or all
+/// (Full: the kernels then read no mask for it). Full is only told apart
+/// where the mask's rows are whole 16-byte vectors (a causal mask over a
+/// sequence that is a multiple of 16), else such a chunk is Partial.
+/// Without a mask every chunk is Full. Barriers when there is a mask: the
+/// whole block calls it and gets the same answer.
+enum class Chunk { Dead, Partial, Full };
+__device__ inline Chunk chunkState(const AttentionDims &a,
                                    const unsigned char *maskHead, int64_t i0,
                                    int rows, int64_t j0, int cols) {
   if (!maskHead)
-    return false;
+    return Chunk::Full;
   bool live = false;
   const unsigned char *base =
       maskHead + i0 * a.maskRowStride + j0 * a.maskColStride;
   if (a.maskColStride == 1 && a.maskRowStride % 16 == 0 && cols % 16 == 0 &&
       reinterpret_cast<uintptr_t>(base) % 16 == 0) {
-    // Rows of whole 16-byte vectors (a causal mask over a sequence that is a
-    // multiple of 16): a live score is a zero byte in a vector.
+    // A live score is a zero byte in a vector, a masked one a nonzero byte.
+    bool masked = false;
     const int vectors = cols / 16;
-    for (int e = threadIdx.x; e < rows * vectors && !live; e += blockDim.x) {
+    for (int e = threadIdx.x; e < rows * vectors; e += blockDim.x) {
       const uint4 m = *reinterpret_cast<const uint4 *>(
           base + (e / vectors) * a.maskRowStride + (e % vectors) * 16);
-      live = hasZeroByte(m.x) || hasZeroByte(m.y) || hasZeroByte(m.z) ||
+      live = live || hasZeroByte(m.x) || hasZeroByte(m.y) || hasZeroByte(m.z) ||
              hasZeroByte(m.w);
+      masked = masked || (m.x | m.y | m.z | m.w) != 0;
     }
-    return !__syncthreads_or(live);
+    if (!__syncthreads_or(live))
+      return Chunk::Dead;
+    return __syncthreads_or(masked) ? Chunk::Partial : Chunk::Full;
   }
   for (int e = threadIdx.x; e < rows * cols && !live; e += blockDim.x)
     live = !maskedOut(a, maskHead, i0 + e / cols, j0 + e % cols);
-  return !__syncthreads_or(live);
+  return __syncthreads_or(live) ? Chunk::Partial : Chunk::Dead;
+}
+
+/// Whether the mask hides every score of the chunk (chunkState).
+__device__ inline bool chunkMasked(const AttentionDims &a,
+                                   const unsigned char *maskHead, int64_t i0,
+                                   int rows, int64_t j0, int cols) {
+  return chunkState(a, maskHead, i0, rows, j0, cols) == Chunk::Dead;
 }
 
 /// The dropout factor of probability (h, i, j): 1 without dropout, else 0
@@ -1144,6 +1159,112 @@ softmaxStepRow(const AttentionDims &a, const unsigned char *maskHead,
   return factor;
 }
 
+/// The online softmax's step over a warp's strip of 16 rows (queries
+/// i0 + r; r < validRows are in the sequence) against keys [j0, j0 + cols)
+/// of a step of `step` keys, for the register forward: reads row r's
+/// float32 scores at s + r * ldS, writes its dropped probabilities rounded
+/// to T over the row's first half (16-bit), updates rowMax[r] and
+/// rowSum[r], and fills row r of the factor tile with the factor its
+/// earlier output is rescaled by. Lane l takes row l % 16 and half l / 16
+/// of its columns, so the 16 rows run side by side and a row's maximum and
+/// sum are a lane's own plus one exchange (softmaxStepRow's row at a time
+/// takes ten exchanges a row). The whole warp calls it.
+template <typename T>
+__device__ inline void
+softmaxStepStrip(const AttentionDims &a, const unsigned char *maskHead,
+                 const DropoutParams &drop, bool dropout, int64_t h, int64_t i0,
+                 int validRows, int64_t j0, int cols, int step, float *s,
+                 int ldS, float *rowMax, float *rowSum, float *factors,
+                 int lane) {
+  constexpr int kHalf = kMaxStep / 2;
+  const int r = lane % kEdge, half = lane / kEdge;
+  const int width = step / 2, c0 = half * width; // multiples of 8
+  const int64_t i = i0 + r;
+  const bool valid = r < validRows;
+  const float *scores = s + r * ldS + c0;
+  auto live = [&](int x) { // column c0 + x of the step
+    return valid && c0 + x < cols && !maskedOut(a, maskHead, i, j0 + c0 + x);
+  };
+
+  float localMax = kNegInf;
+  bool anyLive = false;
+#pragma unroll
+  for (int q = 0; q < kHalf / 4; ++q)
+    if (4 * q < width) {
+      const float4 v = *reinterpret_cast<const float4 *>(scores + 4 * q);
+      const float x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (live(4 * q + u)) {
+          localMax = fmaxf(localMax, x[u] * a.scale);
+          anyLive = true;
+        }
+    }
+  const float old = rowMax[r];
+  const float m =
+      fmaxf(old, fmaxf(localMax, __shfl_xor_sync(kFullMask, localMax, kEdge)));
+  // m == -inf: every key so far is masked; nothing to rescale.
+  const float factor = m == kNegInf ? 1.0f : expf(old - m);
+
+  // The keep bits of the half's flat indices base .. base + width - 1, from
+  // the groups that hold them (at most kHalf / kDropoutGroup + 1), drawn
+  // when some of its keys are live.
+  const uint64_t base = static_cast<uint64_t>((h * a.sq + i) * a.sk + j0 + c0);
+  const int first = static_cast<int>(base % kDropoutGroup);
+  const bool drops = dropout && anyLive;
+  uint64_t keep = 0;
+  if (drops) {
+    static_assert((kHalf / kDropoutGroup + 1) * kDropoutGroup <= 64,
+                  "a half's keep bits fit 64 bits");
+#pragma unroll
+    for (int g = 0; g <= kHalf / kDropoutGroup; ++g)
+      if (g * kDropoutGroup < first + width)
+        keep |=
+            static_cast<uint64_t>(groupKeepBits(drop, base / kDropoutGroup + g))
+            << (g * kDropoutGroup);
+  }
+
+  float sum = 0.0f;
+  uint32_t packed[kHalf / 2]; // two 16-bit probabilities a word
+#pragma unroll
+  for (int q = 0; q < kHalf / 4; ++q)
+    if (4 * q < width) {
+      const float4 v = *reinterpret_cast<const float4 *>(scores + 4 * q);
+      const float x[4] = {v.x, v.y, v.z, v.w};
+      uint32_t bits[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        float pr = 0.0f;
+        if (live(4 * q + u)) {
+          const float e = expf(x[u] * a.scale - m);
+          sum += e;
+          const bool kept = !drops || (keep >> (first + 4 * q + u)) & 1u;
+          pr = kept ? e * (drops ? drop.scale : 1.0f) : 0.0f;
+        }
+        bits[u] = round16<T>(pr);
+      }
+      packed[2 * q] = bits[0] | bits[1] << 16;
+      packed[2 * q + 1] = bits[2] | bits[3] << 16;
+    }
+  sum += __shfl_xor_sync(kFullMask, sum, kEdge);
+  __syncwarp(); // every lane has read its scores before P overwrites them
+  uint16_t *probs = reinterpret_cast<uint16_t *>(s + r * ldS) + c0;
+#pragma unroll
+  for (int o = 0; o < kHalf / 8; ++o)
+    if (8 * o < width)
+      *reinterpret_cast<uint4 *>(probs + 8 * o) =
+          make_uint4(packed[4 * o], packed[4 * o + 1], packed[4 * o + 2],
+                     packed[4 * o + 3]);
+  if (half == 0) {
+    rowMax[r] = m;
+    rowSum[r] = rowSum[r] * factor + sum;
+  }
+#pragma unroll
+  for (int u = 0; u < kEdge / 2; ++u)
+    factors[r * kScratchLd + half * (kEdge / 2) + u] = factor;
+  __syncwarp(); // P, the factors and the statistics are written
+}
+
 /// scale * dS of a 16 x 16 tile of queries i0 + row0 + r (the block's row
 /// row0 + r, of `rows` in the sequence) against keys j0 + col0 + c (of
 /// `cols`), from its S and dP tiles in the warp's scratch, rounded to T at
@@ -1516,7 +1637,14 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 //
 // Every output element is still accumulated by one warp over the same
 // sequence of 16-deep tensor-core steps as the general kernels (the tiles of
-// the streamed side in order), so the results are bitwise theirs.
+// the streamed side in order), so the backward's results are bitwise
+// theirs; the forward's row pass (softmaxStepStrip) runs the strip's rows
+// side by side and adds a row's sum in another order, so its results agree
+// to rounding.
+//
+// Where two buffers fit (head dims up to 64), the next live step of the
+// streamed side is copied in with cp.async while this one is used
+// (walkSteps), and a chunk the mask leaves whole reads no mask (chunkState).
 
 /// The rows a register kernel's block owns: one 16-row strip per warp.
 constexpr int kRegOwn = kWarps * kEdge;
@@ -1616,33 +1744,54 @@ struct RegForwardLayout {
   }
 };
 
+/// A step of the streamed side that the mask leaves live: its first row
+/// and whether every score of it is (Chunk::Full).
+struct LiveStep {
+  int64_t at;
+  bool full;
+};
+
+/// The first step of `total` rows from `from` on (in steps of `step`) whose
+/// chunk against the block's rows is not Dead; `state(at, count)` is
+/// chunkState of the chunk (block-wide). {total, false} when none is.
+template <typename State>
+__device__ inline LiveStep nextLiveStep(int64_t from, int64_t total, int step,
+                                        State state) {
+  for (int64_t at = from; at < total; at += step) {
+    const Chunk c = state(at, countFrom(total, at, step));
+    if (c != Chunk::Dead)
+      return {at, c == Chunk::Full};
+  }
+  return {total, false};
+}
+
 /// A register kernel's walk over the streamed side (`total` rows in steps
-/// of t.step) for one tile: `liveFrom(at)` is the first step from `at` on
-/// that the mask leaves live (total when none; block-wide), `stage(at, b)`
-/// queues step `at` into buffer b (block-wide, cp.async), `use(at, b)` runs
-/// the step. With two buffers the next live step is copied in while this
-/// one is used. The caller queues the tile's own rows first: they join the
-/// first group, and the walk waits for everything before it returns.
+/// of t.step) for one tile: `liveFrom(at)` is the first live step from `at`
+/// on (nextLiveStep; block-wide), `stage(at, b)` queues step `at` into
+/// buffer b (block-wide, cp.async), `use(at, b, full)` runs the step. With
+/// two buffers the next live step is copied in while this one is used. The
+/// caller queues the tile's own rows first: they join the first group, and
+/// the walk waits for everything before it returns.
 template <typename Live, typename Stage, typename Use>
 __device__ void walkSteps(int64_t total, const Tiling16 &t, Live liveFrom,
                           Stage stage, Use use) {
   const bool ahead = t.buffers == 2;
-  int64_t at = liveFrom(0);
-  if (ahead && at < total)
-    stage(at, 0);
+  LiveStep now = liveFrom(0);
+  if (ahead && now.at < total)
+    stage(now.at, 0);
   __pipeline_commit();
-  for (int b = 0; at < total; b = ahead ? b ^ 1 : 0) {
+  for (int b = 0; now.at < total; b = ahead ? b ^ 1 : 0) {
     __syncthreads(); // every warp is done with the buffer staged next
-    const int64_t next = liveFrom(at + t.step);
+    const LiveStep next = liveFrom(now.at + t.step);
     if (!ahead)
-      stage(at, 0);
-    else if (next < total)
-      stage(next, b ^ 1);
+      stage(now.at, 0);
+    else if (next.at < total)
+      stage(next.at, b ^ 1);
     __pipeline_commit();
-    __pipeline_wait_prior(ahead && next < total ? 1 : 0);
+    __pipeline_wait_prior(ahead && next.at < total ? 1 : 0);
     __syncthreads(); // this step's tiles are in
-    use(at, b);
-    at = next;
+    use(now.at, b, now.full);
+    now = next;
   }
   __pipeline_wait_prior(0); // the own rows, when no step was live
 }
@@ -1688,11 +1837,10 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     __syncwarp();
     zeroAccumulators<kTiles>(acc);
 
-    const auto liveFrom = [&](int64_t j0) {
-      while (j0 < a.sk && chunkMasked(a, maskHead, i0, rows, j0,
-                                      countFrom(a.sk, j0, t.step)))
-        j0 += t.step;
-      return j0;
+    const auto liveFrom = [&](int64_t from) {
+      return nextLiveStep(from, a.sk, t.step, [&](int64_t j0, int cols) {
+        return chunkState(a, maskHead, i0, rows, j0, cols);
+      });
     };
     const auto stage = [&](int64_t j0, int b) {
       const int cols = countFrom(a.sk, j0, t.step);
@@ -1703,9 +1851,11 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                    v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols,
                    t.step, static_cast<int>(a.dv), t.dv16);
     };
-    walkSteps(a.sk, t, liveFrom, stage, [&](int64_t j0, int b) {
+    walkSteps(a.sk, t, liveFrom, stage, [&](int64_t j0, int b, bool full) {
       if (r0 >= rows)
         return; // a strip past the end of the sequence
+      // A chunk the mask leaves whole reads none of it.
+      const unsigned char *stepMask = full ? nullptr : maskHead;
       const int cols = countFrom(a.sk, j0, t.step);
       const uint16_t *kb = ks + b * L.buffer / 2, *vb = vs + b * L.buffer / 2;
       for (int ct = 0; ct < stepTiles; ++ct)
@@ -1714,14 +1864,9 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
       __syncwarp();
 
       // The online softmax over the strip.
-      for (int r = 0; r < kEdge; ++r) {
-        const float factor = softmaxStepRow<T>(
-            a, maskHead, drop, dropout, h, i0 + r0 + r, r0 + r < rows, j0, cols,
-            t.step, s + r * L.ldS, p + r * ldP, rowMax + r, rowSum + r, lane);
-        if (lane < kEdge)
-          factors[r * kScratchLd + lane] = factor;
-      }
-      __syncwarp(); // P and the factors are written
+      softmaxStepStrip<T>(a, stepMask, drop, dropout, h, i0 + r0, rows - r0, j0,
+                          cols, t.step, s, L.ldS, rowMax, rowSum, factors,
+                          lane);
 
       // O = factor * O + P V.
       scaleRows<kTiles>(acc, dvTiles, factors);
@@ -1794,11 +1939,10 @@ dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows);
     zeroAccumulators<kTiles>(acc);
 
-    const auto liveFrom = [&](int64_t j0) {
-      while (j0 < a.sk && chunkMasked(a, maskHead, i0, rows, j0,
-                                      countFrom(a.sk, j0, t.step)))
-        j0 += t.step;
-      return j0;
+    const auto liveFrom = [&](int64_t from) {
+      return nextLiveStep(from, a.sk, t.step, [&](int64_t j0, int cols) {
+        return chunkState(a, maskHead, i0, rows, j0, cols);
+      });
     };
     const auto stage = [&](int64_t j0, int b) {
       const int cols = countFrom(a.sk, j0, t.step);
@@ -1809,9 +1953,11 @@ dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                    v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols,
                    t.step, static_cast<int>(a.dv), t.dv16);
     };
-    walkSteps(a.sk, t, liveFrom, stage, [&](int64_t j0, int b) {
+    walkSteps(a.sk, t, liveFrom, stage, [&](int64_t j0, int b, bool full) {
       if (r0 >= rows)
         return; // a strip past the end of the sequence
+      // A chunk the mask leaves whole reads none of it.
+      const unsigned char *stepMask = full ? nullptr : maskHead;
       const int cols = countFrom(a.sk, j0, t.step);
       const uint16_t *kb = ks + b * L.buffer / 2, *vb = vs + b * L.buffer / 2;
       // The strip's scale * dS, a 16 x 16 tile at a time from its S and dP
@@ -1822,7 +1968,7 @@ dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         productTile<T>(scratchP, kScratchLd, gs + r0 * L.ldG, L.ldG,
                        vb + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
         __syncwarp();
-        dsTile<T>(a, maskHead, drop, dropout, h, i0, j0, r0, ct * kEdge, rows,
+        dsTile<T>(a, stepMask, drop, dropout, h, i0, j0, r0, ct * kEdge, rows,
                   cols, lseRows, deltaRows, scratchS, scratchP, ds + ct * kEdge,
                   L.ldDs, lane);
       }
@@ -1887,11 +2033,10 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     zeroAccumulators<kTiles>(accK);
     zeroAccumulators<kTiles>(accV);
 
-    const auto liveFrom = [&](int64_t i0) {
-      while (i0 < a.sq && chunkMasked(a, maskHead, i0,
-                                      countFrom(a.sq, i0, t.step), j0, cols))
-        i0 += t.step;
-      return i0;
+    const auto liveFrom = [&](int64_t from) {
+      return nextLiveStep(from, a.sq, t.step, [&](int64_t i0, int rows) {
+        return chunkState(a, maskHead, i0, rows, j0, cols);
+      });
     };
     // Q and dO rows, and the rows' log-sum-exp and delta (stored at once).
     const auto stage = [&](int64_t i0, int b) {
@@ -1906,9 +2051,11 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                   lseRows + b * L.rowBuffer / sizeof(float),
                   deltaRows + b * L.rowBuffer / sizeof(float));
     };
-    walkSteps(a.sq, t, liveFrom, stage, [&](int64_t i0, int b) {
+    walkSteps(a.sq, t, liveFrom, stage, [&](int64_t i0, int b, bool full) {
       if (r0 >= cols)
         return; // a strip past the end of the sequence
+      // A chunk the mask leaves whole reads none of it.
+      const unsigned char *stepMask = full ? nullptr : maskHead;
       const int rows = countFrom(a.sq, i0, t.step);
       const uint16_t *qb = qs + b * L.buffer / 2, *gb = gs + b * L.buffer / 2;
       const float *lseB = lseRows + b * L.rowBuffer / sizeof(float);
@@ -1923,7 +2070,7 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         productTile<T>(scratchP, kScratchLd, vs + r0 * L.ldV, L.ldV,
                        gb + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
         __syncwarp();
-        dsPTransposedTile<T>(a, maskHead, drop, dropout, h, i0, j0, r0,
+        dsPTransposedTile<T>(a, stepMask, drop, dropout, h, i0, j0, r0,
                              qt * kEdge, rows, cols, lseB, deltaB, scratchS,
                              scratchP, dsT + qt * kEdge, pT + qt * kEdge, L.ldT,
                              lane);

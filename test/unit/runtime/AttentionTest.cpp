@@ -29,6 +29,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace mtc::rt;
@@ -725,12 +726,15 @@ TEST_F(Attention, SixteenBitCausalMaskAndDropout) {
 TEST_F(Attention, SixteenBitLongCausalSequences) {
   // 200 queries and keys under a causal mask, with dropout: blocks whose
   // every step is live, partly masked and skipped, in both instances of the
-  // register kernels (d = 64 and 80) and in the general ones (d = 144).
-  const int64_t s = 200;
+  // register kernels (d = 64 and 80) and in the general ones (d = 144); and
+  // 192, whose mask rows are whole 16-byte vectors: the register kernels
+  // then read no mask in the chunks it leaves whole.
   ctx.seed = 99;
   ctx.batch = 4;
   unsigned seed = 960;
-  for (int64_t d : {64, 80, 144})
+  const std::pair<int64_t, int64_t> cases[] = {
+      {200, 64}, {200, 80}, {200, 144}, {192, 64}};
+  for (auto [s, d] : cases)
     for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
       AttentionDims a = attentionDims(2, s, s, d, d, 0.125f);
       a.dropout = 0.1f;
