@@ -1076,13 +1076,14 @@ __device__ inline void zeroShared(float *p, int n) {
 }
 
 /// lse and delta = dO . O of rows [i0, i0 + count) of head h into
-/// lseOut[r] and deltaOut[r] for r < tileRows (-inf and 0 past count). A
+/// lseOut[r] and deltaOut[r] for r < tileRows (-inf and 0 past count), and
+/// delta of row i into deltaHeads[h * sq + i] when deltaHeads is given. A
 /// warp per row; called by the whole block.
 template <typename T, typename O>
-__device__ void rowTerms(const AttentionDims &a, const O *out,
-                         const float *lse, const uint16_t *dout, int64_t h,
-                         int64_t i0, int count, int tileRows, float *lseOut,
-                         float *deltaOut) {
+__device__ void rowTerms(const AttentionDims &a, const O *out, const float *lse,
+                         const uint16_t *dout, int64_t h, int64_t i0, int count,
+                         int tileRows, float *lseOut, float *deltaOut,
+                         float *deltaHeads = nullptr) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int r = warp; r < tileRows; r += kWarps) {
     const uint16_t *g = dout + attentionRow(a, a.rows.dout, h, i0 + r);
@@ -1096,7 +1097,21 @@ __device__ void rowTerms(const AttentionDims &a, const O *out,
     if (lane == 0) {
       deltaOut[r] = sum;
       lseOut[r] = r < count ? lse[h * a.sq + i0 + r] : kNegInf;
+      if (deltaHeads && r < count)
+        deltaHeads[h * a.sq + i0 + r] = sum;
     }
+  }
+}
+
+/// rowTerms from the deltas an earlier kernel stored (deltaHeads, as
+/// rowTerms leaves them). Called by the whole block.
+__device__ void storedRowTerms(const AttentionDims &a, const float *lse,
+                               const float *deltaHeads, int64_t h, int64_t i0,
+                               int count, int tileRows, float *lseOut,
+                               float *deltaOut) {
+  for (int r = threadIdx.x; r < tileRows; r += kThreads) {
+    lseOut[r] = r < count ? lse[h * a.sq + i0 + r] : kNegInf;
+    deltaOut[r] = r < count ? deltaHeads[h * a.sq + i0 + r] : 0.0f;
   }
 }
 
@@ -1765,6 +1780,30 @@ __device__ inline LiveStep nextLiveStep(int64_t from, int64_t total, int step,
   return {total, false};
 }
 
+/// nextLiveStep over the keys, from `from` on, for queries [i0, i0 + rows).
+__device__ inline LiveStep nextLiveKeys(const AttentionDims &a,
+                                        const unsigned char *maskHead,
+                                        int64_t i0, int rows, int64_t from,
+                                        int step) {
+  return nextLiveStep(from, a.sk, step, [&](int64_t j0, int cols) {
+    return chunkState(a, maskHead, i0, rows, j0, cols);
+  });
+}
+
+/// Queues the K and V rows of the step of keys from j0 (head h) at ks and
+/// vs (strides ldK and ldV) with stage16Async. Called by the whole block.
+__device__ inline void stageKeysValues(const AttentionDims &a,
+                                       const uint16_t *k, const uint16_t *v,
+                                       int64_t h, int64_t j0, const Tiling16 &t,
+                                       uint16_t *ks, int ldK, uint16_t *vs,
+                                       int ldV) {
+  const int cols = countFrom(a.sk, j0, t.step);
+  stage16Async(ks, ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row,
+               cols, t.step, static_cast<int>(a.d), t.d16);
+  stage16Async(vs, ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row,
+               cols, t.step, static_cast<int>(a.dv), t.dv16);
+}
+
 /// A register kernel's walk over the streamed side (`total` rows in steps
 /// of t.step) for one tile: `liveFrom(at)` is the first live step from `at`
 /// on (nextLiveStep; block-wide), `stage(at, b)` queues step `at` into
@@ -1838,18 +1877,11 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     zeroAccumulators<kTiles>(acc);
 
     const auto liveFrom = [&](int64_t from) {
-      return nextLiveStep(from, a.sk, t.step, [&](int64_t j0, int cols) {
-        return chunkState(a, maskHead, i0, rows, j0, cols);
-      });
+      return nextLiveKeys(a, maskHead, i0, rows, from, t.step);
     };
     const auto stage = [&](int64_t j0, int b) {
-      const int cols = countFrom(a.sk, j0, t.step);
-      stage16Async(ks + b * L.buffer / 2, L.ldKV,
-                   k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols,
-                   t.step, static_cast<int>(a.d), t.d16);
-      stage16Async(vs + b * L.buffer / 2, L.ldKV,
-                   v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols,
-                   t.step, static_cast<int>(a.dv), t.dv16);
+      stageKeysValues(a, k, v, h, j0, t, ks + b * L.buffer / 2, L.ldKV,
+                      vs + b * L.buffer / 2, L.ldKV);
     };
     walkSteps(a.sk, t, liveFrom, stage, [&](int64_t j0, int b, bool full) {
       if (r0 >= rows)
@@ -1906,7 +1938,7 @@ dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         const uint16_t *v, const unsigned char *mask, const O *out,
         const float *lse, const uint16_t *dout, const DropoutParams &drop,
         bool dropout, const Tiling16 &t, unsigned char *smem, void *dq,
-        bool narrowGrads) {
+        bool narrowGrads, float *deltaHeads) {
   const DqLayout L(t, /*sharedAcc=*/false);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int r0 = warp * kEdge; // the warp's strip of the block's queries
@@ -1936,22 +1968,16 @@ dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                  rows, t.own, static_cast<int>(a.d), t.d16);
     stage16Async(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
                  a.rows.dout.row, rows, t.own, static_cast<int>(a.dv), t.dv16);
-    rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows);
+    rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows,
+                deltaHeads);
     zeroAccumulators<kTiles>(acc);
 
     const auto liveFrom = [&](int64_t from) {
-      return nextLiveStep(from, a.sk, t.step, [&](int64_t j0, int cols) {
-        return chunkState(a, maskHead, i0, rows, j0, cols);
-      });
+      return nextLiveKeys(a, maskHead, i0, rows, from, t.step);
     };
     const auto stage = [&](int64_t j0, int b) {
-      const int cols = countFrom(a.sk, j0, t.step);
-      stage16Async(ks + b * L.buffer / 2, L.ldK,
-                   k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols,
-                   t.step, static_cast<int>(a.d), t.d16);
-      stage16Async(vs + b * L.buffer / 2, L.ldV,
-                   v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols,
-                   t.step, static_cast<int>(a.dv), t.dv16);
+      stageKeysValues(a, k, v, h, j0, t, ks + b * L.buffer / 2, L.ldK,
+                      vs + b * L.buffer / 2, L.ldV);
     };
     walkSteps(a.sk, t, liveFrom, stage, [&](int64_t j0, int b, bool full) {
       if (r0 >= rows)
@@ -1998,7 +2024,7 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
          const uint16_t *v, const unsigned char *mask, const O *out,
          const float *lse, const uint16_t *dout, const DropoutParams &drop,
          bool dropout, const Tiling16 &t, unsigned char *smem, void *dk,
-         void *dv, bool narrowGrads) {
+         void *dv, bool narrowGrads, const float *deltaHeads) {
   const DkvLayout L(t, /*sharedAcc=*/false);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int r0 = warp * kEdge; // the warp's strip of the block's keys
@@ -2047,9 +2073,12 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
       stage16Async(gs + b * L.buffer / 2, L.ldG,
                    dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row,
                    rows, t.step, static_cast<int>(a.dv), t.dv16);
-      rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step,
-                  lseRows + b * L.rowBuffer / sizeof(float),
-                  deltaRows + b * L.rowBuffer / sizeof(float));
+      float *lseB = lseRows + b * L.rowBuffer / sizeof(float);
+      float *deltaB = deltaRows + b * L.rowBuffer / sizeof(float);
+      if (deltaHeads)
+        storedRowTerms(a, lse, deltaHeads, h, i0, rows, t.step, lseB, deltaB);
+      else
+        rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step, lseB, deltaB);
     };
     walkSteps(a.sq, t, liveFrom, stage, [&](int64_t i0, int b, bool full) {
       if (r0 >= cols)
@@ -2147,8 +2176,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Three blocks of the forward and of dQ fit an SM's shared memory (69 and
+// 75 KB for d <= 64 with two buffers); without the hint ptxas gives the
+// forward's d <= 128 instances 190-221 registers (two blocks an SM) and
+// keeps dQ's fp16 d <= 64 instance at 128, with spills.
 template <typename T, typename O, int kTiles>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     attentionForwardReg16Kernel(AttentionDims a, const uint16_t *q,
                                 const uint16_t *k, const uint16_t *v,
                                 const unsigned char *mask, DropoutParams drop,
@@ -2162,9 +2195,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Three blocks of dQ fit an SM's shared memory (75 KB each for d <= 64);
-// without the hint ptxas keeps its fp16 d <= 64 instance at 128 registers
-// and spills.
 template <typename T, typename O, int kTiles>
 __global__ void __launch_bounds__(kThreads, 3)
     attentionDqReg16Kernel(AttentionDims a, const uint16_t *q,
@@ -2172,13 +2202,13 @@ __global__ void __launch_bounds__(kThreads, 3)
                            const unsigned char *mask, const O *out,
                            const float *lse, const uint16_t *dout,
                            DropoutParams drop, const StepCounters *counters,
-                           bool dropout, Tiling16 t, void *dq,
-                           bool narrowGrads) {
+                           bool dropout, Tiling16 t, void *dq, bool narrowGrads,
+                           float *deltaHeads) {
   if constexpr (wmmaSupports<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     dqReg16<T, kTiles>(a, q, k, v, mask, out, lse, dout, drop, dropout, t,
-                       smem16, dq, narrowGrads);
+                       smem16, dq, narrowGrads, deltaHeads);
   }
 }
 
@@ -2190,12 +2220,12 @@ __global__ void __launch_bounds__(kThreads)
                             const float *lse, const uint16_t *dout,
                             DropoutParams drop, const StepCounters *counters,
                             bool dropout, Tiling16 t, void *dk, void *dv,
-                            bool narrowGrads) {
+                            bool narrowGrads, const float *deltaHeads) {
   if constexpr (wmmaSupports<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     dkvReg16<T, kTiles>(a, q, k, v, mask, out, lse, dout, drop, dropout, t,
-                        smem16, dk, dv, narrowGrads);
+                        smem16, dk, dv, narrowGrads, deltaHeads);
   }
 }
 
@@ -2376,18 +2406,20 @@ void launchDq16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
                 const uint16_t *k, const uint16_t *v, const unsigned char *mask,
                 const O *out, const float *lse, const uint16_t *dout,
                 const DropoutParams &drop, bool dropout, void *dq,
-                bool narrowGrads) {
+                bool narrowGrads, float *deltaHeads) {
   const int64_t tiles = a.batch * ((a.sq + t.own - 1) / t.own);
   const StepCounters *counters = cuda::stepCounters(ctx);
   const size_t regBytes = DqLayout(t, /*sharedAcc=*/false).bytes;
   if (regTiles == 4)
     launch16<attentionDqReg16Kernel<T, O, 4>>(
         ctx, "attentionDqReg16Kernel", limit, regBytes, tiles, a, q, k, v, mask,
-        out, lse, dout, drop, counters, dropout, t, dq, narrowGrads);
+        out, lse, dout, drop, counters, dropout, t, dq, narrowGrads,
+        deltaHeads);
   else if (regTiles == 8)
     launch16<attentionDqReg16Kernel<T, O, 8>>(
         ctx, "attentionDqReg16Kernel", limit, regBytes, tiles, a, q, k, v, mask,
-        out, lse, dout, drop, counters, dropout, t, dq, narrowGrads);
+        out, lse, dout, drop, counters, dropout, t, dq, narrowGrads,
+        deltaHeads);
   else
     launch16<attentionDq16Kernel<T, O>>(
         ctx, "attentionDq16Kernel", limit, DqLayout(t).bytes, tiles, a, q, k, v,
@@ -2400,18 +2432,21 @@ void launchDkv16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
                  const uint16_t *k, const uint16_t *v,
                  const unsigned char *mask, const O *out, const float *lse,
                  const uint16_t *dout, const DropoutParams &drop, bool dropout,
-                 void *dk, void *dv, bool narrowGrads) {
+                 void *dk, void *dv, bool narrowGrads,
+                 const float *deltaHeads) {
   const int64_t tiles = a.batch * ((a.sk + t.own - 1) / t.own);
   const StepCounters *counters = cuda::stepCounters(ctx);
   const size_t regBytes = DkvLayout(t, /*sharedAcc=*/false).bytes;
   if (regTiles == 4)
     launch16<attentionDkvReg16Kernel<T, O, 4>>(
         ctx, "attentionDkvReg16Kernel", limit, regBytes, tiles, a, q, k, v,
-        mask, out, lse, dout, drop, counters, dropout, t, dk, dv, narrowGrads);
+        mask, out, lse, dout, drop, counters, dropout, t, dk, dv, narrowGrads,
+        deltaHeads);
   else if (regTiles == 8)
     launch16<attentionDkvReg16Kernel<T, O, 8>>(
         ctx, "attentionDkvReg16Kernel", limit, regBytes, tiles, a, q, k, v,
-        mask, out, lse, dout, drop, counters, dropout, t, dk, dv, narrowGrads);
+        mask, out, lse, dout, drop, counters, dropout, t, dk, dv, narrowGrads,
+        deltaHeads);
   else
     launch16<attentionDkv16Kernel<T, O>>(ctx, "attentionDkv16Kernel", limit,
                                          DkvLayout(t).bytes, tiles, a, q, k, v,
@@ -2512,16 +2547,28 @@ void backward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
   const DropoutParams drop = dropoutParams(ctx.seed, 0, a.stream, a.dropout);
   const bool dropout = a.dropout > 0.0f;
   constexpr bool narrow = std::is_same_v<G, uint16_t>;
+  // delta = dO . O of every query, which the dK/dV kernel would otherwise
+  // compute again for every block of keys (reading O and dO once more per
+  // block: sk / 64 times in all): the register dQ kernel leaves it in the
+  // cuBLASLt workspace, free between the GEMMs, for the register dK/dV
+  // kernel that runs after it on the stream.
+  float *deltaHeads =
+      regQ != 0 && regKv != 0 && ctx.ltWorkspace &&
+              static_cast<size_t>(a.batch * a.sq) * sizeof(float) <=
+                  ctx.ltWorkspaceBytes
+          ? static_cast<float *>(ctx.ltWorkspace)
+          : nullptr;
   if (storage == Storage16::Bf16) {
     launchDq16<__nv_bfloat16>(ctx, a, tq, regQ, limit, q, k, v, mask, out, lse,
-                              dout, drop, dropout, dq, narrow);
+                              dout, drop, dropout, dq, narrow, deltaHeads);
     launchDkv16<__nv_bfloat16>(ctx, a, tkv, regKv, limit, q, k, v, mask, out,
-                               lse, dout, drop, dropout, dk, dv, narrow);
+                               lse, dout, drop, dropout, dk, dv, narrow,
+                               deltaHeads);
   } else {
     launchDq16<__half>(ctx, a, tq, regQ, limit, q, k, v, mask, out, lse, dout,
-                       drop, dropout, dq, narrow);
+                       drop, dropout, dq, narrow, deltaHeads);
     launchDkv16<__half>(ctx, a, tkv, regKv, limit, q, k, v, mask, out, lse,
-                        dout, drop, dropout, dk, dv, narrow);
+                        dout, drop, dropout, dk, dv, narrow, deltaHeads);
   }
 }
 
