@@ -1835,6 +1835,36 @@ __device__ void walkSteps(int64_t total, const Tiling16 &t, Live liveFrom,
   __pipeline_wait_prior(0); // the own rows, when no step was live
 }
 
+/// walkSteps over the keys, for the forward and dQ register kernels: the
+/// block's queries [i0, i0 + rows) of head h, K and V staged at ks and vs
+/// (strides ldK and ldV, `buffer` bytes to the second buffer). For each
+/// live step a warp whose strip (from row r0) is in the sequence runs
+/// body(j0, cols, K rows, V rows, mask), the mask null for a chunk it
+/// leaves whole.
+template <typename Body>
+__device__ void walkKeys(const AttentionDims &a, const unsigned char *maskHead,
+                         int64_t h, int64_t i0, int rows, int r0,
+                         const uint16_t *k, const uint16_t *v,
+                         const Tiling16 &t, uint16_t *ks, int ldK, uint16_t *vs,
+                         int ldV, size_t buffer, Body body) {
+  const size_t stride = buffer / sizeof(uint16_t);
+  walkSteps(
+      a.sk, t,
+      [&](int64_t from) {
+        return nextLiveKeys(a, maskHead, i0, rows, from, t.step);
+      },
+      [&](int64_t j0, int b) {
+        stageKeysValues(a, k, v, h, j0, t, ks + b * stride, ldK,
+                        vs + b * stride, ldV);
+      },
+      [&](int64_t j0, int b, bool full) {
+        if (r0 >= rows)
+          return; // a strip past the end of the sequence
+        body(j0, countFrom(a.sk, j0, t.step), ks + b * stride, vs + b * stride,
+             full ? nullptr : maskHead);
+      });
+}
+
 template <typename T, int kTiles, typename O>
 __device__ void
 forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
@@ -1876,35 +1906,25 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     __syncwarp();
     zeroAccumulators<kTiles>(acc);
 
-    const auto liveFrom = [&](int64_t from) {
-      return nextLiveKeys(a, maskHead, i0, rows, from, t.step);
-    };
-    const auto stage = [&](int64_t j0, int b) {
-      stageKeysValues(a, k, v, h, j0, t, ks + b * L.buffer / 2, L.ldKV,
-                      vs + b * L.buffer / 2, L.ldKV);
-    };
-    walkSteps(a.sk, t, liveFrom, stage, [&](int64_t j0, int b, bool full) {
-      if (r0 >= rows)
-        return; // a strip past the end of the sequence
-      // A chunk the mask leaves whole reads none of it.
-      const unsigned char *stepMask = full ? nullptr : maskHead;
-      const int cols = countFrom(a.sk, j0, t.step);
-      const uint16_t *kb = ks + b * L.buffer / 2, *vb = vs + b * L.buffer / 2;
-      for (int ct = 0; ct < stepTiles; ++ct)
-        productTile<T>(s + ct * kEdge, L.ldS, qs + r0 * L.ldQ, L.ldQ,
-                       kb + ct * kEdge * L.ldKV, L.ldKV, t.d16 / kEdge);
-      __syncwarp();
+    walkKeys(
+        a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldKV, vs, L.ldKV, L.buffer,
+        [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
+            const unsigned char *stepMask) {
+          for (int ct = 0; ct < stepTiles; ++ct)
+            productTile<T>(s + ct * kEdge, L.ldS, qs + r0 * L.ldQ, L.ldQ,
+                           kb + ct * kEdge * L.ldKV, L.ldKV, t.d16 / kEdge);
+          __syncwarp();
 
-      // The online softmax over the strip.
-      softmaxStepStrip<T>(a, stepMask, drop, dropout, h, i0 + r0, rows - r0, j0,
-                          cols, t.step, s, L.ldS, rowMax, rowSum, factors,
-                          lane);
+          // The online softmax over the strip.
+          softmaxStepStrip<T>(a, stepMask, drop, dropout, h, i0 + r0, rows - r0,
+                              j0, cols, t.step, s, L.ldS, rowMax, rowSum,
+                              factors, lane);
 
-      // O = factor * O + P V.
-      scaleRows<kTiles>(acc, dvTiles, factors);
-      mmaStrip<T, kTiles>(acc, dvTiles, p, ldP, vb, L.ldKV, stepTiles);
-      __syncwarp(); // P is read before the next step's S overwrites it
-    });
+          // O = factor * O + P V.
+          scaleRows<kTiles>(acc, dvTiles, factors);
+          mmaStrip<T, kTiles>(acc, dvTiles, p, ldP, vb, L.ldKV, stepTiles);
+          __syncwarp(); // P is read before the next step's S overwrites it
+        });
 
     __syncthreads(); // every warp is done with Q, K and V
     if (r0 >= rows)
@@ -1972,35 +1992,25 @@ dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                 deltaHeads);
     zeroAccumulators<kTiles>(acc);
 
-    const auto liveFrom = [&](int64_t from) {
-      return nextLiveKeys(a, maskHead, i0, rows, from, t.step);
-    };
-    const auto stage = [&](int64_t j0, int b) {
-      stageKeysValues(a, k, v, h, j0, t, ks + b * L.buffer / 2, L.ldK,
-                      vs + b * L.buffer / 2, L.ldV);
-    };
-    walkSteps(a.sk, t, liveFrom, stage, [&](int64_t j0, int b, bool full) {
-      if (r0 >= rows)
-        return; // a strip past the end of the sequence
-      // A chunk the mask leaves whole reads none of it.
-      const unsigned char *stepMask = full ? nullptr : maskHead;
-      const int cols = countFrom(a.sk, j0, t.step);
-      const uint16_t *kb = ks + b * L.buffer / 2, *vb = vs + b * L.buffer / 2;
-      // The strip's scale * dS, a 16 x 16 tile at a time from its S and dP
-      // tiles; line r is query i0 + r0 + r, its keys from j0 + ct * 16 on.
-      for (int ct = 0; ct < stepTiles; ++ct) {
-        productTile<T>(scratchS, kScratchLd, qs + r0 * L.ldQ, L.ldQ,
-                       kb + ct * kEdge * L.ldK, L.ldK, t.d16 / kEdge);
-        productTile<T>(scratchP, kScratchLd, gs + r0 * L.ldG, L.ldG,
-                       vb + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
-        __syncwarp();
-        dsTile<T>(a, stepMask, drop, dropout, h, i0, j0, r0, ct * kEdge, rows,
-                  cols, lseRows, deltaRows, scratchS, scratchP, ds + ct * kEdge,
-                  L.ldDs, lane);
-      }
-      // dQ += dS K.
-      mmaStrip<T, kTiles>(acc, dTiles, ds, L.ldDs, kb, L.ldK, stepTiles);
-    });
+    walkKeys(
+        a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldK, vs, L.ldV, L.buffer,
+        [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
+            const unsigned char *stepMask) {
+          // The strip's scale * dS, a 16 x 16 tile at a time from its S and dP
+          // tiles; line r is query i0 + r0 + r, its keys from j0 + ct * 16 on.
+          for (int ct = 0; ct < stepTiles; ++ct) {
+            productTile<T>(scratchS, kScratchLd, qs + r0 * L.ldQ, L.ldQ,
+                           kb + ct * kEdge * L.ldK, L.ldK, t.d16 / kEdge);
+            productTile<T>(scratchP, kScratchLd, gs + r0 * L.ldG, L.ldG,
+                           vb + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
+            __syncwarp();
+            dsTile<T>(a, stepMask, drop, dropout, h, i0, j0, r0, ct * kEdge,
+                      rows, cols, lseRows, deltaRows, scratchS, scratchP,
+                      ds + ct * kEdge, L.ldDs, lane);
+          }
+          // dQ += dS K.
+          mmaStrip<T, kTiles>(acc, dTiles, ds, L.ldDs, kb, L.ldK, stepTiles);
+        });
 
     __syncthreads(); // every warp is done with the staged tiles
     if (r0 >= rows)
