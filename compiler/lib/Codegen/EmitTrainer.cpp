@@ -465,7 +465,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     // compiler's register use within what such a block may have.
     k << "__global__ void __launch_bounds__(mtc::rt::cuda::kNormRowThreads) "
       << kernel << "(" << params << ") {\n"
-      << "  __shared__ double lnScratch[mtc::rt::cuda::kNormRowThreads];\n"
+      << "  __shared__ double lnScratch[mtc::rt::cuda::kNormRowThreads / 32];\n"
       << "  for (int64_t row = blockIdx.x; row < " << rows
       << "; row += gridDim.x) {\n"
       << "  for (int64_t " << item << " = row * " << perRow

@@ -201,7 +201,7 @@ template <typename T, bool Bf16>
 __global__ void depthwiseBackwardFilterKernel(Conv2dParams p, ConvShape s,
                                               const T *x, const T *dy,
                                               float *dw) {
-  __shared__ double scratch[cuda::kBlock];
+  __shared__ double scratch[cuda::kBlock / 32];
   const int64_t taps = p.kh * p.kw;
   for (int64_t weight = blockIdx.x; weight < p.k * taps;
        weight += gridDim.x) {

@@ -102,7 +102,7 @@ __global__ void ceLossReduceKernel(int64_t n, int64_t c, int64_t d,
 
 __global__ void ceCountKernel(int64_t positions, int64_t c,
                               const int64_t *labels, int64_t ignoreIndex) {
-  __shared__ long long counts[kReduceThreads];
+  __shared__ long long counts[kReduceThreads / 32];
   long long count = 0;
   for (int64_t pos = threadIdx.x; pos < positions; pos += blockDim.x)
     count += isValidLabel(labels[pos], c, ignoreIndex) ? 1 : 0;
@@ -142,17 +142,87 @@ __global__ void ceBackwardKernel(int64_t n, int64_t c, int64_t d,
 constexpr int kRowThreads = 512;
 
 __device__ inline float blockMax(float value, float *scratch) {
-  scratch[threadIdx.x] = value;
-  __syncthreads();
-  for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width)
-      scratch[threadIdx.x] =
-          fmaxf(scratch[threadIdx.x], scratch[threadIdx.x + width]);
-    __syncthreads();
+  return cuda::blockReduce(value, scratch,
+                           [](float a, float b) { return fmaxf(a, b); });
+}
+
+/// The row kernel's elements go in chunks of kCeChunk consecutive ones:
+/// thread t takes chunks t, t + blockDim.x, ..., and visits a chunk's
+/// elements in order, whether they move as 16-byte vectors (a whole chunk
+/// in an aligned row) or one at a time, so rows that allow vectors and rows
+/// that do not (padded and dense logits) give the same sums bit for bit.
+constexpr int kCeChunk = 8;
+
+/// Whether rows `ld` elements of T apart from p start on 16 bytes.
+template <typename T>
+__device__ inline bool rowsAligned(const T *p, int64_t ld) {
+  return (ld * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+/// The chunk of a row of c elements that starts at element i, widened to
+/// float into v; returns its length (kCeChunk but for the row's last).
+template <typename In>
+__device__ inline int loadChunk(const In *row, int64_t i, int64_t c,
+                                bool vectors, bool bf16, float *v) {
+  const int n = c - i < kCeChunk ? static_cast<int>(c - i) : kCeChunk;
+  if (vectors && n == kCeChunk) {
+    if constexpr (sizeof(In) == sizeof(float)) {
+      const float4 *q = reinterpret_cast<const float4 *>(row + i);
+      const float4 a = q[0], b = q[1];
+      const float w[kCeChunk] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int e = 0; e < kCeChunk; ++e)
+        v[e] = w[e];
+    } else {
+      const uint4 q = *reinterpret_cast<const uint4 *>(row + i);
+      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int e = 0; e < kCeChunk; ++e) // little-endian: low half first
+        v[e] = storedToFloat(static_cast<uint16_t>(w[e / 2] >> (e % 2 * 16)),
+                             bf16);
+    }
+    return n;
   }
-  float result = scratch[0];
-  __syncthreads();
-  return result;
+#pragma unroll
+  for (int e = 0; e < kCeChunk; ++e)
+    if (e < n)
+      v[e] = storedToFloat(row[i + e], bf16);
+  return n;
+}
+
+/// Stores the n values of a chunk at element i of a row: float32, or
+/// rounded to 16 bits (Out = uint16_t; bfloat16 when `bf16`).
+template <typename Out>
+__device__ inline void storeChunk(Out *row, int64_t i, int n, bool vectors,
+                                  bool bf16, const float *v) {
+  if (vectors && n == kCeChunk) {
+    if constexpr (sizeof(Out) == sizeof(float)) {
+      float4 *q = reinterpret_cast<float4 *>(row + i);
+      q[0] = make_float4(v[0], v[1], v[2], v[3]);
+      q[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      uint32_t w[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint16_t lo =
+            bf16 ? floatToBf16(v[2 * k]) : floatToHalf(v[2 * k]);
+        const uint16_t hi =
+            bf16 ? floatToBf16(v[2 * k + 1]) : floatToHalf(v[2 * k + 1]);
+        w[k] = lo | static_cast<uint32_t>(hi) << 16;
+      }
+      *reinterpret_cast<uint4 *>(row + i) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kCeChunk; ++e) {
+    if (e >= n)
+      break;
+    if constexpr (sizeof(Out) == sizeof(float))
+      row[i + e] = v[e];
+    else
+      row[i + e] = bf16 ? floatToBf16(v[e]) : floatToHalf(v[e]);
+  }
 }
 
 /// softmaxCrossEntropyWithGrad's rows [first, last), a block per row: the
@@ -163,7 +233,9 @@ __device__ inline float blockMax(float value, float *scratch) {
 /// `staged`, the block first copies its row into dynamic shared memory
 /// (c elements of In) and its three passes read it there: the logits are
 /// read from memory once instead of three times, and the numbers are the
-/// same. Rows are `ld` elements apart in logits and dlogits.
+/// same. Rows are `ld` elements apart in logits and dlogits; where they
+/// start on 16 bytes (the memory plan pads GEMM outputs so), they are read
+/// and written 16 bytes at a time (kCeChunk).
 template <typename In, typename Out>
 __global__ void
 ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
@@ -171,7 +243,7 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
                      const float *dloss, bool mean, int64_t ignoreIndex,
                      float *rowLoss, Out *dlogits, bool bf16, bool staged,
                      cuda::DeviceErrorRecord *errors) {
-  __shared__ float scratch[kRowThreads];
+  __shared__ float scratch[kRowThreads / 32];
   extern __shared__ __align__(16) unsigned char ceRowCache[];
   // Without dlogits, the loss alone (dloss is then null).
   float scale = dlogits ? dloss[0] : 0.0f;
@@ -179,30 +251,53 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
     long long count = gValidLabels;
     scale = count > 0 ? scale / static_cast<float>(count) : 0.0f;
   }
+  const bool inVectors = rowsAligned(logits, ld);
+  const bool outVectors = dlogits && rowsAligned(dlogits, ld);
+  const int64_t chunkStride = int64_t(blockDim.x) * kCeChunk;
   for (int64_t row = first + blockIdx.x; row < last; row += gridDim.x) {
     const In *src = logits + row * ld;
+    // The shared copy starts on 16 bytes: its chunks are vectors.
+    bool readVectors = inVectors;
     if (staged) {
       In *cache = reinterpret_cast<In *>(ceRowCache);
-      for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
+      const int64_t units = inVectors ? c * sizeof(In) / 16 : 0;
+      for (int64_t u = threadIdx.x; u < units; u += blockDim.x)
+        reinterpret_cast<uint4 *>(cache)[u] =
+            reinterpret_cast<const uint4 *>(src)[u];
+      for (int64_t i = units * 16 / sizeof(In) + threadIdx.x; i < c;
+           i += blockDim.x)
         cache[i] = src[i];
       __syncthreads();
       src = cache;
+      readVectors = true;
     }
-    auto at = [&](int64_t i) { return storedToFloat(src[i], bf16); };
     float maxValue = -INFINITY;
-    for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
-      maxValue = fmaxf(maxValue, at(i));
+    for (int64_t i = threadIdx.x * kCeChunk; i < c; i += chunkStride) {
+      float v[kCeChunk];
+      const int n = loadChunk(src, i, c, readVectors, bf16, v);
+#pragma unroll
+      for (int e = 0; e < kCeChunk; ++e)
+        if (e < n)
+          maxValue = fmaxf(maxValue, v[e]);
+    }
     maxValue = blockMax(maxValue, scratch);
     if (isinf(maxValue) && maxValue < 0)
       maxValue = 0.0f;
     float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < c; i += blockDim.x)
-      sum += expf(at(i) - maxValue);
+    for (int64_t i = threadIdx.x * kCeChunk; i < c; i += chunkStride) {
+      float v[kCeChunk];
+      const int n = loadChunk(src, i, c, readVectors, bf16, v);
+#pragma unroll
+      for (int e = 0; e < kCeChunk; ++e)
+        if (e < n)
+          sum += expf(v[e] - maxValue);
+    }
     const long long label = labels[row];
     const bool valid = isValidLabel(label, c, ignoreIndex);
     // The label's logit, read before the reduction below synchronizes the
     // block: after it the row may be overwritten.
-    const float labelLogit = threadIdx.x == 0 && valid ? at(label) : 0.0f;
+    const float labelLogit =
+        threadIdx.x == 0 && valid ? storedToFloat(src[label], bf16) : 0.0f;
     const float logSum = logf(cuda::blockSum(sum, scratch));
     if (threadIdx.x == 0) {
       if (!valid && label != ignoreIndex)
@@ -212,16 +307,19 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
     if (!dlogits)
       continue;
     // Every thread has read the whole row (the reductions synchronize)
-    // before any writes over it.
+    // before any writes over it; a thread then reads only the chunks it
+    // writes.
     Out *dst = dlogits + row * ld;
-    for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
-      float g = valid ? scale * (expf(at(i) - maxValue - logSum) -
-                                 (i == label ? 1.0f : 0.0f))
-                      : 0.0f;
-      if constexpr (sizeof(Out) == sizeof(float))
-        dst[i] = g;
-      else
-        dst[i] = bf16 ? floatToBf16(g) : floatToHalf(g);
+    for (int64_t i = threadIdx.x * kCeChunk; i < c; i += chunkStride) {
+      float v[kCeChunk];
+      const int n = loadChunk(src, i, c, readVectors, bf16, v);
+#pragma unroll
+      for (int e = 0; e < kCeChunk; ++e)
+        if (e < n)
+          v[e] = valid ? scale * (expf(v[e] - maxValue - logSum) -
+                                  (i + e == label ? 1.0f : 0.0f))
+                       : 0.0f;
+      storeChunk(dst, i, n, outVectors, bf16, v);
     }
     __syncthreads();
   }
@@ -230,7 +328,7 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
 /// The loss from the rows' terms: one block, double, a fixed tree.
 __global__ void ceRowLossReduceKernel(int64_t n, const float *rowLoss,
                                       bool mean, float *loss) {
-  __shared__ double sums[kReduceThreads];
+  __shared__ double sums[kReduceThreads / 32];
   double sum = 0.0;
   for (int64_t row = threadIdx.x; row < n; row += blockDim.x)
     sum += rowLoss[row];
@@ -304,7 +402,7 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, int64_t ld,
   // reduction scratch) is staged there: read from memory once.
   const size_t rowBytes = static_cast<size_t>(c) * sizeof(In);
   const bool fits =
-      rowBytes + kRowThreads * sizeof(float) <= cuda::sharedBytesOptin();
+      rowBytes + kRowThreads / 32 * sizeof(float) <= cuda::sharedBytesOptin();
   auto rows = [&](int64_t first, int64_t last, bool to16) {
     if (last <= first)
       return;

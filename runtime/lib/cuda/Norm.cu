@@ -35,6 +35,8 @@ namespace {
 
 /// Threads of the reduction blocks; a power of two.
 constexpr int kReduceThreads = cuda::kNormRowThreads;
+/// The scratch of their reductions (cuda::blockReduce): one per warp.
+constexpr int kReduceWarps = kReduceThreads / 32;
 /// LayerNorm column sums: a warp of columns times kRowSlices rows.
 constexpr int kColumns = 32;
 constexpr int kRowSlices = 16;
@@ -82,7 +84,7 @@ __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
                                    const float *x, float *runningMean,
                                    float *runningVar, float eps, float momentum,
                                    float *savedMean, float *savedInvstd) {
-  __shared__ double scratch[kReduceThreads];
+  __shared__ double scratch[kReduceWarps];
   const int64_t m = n * inner;
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double sum = 0.0;
@@ -134,7 +136,7 @@ __global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
                                        const float *savedInvstd, float *dscale,
                                        float *dbias, const float *actOut,
                                        NormActivation act) {
-  __shared__ double scratch[kReduceThreads];
+  __shared__ double scratch[kReduceWarps];
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     const float mean = savedMean[ch], invstd = savedInvstd[ch];
     double sumDy = 0.0, sumDyXhat = 0.0;
@@ -178,7 +180,7 @@ __global__ void lnForwardKernel(int64_t outer, int64_t dim, const float *x,
                                 const float *scale, const float *bias,
                                 float eps, Out *y, float *mean, float *invstd,
                                 bool bf16) {
-  __shared__ double scratch[kReduceThreads];
+  __shared__ double scratch[kReduceWarps];
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x)
     cuda::layerNormRow(dim, x + row * dim, scale, bias, eps, y + row * dim,
                        mean ? mean + row : nullptr,
@@ -268,31 +270,81 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
                                    const float *mean, const float *invstd,
                                    float *dx, const float *acc,
                                    uint16_t *dx16) {
-  __shared__ double scratch[kReduceThreads];
+  using cuda::heldFirst;
+  using cuda::kHeldVectors;
+  using cuda::kRowVector;
+  using cuda::rowInRegisters;
+  __shared__ double scratch[kReduceWarps];
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const G *grad = dy + row * dim;
     const X *src = x + row * dim;
     float *dst = dx + row * dim;
+    const float *add = acc ? acc + row * dim : nullptr;
+    uint16_t *copy = dx16 ? dx16 + row * dim : nullptr;
     const float rowMean = mean[row], inv = invstd[row];
+    // As layerNormRow: the row's dy * scale and xhat kept in registers
+    // where its vectors allow, else read again for the second pass.
+    const bool held = rowInRegisters(dim, grad) && rowInRegisters(dim, src) &&
+                      rowInRegisters(dim, scale) && rowInRegisters(dim, dst) &&
+                      (!add || rowInRegisters(dim, add)) &&
+                      (!copy || rowInRegisters(dim, copy));
+    float g[kHeldVectors][kRowVector], xhat[kHeldVectors][kRowVector];
     double sumG = 0.0, sumGXhat = 0.0;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      float g = loadX(grad, j, bf16) * scale[j];
-      float xhat = (loadX(src, j, bf16) - rowMean) * inv;
-      sumG += g;
-      sumGXhat += static_cast<double>(g) * xhat;
+    if (held) {
+#pragma unroll
+      for (int h = 0; h < kHeldVectors; ++h) {
+        const int64_t j = heldFirst(h);
+        if (j >= dim)
+          continue;
+        float gamma[kRowVector];
+        cuda::loadVector(grad + j, bf16, g[h]);
+        cuda::loadVector(src + j, bf16, xhat[h]);
+        cuda::loadVector(scale + j, bf16, gamma);
+        for (int e = 0; e < kRowVector; ++e) {
+          g[h][e] *= gamma[e];
+          xhat[h][e] = (xhat[h][e] - rowMean) * inv;
+          sumG += g[h][e];
+          sumGXhat += static_cast<double>(g[h][e]) * xhat[h][e];
+        }
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+        float gj = loadX(grad, j, bf16) * scale[j];
+        float xhatj = (loadX(src, j, bf16) - rowMean) * inv;
+        sumG += gj;
+        sumGXhat += static_cast<double>(gj) * xhatj;
+      }
     }
     sumG = blockSum(sumG, scratch);
     sumGXhat = blockSum(sumGXhat, scratch);
     const NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
-    const float *add = acc ? acc + row * dim : nullptr;
+    if (held) {
+#pragma unroll
+      for (int h = 0; h < kHeldVectors; ++h) {
+        const int64_t j = heldFirst(h);
+        if (j >= dim)
+          continue;
+        float d[kRowVector], residual[kRowVector] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (add)
+          cuda::loadVector(add + j, bf16, residual);
+        for (int e = 0; e < kRowVector; ++e) {
+          d[e] = normBackwardElement(g[h][e], xhat[h][e], f);
+          d[e] = add ? d[e] + residual[e] : d[e];
+        }
+        cuda::storeVector(dst + j, bf16, d);
+        // The 16-bit copy (its format is x's).
+        if (copy)
+          cuda::storeVector(copy + j, bf16, d);
+      }
+      continue;
+    }
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       float d = normBackwardElement(loadX(grad, j, bf16) * scale[j],
                                     (loadX(src, j, bf16) - rowMean) * inv, f);
       d = add ? d + add[j] : d;
       dst[j] = d;
-      // The 16-bit copy (its format is x's).
-      if (dx16)
-        dx16[row * dim + j] = bf16 ? floatToBf16(d) : floatToHalf(d);
+      if (copy)
+        copy[j] = bf16 ? floatToBf16(d) : floatToHalf(d);
     }
   }
 }

@@ -60,7 +60,7 @@ __global__ void reduceSumPerThreadKernel(ReducePlan plan, const float *x,
 /// One block (kBlock threads) per output, tree reduction in shared memory.
 __global__ void reduceSumPerBlockKernel(ReducePlan plan, const float *x,
                                         float *y, double scale) {
-  __shared__ double partial[cuda::kBlock];
+  __shared__ double partial[cuda::kBlock / 32];
   for (int64_t o = blockIdx.x; o < plan.outCount; o += gridDim.x) {
     const float *base = x + keptOffset(plan, o);
     double sum = 0.0;

@@ -272,10 +272,13 @@ TEST_F(Kernels, BatchNormMatchesReference) {
 }
 
 TEST_F(Kernels, LayerNormMatchesReference) {
-  // The last two: many rows of few columns, whose column sums (dscale,
-  // dbias) CUDA splits into chunks of rows added afterwards.
-  const int64_t shapes[][2] = {{5, 777}, {33, 10}, {3, 1}, {2000, 96},
-                               {701, 40}};
+  // {2000, 96} and {701, 40}: many rows of few columns, whose column sums
+  // (dscale, dbias) CUDA splits into chunks of rows added afterwards. CUDA
+  // keeps a row in registers when its length is a multiple of 4 up to 4096
+  // (768: one vector of 4 a thread; 4096: two), and reads it again in each
+  // pass otherwise (777, 10, 1, 4100).
+  const int64_t shapes[][2] = {{5, 777},  {33, 10}, {3, 1},    {2000, 96},
+                               {701, 40}, {6, 768}, {3, 4096}, {2, 4100}};
   unsigned seed = 100;
   for (const auto &shape : shapes) {
     const int64_t outer = shape[0], dim = shape[1];

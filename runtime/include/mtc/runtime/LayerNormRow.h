@@ -92,41 +92,129 @@ inline unsigned normRowThreads(int64_t dim) {
   return threads;
 }
 
-/// Sum of one value per thread over the block, by a fixed tree; every thread
-/// gets the total. `scratch` holds blockDim.x values; blockDim.x must be a
-/// power of two.
+/// The reduction by `op` of one value per thread over the block, in a
+/// fixed order, so the result is the same run to run: each warp combines
+/// its lanes by xor shuffles (offsets 16, 8, ..., 1), its lane 0 leaves the
+/// warp's result in scratch, and every warp then combines those the same
+/// way. A lane and its partner combine the same two values (op must be
+/// commutative, as + and fmax are in IEEE arithmetic), so every thread gets
+/// the same total. `scratch` holds blockDim.x / 32 values; blockDim.x must
+/// be a power of two from 32 to 1024. Two barriers, the last so that the
+/// next call may reuse scratch.
+template <typename T, typename Op>
+__device__ T blockReduce(T value, T *scratch, Op op) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  const unsigned warps = blockDim.x / 32;
+  if (warps == 1)
+    return value;
+  if (threadIdx.x % 32 == 0)
+    scratch[threadIdx.x / 32] = value;
+  __syncthreads();
+  value = scratch[threadIdx.x % warps];
+  for (unsigned offset = warps / 2; offset > 0; offset /= 2)
+    value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  __syncthreads();
+  return value;
+}
+
+/// The block's sum (blockReduce).
 template <typename T> __device__ T blockSum(T value, T *scratch) {
-  scratch[threadIdx.x] = value;
-  __syncthreads();
-  for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width)
-      scratch[threadIdx.x] += scratch[threadIdx.x + width];
-    __syncthreads();
-  }
-  T total = scratch[0];
-  // Everyone must read the total before the next call overwrites it.
-  __syncthreads();
-  return total;
+  return blockReduce(value, scratch, [](T a, T b) { return a + b; });
+}
+
+/// Elements a thread moves as one vector in the row kernels, and the most
+/// vectors it keeps in registers: rows of up to kRowVector *
+/// kHeldVectors * blockDim.x elements are read from memory once.
+constexpr int kRowVector = 4;
+constexpr int kHeldVectors = 2;
+
+/// Whether the row kernels may move a row of `dim` elements of T at p (and
+/// every row after it, dim apart) as vectors of kRowVector and keep it in
+/// registers.
+template <typename T>
+__device__ inline bool rowInRegisters(int64_t dim, const T *p) {
+  return dim % kRowVector == 0 &&
+         dim <= int64_t(kRowVector) * kHeldVectors * blockDim.x &&
+         reinterpret_cast<uintptr_t>(p) % (kRowVector * sizeof(T)) == 0;
+}
+
+/// The first element of the h-th vector a thread holds of a row.
+__device__ inline int64_t heldFirst(int h) {
+  return (int64_t(h) * blockDim.x + threadIdx.x) * kRowVector;
+}
+
+/// The kRowVector values at p (aligned), widened to float: float32, or
+/// 16-bit (bfloat16 when `bf16`).
+__device__ inline void loadVector(const float *p, bool, float *v) {
+  const float4 q = *reinterpret_cast<const float4 *>(p);
+  v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+__device__ inline void loadVector(const uint16_t *p, bool bf16, float *v) {
+  const ushort4 q = *reinterpret_cast<const ushort4 *>(p);
+  const uint16_t h[4] = {q.x, q.y, q.z, q.w};
+  for (int e = 0; e < kRowVector; ++e)
+    v[e] = bf16 ? bf16ToFloat(h[e]) : halfToFloat(h[e]);
+}
+
+/// Stores kRowVector values at p (aligned): as float32, or rounded to 16
+/// bits (bfloat16 when `bf16`).
+__device__ inline void storeVector(float *p, bool, const float *v) {
+  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ inline void storeVector(uint16_t *p, bool bf16, const float *v) {
+  uint16_t h[4];
+  for (int e = 0; e < kRowVector; ++e)
+    h[e] = bf16 ? floatToBf16(v[e]) : floatToHalf(v[e]);
+  *reinterpret_cast<ushort4 *>(p) = make_ushort4(h[0], h[1], h[2], h[3]);
 }
 
 /// One row by the whole block (normRowThreads(dim) threads): the values at
 /// src normalized into dst; `Out` is float, or uint16_t for a 16-bit dst
 /// (bfloat16 when `bf16`, else float16), rounded as a conversion would
 /// round it. Thread 0 writes *mean and *invstd (either may be null).
+/// Where the row allows (rowInRegisters for src, scale, bias and dst),
+/// thread t holds elements 4t..4t+3 (and 4(t + blockDim.x).., ...) in
+/// registers and reads and writes them as vectors; otherwise every pass
+/// reads src again, an element per thread at a time.
 template <typename Out>
 __device__ void layerNormRow(int64_t dim, const float *src, const float *scale,
                              const float *bias, float eps, Out *dst,
                              float *mean, float *invstd, bool bf16,
                              double *scratch) {
+  const bool held = rowInRegisters(dim, src) && rowInRegisters(dim, scale) &&
+                    (!bias || rowInRegisters(dim, bias)) &&
+                    rowInRegisters(dim, dst);
+  float v[kHeldVectors][kRowVector];
   double sum = 0.0;
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-    sum += src[j];
+  if (held) {
+#pragma unroll
+    for (int h = 0; h < kHeldVectors; ++h)
+      if (heldFirst(h) < dim) {
+        loadVector(src + heldFirst(h), bf16, v[h]);
+        for (int e = 0; e < kRowVector; ++e)
+          sum += v[h][e];
+      }
+  } else {
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+      sum += src[j];
+  }
   double rowMean =
       dim > 0 ? blockSum(sum, scratch) / static_cast<double>(dim) : 0.0;
   double squaredDevSum = 0.0;
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    double dev = src[j] - rowMean;
-    squaredDevSum += dev * dev;
+  if (held) {
+#pragma unroll
+    for (int h = 0; h < kHeldVectors; ++h)
+      if (heldFirst(h) < dim)
+        for (int e = 0; e < kRowVector; ++e) {
+          double dev = v[h][e] - rowMean;
+          squaredDevSum += dev * dev;
+        }
+  } else {
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+      double dev = src[j] - rowMean;
+      squaredDevSum += dev * dev;
+    }
   }
   squaredDevSum = blockSum(squaredDevSum, scratch);
   const float meanF = static_cast<float>(rowMean);
@@ -138,13 +226,30 @@ __device__ void layerNormRow(int64_t dim, const float *src, const float *scale,
     if (invstd)
       *invstd = inv;
   }
+  if (held) {
+#pragma unroll
+    for (int h = 0; h < kHeldVectors; ++h) {
+      const int64_t j = heldFirst(h);
+      if (j >= dim)
+        continue;
+      float gamma[kRowVector], beta[kRowVector] = {0.0f, 0.0f, 0.0f, 0.0f};
+      loadVector(scale + j, bf16, gamma);
+      if (bias)
+        loadVector(bias + j, bf16, beta);
+      float y[kRowVector];
+      for (int e = 0; e < kRowVector; ++e)
+        y[e] = normalizeElement(v[h][e], meanF, inv, gamma[e], beta[e]);
+      storeVector(dst + j, bf16, y);
+    }
+    return;
+  }
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    const float v =
+    const float y =
         normalizeElement(src[j], meanF, inv, scale[j], bias ? bias[j] : 0.0f);
     if constexpr (sizeof(Out) == sizeof(float))
-      dst[j] = v;
+      dst[j] = y;
     else
-      dst[j] = bf16 ? floatToBf16(v) : floatToHalf(v);
+      dst[j] = bf16 ? floatToBf16(y) : floatToHalf(y);
   }
 }
 
