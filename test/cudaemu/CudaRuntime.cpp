@@ -58,6 +58,18 @@ constexpr size_t kSharedOptin = 232448; // 227 KB, as sm_90
 constexpr size_t kDeviceBytes = size_t(141) << 30;
 constexpr int kSms = 132;
 
+/// The compute capability the device reports, major * 10 + minor: 90 (an
+/// H100 or H200), or MTC_CUDAEMU_SM (e.g. 75, to run the kernels' choices
+/// for a GPU without bfloat16 tensor cores); nothing else changes with it.
+int computeCapability() {
+  static const int sm = [] {
+    const char *v = std::getenv("MTC_CUDAEMU_SM");
+    const int parsed = v ? std::atoi(v) : 0;
+    return parsed >= 50 && parsed < 200 ? parsed : 90;
+  }();
+  return sm;
+}
+
 struct State {
   std::mutex mutex;
   std::map<uintptr_t, size_t> allocations; // start -> bytes
@@ -198,8 +210,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
   prop->maxThreadsDim[2] = 64;
   prop->maxGridSize[0] = 0x7fffffff;
   prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
-  prop->major = 9;
-  prop->minor = 0;
+  prop->major = computeCapability() / 10;
+  prop->minor = computeCapability() % 10;
   prop->multiProcessorCount = kSms;
   prop->maxThreadsPerMultiProcessor = 2048;
   prop->l2CacheSize = 50 * 1024 * 1024;
@@ -219,10 +231,10 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr,
     *value = 48 * 1024;
     return cudaSuccess;
   case cudaDevAttrComputeCapabilityMajor:
-    *value = 9;
+    *value = computeCapability() / 10;
     return cudaSuccess;
   case cudaDevAttrComputeCapabilityMinor:
-    *value = 0;
+    *value = computeCapability() % 10;
     return cudaSuccess;
   case cudaDevAttrMultiProcessorCount:
     *value = kSms;

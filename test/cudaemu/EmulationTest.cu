@@ -6,11 +6,11 @@
 //
 // CUDA source, translated like the runtime's, checking what the emulation
 // promises: the built-in variables, barriers and their reductions, warp
-// exchanges with CUDA's width rules, WMMA tiles, static and dynamic shared
-// memory, cp.async copies, the launch checks a GPU makes, graph capture and
-// replay, and that a barrier nobody can pass fails the launch instead of
-// hanging.
-// Expected values come from CUDA's definitions, written out by hand.
+// exchanges with CUDA's width rules, WMMA tiles, mma.sync fragments, static
+// and dynamic shared memory, cp.async copies, the launch checks a GPU makes,
+// graph capture and replay, and that a barrier nobody can pass fails the launch
+// instead of hanging. Expected values come from CUDA's definitions, written out
+// by hand.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -342,6 +343,84 @@ TEST(CudaEmulation, AsyncCopiesLandWhenTheirGroupIsWaitedFor) {
   }
   cudaFree(src);
   cudaFree(seen);
+}
+
+/// mma.sync.m16n8k16 (bf16 operands, float accumulators): each lane loads
+/// its fragments of A (16 x 16), B (16 x 8) and C (16 x 8) from the
+/// row-major matrices as the PTX ISA's fragment tables lay them out, and
+/// stores its D fragment back the same way.
+__global__ void mmaFragmentsKernel(const uint16_t *a, const uint16_t *b,
+                                   const float *c, float *d) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  auto pair = [](uint16_t lo, uint16_t hi) {
+    return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+  };
+  // a0..a7: rows g, g+8 (a0-a1, a4-a5 on row g), columns 2t, 2t+1 (+8 for
+  // a4..a7); b0..b3: rows 2t, 2t+1 (+8 for b2, b3), column g; c0..c3: rows
+  // g (c0, c1) and g+8, columns 2t, 2t+1.
+  const uint32_t fa[4] = {
+      pair(a[g * 16 + 2 * t], a[g * 16 + 2 * t + 1]),
+      pair(a[(g + 8) * 16 + 2 * t], a[(g + 8) * 16 + 2 * t + 1]),
+      pair(a[g * 16 + 2 * t + 8], a[g * 16 + 2 * t + 9]),
+      pair(a[(g + 8) * 16 + 2 * t + 8], a[(g + 8) * 16 + 2 * t + 9])};
+  const uint32_t fb[2] = {pair(b[(2 * t) * 8 + g], b[(2 * t + 1) * 8 + g]),
+                          pair(b[(2 * t + 8) * 8 + g], b[(2 * t + 9) * 8 + g])};
+  float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1],
+                  c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+#ifdef MTC_CUDA_EMULATION
+  ::mtc::cudaemu::mmaM16N8K16(acc, fa, fb, /*bf16=*/true);
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+               : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[0]),
+                 "r"(fb[1]));
+#endif
+  d[g * 8 + 2 * t] = acc[0];
+  d[g * 8 + 2 * t + 1] = acc[1];
+  d[(g + 8) * 8 + 2 * t] = acc[2];
+  d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+TEST(CudaEmulation, MmaFragmentsFollowThePtxLayout) {
+  // Small integers: exact in bfloat16 (the top 16 bits of the float) and in
+  // every float sum, so D = C + A B exactly, element for element.
+  std::vector<uint16_t> a(16 * 16), b(16 * 8);
+  std::vector<float> av(16 * 16), bv(16 * 8), c(16 * 8);
+  auto bf16 = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return static_cast<uint16_t>(u >> 16);
+  };
+  for (int i = 0; i < 16 * 16; ++i)
+    a[i] = bf16(av[i] = static_cast<float>((i * 7) % 11 - 5));
+  for (int i = 0; i < 16 * 8; ++i) {
+    b[i] = bf16(bv[i] = static_cast<float>((i * 5) % 9 - 4));
+    c[i] = static_cast<float>(i % 13) * 100.0f;
+  }
+  uint16_t *da = deviceArray<uint16_t>(a.size()),
+           *db = deviceArray<uint16_t>(b.size());
+  float *dc = deviceArray<float>(c.size()), *dd = deviceArray<float>(c.size());
+  ASSERT_EQ(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  mmaFragmentsKernel<<<1, 32>>>(da, db, dc, dd);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<float> got = fetch(dd, 16 * 8);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      float want = c[i * 8 + j];
+      for (int k = 0; k < 16; ++k)
+        want += av[i * 16 + k] * bv[k * 8 + j];
+      EXPECT_EQ(got[i * 8 + j], want) << "D[" << i << "][" << j << "]";
+    }
+  for (void *p : {static_cast<void *>(da), static_cast<void *>(db),
+                  static_cast<void *>(dc), static_cast<void *>(dd)})
+    cudaFree(p);
 }
 
 /// A copy nobody waits for.

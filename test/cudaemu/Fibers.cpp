@@ -126,6 +126,7 @@ struct Barrier {
   int result[2] = {0, 0};
   // Warp exchanges.
   uint64_t values[2][32] = {};
+  unsigned char blobs[2][32][kGatherBytes] = {};
   unsigned present[2] = {0, 0};
   unsigned ballot[2] = {0, 0};
 };
@@ -457,6 +458,29 @@ uint64_t warpExchange(uint64_t value, int source, int predicate,
     return ~uint64_t(0);
   }
   return w.values[round][source];
+}
+
+void warpGather(const void *mine, size_t bytes, void *all) {
+  if (bytes > kGatherBytes) {
+    complain("warpGather: more bytes a lane than the emulation holds");
+    tBlock->failed = true;
+    return;
+  }
+  BlockRun &run = *tBlock;
+  Fiber &self = *run.running;
+  Barrier &w = run.warps[self.warp];
+  const unsigned lane = self.state.linear % 32;
+  const unsigned half = w.generation & 1;
+  std::memcpy(w.blobs[half][lane], mine, bytes);
+  w.present[half] |= 1u << lane;
+  const unsigned round = arriveAndWait(w);
+  for (unsigned l = 0; l < 32; ++l) {
+    unsigned char *dst = static_cast<unsigned char *>(all) + l * bytes;
+    if (w.present[round] >> l & 1u)
+      std::memcpy(dst, w.blobs[round][l], bytes);
+    else
+      std::memset(dst, 0xff, bytes);
+  }
 }
 
 void asyncCopy(void *dst, const void *src, size_t bytes, size_t zfill) {

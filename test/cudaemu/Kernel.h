@@ -180,6 +180,69 @@ template <typename T> T shuffleWithin(T value, int lane, int width) {
   return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
 }
 
+/// The most bytes a lane gives warpGather.
+constexpr size_t kGatherBytes = 32;
+
+/// A warp operation that gives every lane the `bytes` (at most
+/// kGatherBytes) each lane of its warp gives: lane l's at all + l * bytes;
+/// 0xff bytes for a lane that has exited or does not exist.
+void warpGather(const void *mine, size_t bytes, void *all);
+
+/// A 16-bit value (bfloat16 when `bf16`, else float16) widened to float.
+inline float widen16(uint16_t bits, bool bf16) {
+  if (bf16) {
+    const uint32_t word = static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &word, sizeof f);
+    return f;
+  }
+  __half_raw raw;
+  raw.x = bits;
+  return __half2float(__half(raw));
+}
+
+/// PTX's mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 with the
+/// accumulator in place (D = A B + D; T is bf16 when `bf16`, else f16), on
+/// the fragments as the PTX ISA lays them out. With g = lane / 4 and
+/// t = lane % 4, a lane holds
+///   A (16 x 16, two elements a register, the lower index in the low half):
+///     a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1],
+///     a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9];
+///   B (16 x 8): b[0] = B[2t, 2t+1][g], b[1] = B[2t+8, 2t+9][g];
+///   C and D (16 x 8, float): d[0..1] = D[g][2t, 2t+1],
+///     d[2..3] = D[g+8][2t, 2t+1].
+/// The products are summed in float in k order after D, as the WMMA
+/// emulation sums them.
+inline void mmaM16N8K16(float (&d)[4], const uint32_t (&a)[4],
+                        const uint32_t (&b)[2], bool bf16) {
+  struct Fragments {
+    uint32_t a[4], b[2];
+  };
+  const Fragments mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+  Fragments all[32];
+  warpGather(&mine, sizeof mine, all);
+  // The element of a register pair's half: the lower index is the low half.
+  auto element = [&](uint32_t word, int index) {
+    return widen16(static_cast<uint16_t>(word >> (16 * (index & 1))), bf16);
+  };
+  auto aAt = [&](int row, int k) { // held by lane 4 (row % 8) + (k % 8) / 2
+    const Fragments &f = all[4 * (row % 8) + (k % 8) / 2];
+    return element(f.a[(row / 8) + 2 * (k / 8)], k);
+  };
+  auto bAt = [&](int k, int col) { // held by lane 4 col + (k % 8) / 2
+    const Fragments &f = all[4 * col + (k % 8) / 2];
+    return element(f.b[k / 8], k);
+  };
+  const int lane = laneId(), g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float sum = d[i];
+    for (int k = 0; k < 16; ++k)
+      sum += aAt(row, k) * bAt(k, col);
+    d[i] = sum;
+  }
+}
+
 /// cp.async through cuda_pipeline.h's primitives. A copy is queued on the
 /// calling thread and made only when __pipeline_wait_prior lets its group
 /// complete (copies queued since the last commit join the next group), so

@@ -82,6 +82,24 @@ __device__ inline int countFrom(int64_t total, int64_t start, int cap) {
   return left < cap ? static_cast<int>(left) : cap;
 }
 
+/// Calls body(h, first, count, maskHead) for the block's tiles of `own`
+/// rows of a side of `side` rows a head (the queries, or the keys):
+/// tile blockIdx.x, then every gridDim.x-th, over the heads in turn;
+/// [first, first + count) are the tile's rows in the sequence and
+/// maskHead the head's mask (null without one).
+template <typename Body>
+__device__ void forEachTile(const AttentionDims &a, int64_t side, int own,
+                            const unsigned char *mask, Body body) {
+  const int64_t tilesPerHead = (side + own - 1) / own;
+  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
+       tile += gridDim.x) {
+    const int64_t h = tile / tilesPerHead;
+    const int64_t first = (tile % tilesPerHead) * own;
+    body(h, first, countFrom(side, first, own),
+         mask ? mask + attentionMaskOffset(a, h) : nullptr);
+  }
+}
+
 __device__ inline float warpMax(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2)
@@ -251,87 +269,85 @@ __global__ void __launch_bounds__(kThreads)
   float *qs = smem;
   float *chunk = smem + kTile * d;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t tilesPerHead = (a.sq + kTile - 1) / kTile;
 
-  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
-       tile += gridDim.x) {
-    const int64_t h = tile / tilesPerHead;
-    const int64_t i0 = (tile % tilesPerHead) * kTile;
-    const int rows = countFrom(a.sq, i0, kTile);
-    const unsigned char *maskHead =
-        mask ? mask + attentionMaskOffset(a, h) : nullptr;
-    // The previous tile's readers of the shared buffers are done.
-    __syncthreads();
-    stageRows(qs, d, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, kTile, d);
+  forEachTile(
+      a, a.sq, kTile, mask,
+      [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
+        // The previous tile's readers of the shared buffers are done.
+        __syncthreads();
+        stageRows(qs, d, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
+                  rows, kTile, d);
 
-    float rowMax[R], rowSum[R], acc[R][kT];
+        float rowMax[R], rowSum[R], acc[R][kT];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      rowMax[r] = kNegInf;
-      rowSum[r] = 0.0f;
+        for (int r = 0; r < R; ++r) {
+          rowMax[r] = kNegInf;
+          rowSum[r] = 0.0f;
 #pragma unroll
-      for (int t = 0; t < kT; ++t)
-        acc[r][t] = 0.0f;
-    }
+          for (int t = 0; t < kT; ++t)
+            acc[r][t] = 0.0f;
+        }
 
-    for (int64_t j0 = 0; j0 < a.sk; j0 += kChunk) {
-      const int cols = countFrom(a.sk, j0, kChunk);
-      const int64_t j = j0 + lane;
-      __syncthreads(); // the V chunk's readers are done (and qs is written)
-      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
-        continue;
-      stageRows(chunk, ld, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, kChunk, d);
-      __syncthreads();
-      float s[R];
-      dotRows<R>(chunk + lane * ld, qs + warp * R * d, d, d, s);
+        for (int64_t j0 = 0; j0 < a.sk; j0 += kChunk) {
+          const int cols = countFrom(a.sk, j0, kChunk);
+          const int64_t j = j0 + lane;
+          __syncthreads(); // the V chunk's readers are done (and qs is written)
+          if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+            continue;
+          stageRows(chunk, ld, k + attentionRow(a, a.rows.k, h, j0),
+                    a.rows.k.row, cols, kChunk, d);
+          __syncthreads();
+          float s[R];
+          dotRows<R>(chunk + lane * ld, qs + warp * R * d, d, d, s);
 
-      float w[R];
+          float w[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int row = warp * R + r;
-        const int64_t i = i0 + row;
-        const bool live =
-            lane < cols && row < rows && !maskedOut(a, maskHead, i, j);
-        const float score = live ? s[r] * a.scale : kNegInf;
-        // Uniform across the warp: the reductions give every lane the
-        // same value.
-        const float m = fmaxf(rowMax[r], warpMax(score));
-        // m == -inf: every key so far is masked; nothing to rescale.
-        const float rescale = m == kNegInf ? 1.0f : expf(rowMax[r] - m);
-        const float e = m == kNegInf ? 0.0f : expf(score - m);
-        rowSum[r] = rowSum[r] * rescale + warpSum(e);
-        rowMax[r] = m;
+          for (int r = 0; r < R; ++r) {
+            const int row = warp * R + r;
+            const int64_t i = i0 + row;
+            const bool live =
+                lane < cols && row < rows && !maskedOut(a, maskHead, i, j);
+            const float score = live ? s[r] * a.scale : kNegInf;
+            // Uniform across the warp: the reductions give every lane the
+            // same value.
+            const float m = fmaxf(rowMax[r], warpMax(score));
+            // m == -inf: every key so far is masked; nothing to rescale.
+            const float rescale = m == kNegInf ? 1.0f : expf(rowMax[r] - m);
+            const float e = m == kNegInf ? 0.0f : expf(score - m);
+            rowSum[r] = rowSum[r] * rescale + warpSum(e);
+            rowMax[r] = m;
 #pragma unroll
-        for (int t = 0; t < kT; ++t)
-          acc[r][t] *= rescale;
-        w[r] = live ? e * dropFactor(drop, dropout, a, h, i, j) : 0.0f;
-      }
+            for (int t = 0; t < kT; ++t)
+              acc[r][t] *= rescale;
+            w[r] = live ? e * dropFactor(drop, dropout, a, h, i, j) : 0.0f;
+          }
 
-      __syncthreads(); // everyone is done with the K chunk
-      stageRows(chunk, ld, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, kChunk, dv);
-      __syncthreads();
-      accumulateRows<R, kT>(w, 1.0f, chunk, ld, cols, dv, acc);
-    }
+          __syncthreads(); // everyone is done with the K chunk
+          stageRows(chunk, ld, v + attentionRow(a, a.rows.v, h, j0),
+                    a.rows.v.row, cols, kChunk, dv);
+          __syncthreads();
+          accumulateRows<R, kT>(w, 1.0f, chunk, ld, cols, dv, acc);
+        }
 
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int row = warp * R + r;
-      if (row >= rows)
-        continue;
-      const int64_t i = i0 + row;
-      float *o = out + attentionRow(a, a.rows.o, h, i);
-      const bool empty = rowSum[r] == 0.0f; // every key masked
-      const float inv = empty ? 0.0f : 1.0f / rowSum[r];
+        for (int r = 0; r < R; ++r) {
+          const int row = warp * R + r;
+          if (row >= rows)
+            continue;
+          const int64_t i = i0 + row;
+          float *o = out + attentionRow(a, a.rows.o, h, i);
+          const bool empty = rowSum[r] == 0.0f; // every key masked
+          const float inv = empty ? 0.0f : 1.0f / rowSum[r];
 #pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        const int x = lane + 32 * t;
-        if (x < dv)
-          o[x] = empty ? 0.0f : acc[r][t] * inv;
-      }
-      if (lane == 0)
-        lse[h * a.sq + i] = empty ? kNegInf : rowMax[r] + logf(rowSum[r]);
-    }
-  }
+          for (int t = 0; t < kT; ++t) {
+            const int x = lane + 32 * t;
+            if (x < dv)
+              o[x] = empty ? 0.0f : acc[r][t] * inv;
+          }
+          if (lane == 0)
+            lse[h * a.sq + i] = empty ? kNegInf : rowMax[r] + logf(rowSum[r]);
+        }
+      });
 }
 
 //===----------------------------------------------------------------------===//
@@ -357,85 +373,86 @@ __global__ void __launch_bounds__(kThreads)
   float *gs = qs + kTile * d;
   float *chunk = gs + kTile * dv;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t tilesPerHead = (a.sq + kTile - 1) / kTile;
 
-  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
-       tile += gridDim.x) {
-    const int64_t h = tile / tilesPerHead;
-    const int64_t i0 = (tile % tilesPerHead) * kTile;
-    const int rows = countFrom(a.sq, i0, kTile);
-    const unsigned char *maskHead =
-        mask ? mask + attentionMaskOffset(a, h) : nullptr;
-    __syncthreads(); // the previous tile's readers of qs and gs are done
-    stageRows(qs, d, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, kTile, d);
-    stageRows(gs, dv, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, kTile, dv);
+  forEachTile(
+      a, a.sq, kTile, mask,
+      [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
+        __syncthreads(); // the previous tile's readers of qs and gs are done
+        stageRows(qs, d, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
+                  rows, kTile, d);
+        stageRows(gs, dv, dout + attentionRow(a, a.rows.dout, h, i0),
+                  a.rows.dout.row, rows, kTile, dv);
 
-    // delta_i = dO_i . O_i and the log-sum-exp of this warp's rows.
-    float delta[R], rowLse[R], acc[R][kT];
+        // delta_i = dO_i . O_i and the log-sum-exp of this warp's rows.
+        float delta[R], rowLse[R], acc[R][kT];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int row = warp * R + r;
-      const float *g = dout + attentionRow(a, a.rows.dout, h, i0 + row);
-      const float *o = out + attentionRow(a, a.rows.o, h, i0 + row);
-      float part = 0.0f;
-      if (row < rows)
-        for (int x = lane; x < dv; x += 32)
-          part = fmaf(g[x], o[x], part);
-      delta[r] = warpSum(part);
-      rowLse[r] = row < rows ? lse[h * a.sq + i0 + row] : kNegInf;
+        for (int r = 0; r < R; ++r) {
+          const int row = warp * R + r;
+          const float *g = dout + attentionRow(a, a.rows.dout, h, i0 + row);
+          const float *o = out + attentionRow(a, a.rows.o, h, i0 + row);
+          float part = 0.0f;
+          if (row < rows)
+            for (int x = lane; x < dv; x += 32)
+              part = fmaf(g[x], o[x], part);
+          delta[r] = warpSum(part);
+          rowLse[r] = row < rows ? lse[h * a.sq + i0 + row] : kNegInf;
 #pragma unroll
-      for (int t = 0; t < kT; ++t)
-        acc[r][t] = 0.0f;
-    }
-
-    for (int64_t j0 = 0; j0 < a.sk; j0 += kChunk) {
-      const int cols = countFrom(a.sk, j0, kChunk);
-      const int64_t j = j0 + lane;
-      __syncthreads(); // the K chunk's readers are done (and qs, gs written)
-      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
-        continue;
-      stageRows(chunk, ld, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, kChunk, dv);
-      __syncthreads();
-      float dp[R];
-      dotRows<R>(chunk + lane * ld, gs + warp * R * dv, dv, dv, dp);
-
-      __syncthreads(); // everyone is done with the V chunk
-      stageRows(chunk, ld, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, kChunk, d);
-      __syncthreads();
-      float s[R];
-      dotRows<R>(chunk + lane * ld, qs + warp * R * d, d, d, s);
-
-      float ds[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int row = warp * R + r;
-        const int64_t i = i0 + row;
-        const bool live = lane < cols && row < rows && rowLse[r] != kNegInf &&
-                          !maskedOut(a, maskHead, i, j);
-        ds[r] = 0.0f;
-        if (live) {
-          const float p = expf(s[r] * a.scale - rowLse[r]);
-          const float f = dropFactor(drop, dropout, a, h, i, j);
-          ds[r] = p * (dp[r] * f - delta[r]);
+          for (int t = 0; t < kT; ++t)
+            acc[r][t] = 0.0f;
         }
-      }
-      accumulateRows<R, kT>(ds, a.scale, chunk, ld, cols, d, acc);
-    }
+
+        for (int64_t j0 = 0; j0 < a.sk; j0 += kChunk) {
+          const int cols = countFrom(a.sk, j0, kChunk);
+          const int64_t j = j0 + lane;
+          __syncthreads(); // the K chunk's readers are done (and qs, gs
+                           // written)
+          if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+            continue;
+          stageRows(chunk, ld, v + attentionRow(a, a.rows.v, h, j0),
+                    a.rows.v.row, cols, kChunk, dv);
+          __syncthreads();
+          float dp[R];
+          dotRows<R>(chunk + lane * ld, gs + warp * R * dv, dv, dv, dp);
+
+          __syncthreads(); // everyone is done with the V chunk
+          stageRows(chunk, ld, k + attentionRow(a, a.rows.k, h, j0),
+                    a.rows.k.row, cols, kChunk, d);
+          __syncthreads();
+          float s[R];
+          dotRows<R>(chunk + lane * ld, qs + warp * R * d, d, d, s);
+
+          float ds[R];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const int row = warp * R + r;
+            const int64_t i = i0 + row;
+            const bool live = lane < cols && row < rows &&
+                              rowLse[r] != kNegInf &&
+                              !maskedOut(a, maskHead, i, j);
+            ds[r] = 0.0f;
+            if (live) {
+              const float p = expf(s[r] * a.scale - rowLse[r]);
+              const float f = dropFactor(drop, dropout, a, h, i, j);
+              ds[r] = p * (dp[r] * f - delta[r]);
+            }
+          }
+          accumulateRows<R, kT>(ds, a.scale, chunk, ld, cols, d, acc);
+        }
 
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int row = warp * R + r;
-      if (row >= rows)
-        continue;
-      float *g = dq + attentionRow(a, a.rows.dq, h, i0 + row);
+        for (int r = 0; r < R; ++r) {
+          const int row = warp * R + r;
+          if (row >= rows)
+            continue;
+          float *g = dq + attentionRow(a, a.rows.dq, h, i0 + row);
 #pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        const int x = lane + 32 * t;
-        if (x < d)
-          g[x] = acc[r][t];
-      }
-    }
-  }
+          for (int t = 0; t < kT; ++t) {
+            const int x = lane + 32 * t;
+            if (x < d)
+              g[x] = acc[r][t];
+          }
+        }
+      });
 }
 
 /// dK_j = scale * sum_i dS_ij q_i and dV_j = sum_i dropped(P)_ij dO_i.
@@ -460,101 +477,103 @@ __global__ void __launch_bounds__(kThreads)
   float *lseChunk = chunk + kChunk * ld;
   float *deltaChunk = lseChunk + kChunk;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t tilesPerHead = (a.sk + kTile - 1) / kTile;
 
-  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
-       tile += gridDim.x) {
-    const int64_t h = tile / tilesPerHead;
-    const int64_t j0 = (tile % tilesPerHead) * kTile;
-    const int cols = countFrom(a.sk, j0, kTile);
-    const unsigned char *maskHead =
-        mask ? mask + attentionMaskOffset(a, h) : nullptr;
-    __syncthreads(); // the previous tile's readers of ks and vs are done
-    stageRows(ks, d, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, kTile, d);
-    stageRows(vs, dvDim, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, kTile, dvDim);
+  forEachTile(
+      a, a.sk, kTile, mask,
+      [&](int64_t h, int64_t j0, int cols, const unsigned char *maskHead) {
+        __syncthreads(); // the previous tile's readers of ks and vs are done
+        stageRows(ks, d, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row,
+                  cols, kTile, d);
+        stageRows(vs, dvDim, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row,
+                  cols, kTile, dvDim);
 
-    float accK[R][kT], accV[R][kT];
+        float accK[R][kT], accV[R][kT];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        accK[r][t] = 0.0f;
-        accV[r][t] = 0.0f;
-      }
+          for (int t = 0; t < kT; ++t) {
+            accK[r][t] = 0.0f;
+            accV[r][t] = 0.0f;
+          }
 
-    for (int64_t i0 = 0; i0 < a.sq; i0 += kChunk) {
-      const int rows = countFrom(a.sq, i0, kChunk);
-      const int64_t i = i0 + lane;
-      __syncthreads(); // the dO chunk's readers are done (and ks, vs written)
-      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
-        continue;
-      stageRows(chunk, ld, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, kChunk, dvDim);
-      // Warp w forms delta and fetches lse for queries w, w + kWarps, ...
-      for (int c = warp; c < kChunk; c += kWarps) {
-        const float *g = dout + attentionRow(a, a.rows.dout, h, i0 + c);
-        const float *o = out + attentionRow(a, a.rows.o, h, i0 + c);
-        float part = 0.0f;
-        if (c < rows)
-          for (int x = lane; x < dvDim; x += 32)
-            part = fmaf(g[x], o[x], part);
-        const float sum = warpSum(part);
-        if (lane == 0) {
-          deltaChunk[c] = sum;
-          lseChunk[c] = c < rows ? lse[h * a.sq + i0 + c] : kNegInf;
+        for (int64_t i0 = 0; i0 < a.sq; i0 += kChunk) {
+          const int rows = countFrom(a.sq, i0, kChunk);
+          const int64_t i = i0 + lane;
+          __syncthreads(); // the dO chunk's readers are done (and ks, vs
+                           // written)
+          if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+            continue;
+          stageRows(chunk, ld, dout + attentionRow(a, a.rows.dout, h, i0),
+                    a.rows.dout.row, rows, kChunk, dvDim);
+          // Warp w forms delta and fetches lse for queries w, w + kWarps, ...
+          for (int c = warp; c < kChunk; c += kWarps) {
+            const float *g = dout + attentionRow(a, a.rows.dout, h, i0 + c);
+            const float *o = out + attentionRow(a, a.rows.o, h, i0 + c);
+            float part = 0.0f;
+            if (c < rows)
+              for (int x = lane; x < dvDim; x += 32)
+                part = fmaf(g[x], o[x], part);
+            const float sum = warpSum(part);
+            if (lane == 0) {
+              deltaChunk[c] = sum;
+              lseChunk[c] = c < rows ? lse[h * a.sq + i0 + c] : kNegInf;
+            }
+          }
+          __syncthreads();
+          float dp[R];
+          dotRows<R>(chunk + lane * ld, vs + warp * R * dvDim, dvDim, dvDim,
+                     dp);
+          const float myLse = lseChunk[lane], myDelta = deltaChunk[lane];
+
+          __syncthreads(); // everyone is done with the dO chunk
+          stageRows(chunk, ld, q + attentionRow(a, a.rows.q, h, i0),
+                    a.rows.q.row, rows, kChunk, d);
+          __syncthreads();
+          float s[R];
+          dotRows<R>(chunk + lane * ld, ks + warp * R * d, d, d, s);
+
+          float ds[R], dropped[R];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const int col = warp * R + r;
+            const int64_t j = j0 + col;
+            const bool live = lane < rows && col < cols && myLse != kNegInf &&
+                              !maskedOut(a, maskHead, i, j);
+            ds[r] = 0.0f;
+            dropped[r] = 0.0f;
+            if (live) {
+              const float p = expf(s[r] * a.scale - myLse);
+              const float f = dropFactor(drop, dropout, a, h, i, j);
+              ds[r] = p * (dp[r] * f - myDelta);
+              dropped[r] = p * f;
+            }
+          }
+          accumulateRows<R, kT>(ds, a.scale, chunk, ld, rows, d, accK);
+
+          __syncthreads(); // everyone is done with the Q chunk
+          stageRows(chunk, ld, dout + attentionRow(a, a.rows.dout, h, i0),
+                    a.rows.dout.row, rows, kChunk, dvDim);
+          __syncthreads();
+          accumulateRows<R, kT>(dropped, 1.0f, chunk, ld, rows, dvDim, accV);
         }
-      }
-      __syncthreads();
-      float dp[R];
-      dotRows<R>(chunk + lane * ld, vs + warp * R * dvDim, dvDim, dvDim, dp);
-      const float myLse = lseChunk[lane], myDelta = deltaChunk[lane];
 
-      __syncthreads(); // everyone is done with the dO chunk
-      stageRows(chunk, ld, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, kChunk, d);
-      __syncthreads();
-      float s[R];
-      dotRows<R>(chunk + lane * ld, ks + warp * R * d, d, d, s);
-
-      float ds[R], dropped[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int col = warp * R + r;
-        const int64_t j = j0 + col;
-        const bool live = lane < rows && col < cols && myLse != kNegInf &&
-                          !maskedOut(a, maskHead, i, j);
-        ds[r] = 0.0f;
-        dropped[r] = 0.0f;
-        if (live) {
-          const float p = expf(s[r] * a.scale - myLse);
-          const float f = dropFactor(drop, dropout, a, h, i, j);
-          ds[r] = p * (dp[r] * f - myDelta);
-          dropped[r] = p * f;
+        for (int r = 0; r < R; ++r) {
+          const int col = warp * R + r;
+          if (col >= cols)
+            continue;
+          float *gk = dk + attentionRow(a, a.rows.dk, h, j0 + col);
+          float *gv = dv + attentionRow(a, a.rows.dv, h, j0 + col);
+#pragma unroll
+          for (int t = 0; t < kT; ++t) {
+            const int x = lane + 32 * t;
+            if (x < d)
+              gk[x] = accK[r][t];
+            if (x < dvDim)
+              gv[x] = accV[r][t];
+          }
         }
-      }
-      accumulateRows<R, kT>(ds, a.scale, chunk, ld, rows, d, accK);
-
-      __syncthreads(); // everyone is done with the Q chunk
-      stageRows(chunk, ld, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, kChunk, dvDim);
-      __syncthreads();
-      accumulateRows<R, kT>(dropped, 1.0f, chunk, ld, rows, dvDim, accV);
-    }
-
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int col = warp * R + r;
-      if (col >= cols)
-        continue;
-      float *gk = dk + attentionRow(a, a.rows.dk, h, j0 + col);
-      float *gv = dv + attentionRow(a, a.rows.dv, h, j0 + col);
-#pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        const int x = lane + 32 * t;
-        if (x < d)
-          gk[x] = accK[r][t];
-        if (x < dvDim)
-          gv[x] = accV[r][t];
-      }
-    }
-  }
+      });
 }
 
 //===----------------------------------------------------------------------===//
@@ -1381,78 +1400,74 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int ownTiles = t.own / kEdge, stepTiles = t.step / kEdge;
   const int dvTiles = t.dv16 / kEdge;
-  const int64_t tilesPerHead = (a.sq + t.own - 1) / t.own;
 
-  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
-       tile += gridDim.x) {
-    const int64_t h = tile / tilesPerHead;
-    const int64_t i0 = (tile % tilesPerHead) * t.own;
-    const int rows = countFrom(a.sq, i0, t.own);
-    const unsigned char *maskHead =
-        mask ? mask + attentionMaskOffset(a, h) : nullptr;
-    __syncthreads(); // the previous tile's output pass is done
-    stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, t.own,
-            static_cast<int>(a.d), t.d16);
-    zeroShared(o, t.own * L.ldO);
-    for (int r = threadIdx.x; r < t.own; r += kThreads) {
-      rowMax[r] = kNegInf;
-      rowSum[r] = 0.0f;
-    }
-
-    for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
-      const int cols = countFrom(a.sk, j0, t.step);
-      __syncthreads(); // the last P V product is done with kv and P
-      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
-        continue;
-      stage16(kv, L.ldKV, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, t.step,
-              static_cast<int>(a.d), t.d16);
-      __syncthreads();
-      for (int x = warp; x < ownTiles * stepTiles; x += kWarps) {
-        const int rt = x / stepTiles, ct = x % stepTiles;
-        productTile<T>(s + rt * kEdge * L.ldS + ct * kEdge, L.ldS,
-                       qs + rt * kEdge * L.ldQ, L.ldQ, kv + ct * kEdge * L.ldKV,
-                       L.ldKV, t.d16 / kEdge);
-      }
-      __syncthreads(); // S is complete; K is no longer needed
-      stage16(kv, L.ldKV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, t.step,
-              static_cast<int>(a.dv), t.dv16);
-
-      // The online softmax, a warp per row.
-      for (int r = warp; r < t.own; r += kWarps) {
-        const float factor = softmaxStepRow<T>(
-            a, maskHead, drop, dropout, h, i0 + r, r < rows, j0, cols, t.step,
-            s + r * L.ldS, p + r * ldP, rowMax + r, rowSum + r, lane);
-        if (lane == 0)
-          rescale[r] = factor;
-      }
-      __syncthreads(); // P, the rescale factors and V are ready
-
-      // O = rescale * O + P V, a 16 x 16 output tile at a time.
-      for (int x = warp; x < ownTiles * dvTiles; x += kWarps) {
-        const int rt = x / dvTiles, ct = x % dvTiles;
-        float *tileO = o + rt * kEdge * L.ldO + ct * kEdge;
-        for (int e = lane; e < kEdge * kEdge; e += 32) {
-          const int r = e / kEdge;
-          tileO[r * L.ldO + e % kEdge] *= rescale[rt * kEdge + r];
+  forEachTile(
+      a, a.sq, t.own, mask,
+      [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
+        __syncthreads(); // the previous tile's output pass is done
+        stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
+                rows, t.own, static_cast<int>(a.d), t.d16);
+        zeroShared(o, t.own * L.ldO);
+        for (int r = threadIdx.x; r < t.own; r += kThreads) {
+          rowMax[r] = kNegInf;
+          rowSum[r] = 0.0f;
         }
-        __syncwarp();
-        accumulateTile<T, false>(tileO, L.ldO, p + rt * kEdge * ldP, ldP,
-                                 kv + ct * kEdge, L.ldKV, stepTiles);
-      }
-    }
 
-    __syncthreads(); // O is complete
-    for (int r = warp; r < rows; r += kWarps) {
-      const float sum = rowSum[r];
-      const bool empty = sum == 0.0f; // every key masked
-      const float inv = empty ? 0.0f : 1.0f / sum;
-      O *orow = out + attentionRow(a, a.rows.o, h, i0 + r);
-      for (int x = lane; x < a.dv; x += 32)
-        storeOut<T>(orow + x, empty ? 0.0f : o[r * L.ldO + x] * inv);
-      if (lane == 0)
-        lse[h * a.sq + i0 + r] = empty ? kNegInf : rowMax[r] + logf(sum);
-    }
-  }
+        for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
+          const int cols = countFrom(a.sk, j0, t.step);
+          __syncthreads(); // the last P V product is done with kv and P
+          if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+            continue;
+          stage16(kv, L.ldKV, k + attentionRow(a, a.rows.k, h, j0),
+                  a.rows.k.row, cols, t.step, static_cast<int>(a.d), t.d16);
+          __syncthreads();
+          for (int x = warp; x < ownTiles * stepTiles; x += kWarps) {
+            const int rt = x / stepTiles, ct = x % stepTiles;
+            productTile<T>(s + rt * kEdge * L.ldS + ct * kEdge, L.ldS,
+                           qs + rt * kEdge * L.ldQ, L.ldQ,
+                           kv + ct * kEdge * L.ldKV, L.ldKV, t.d16 / kEdge);
+          }
+          __syncthreads(); // S is complete; K is no longer needed
+          stage16(kv, L.ldKV, v + attentionRow(a, a.rows.v, h, j0),
+                  a.rows.v.row, cols, t.step, static_cast<int>(a.dv), t.dv16);
+
+          // The online softmax, a warp per row.
+          for (int r = warp; r < t.own; r += kWarps) {
+            const float factor =
+                softmaxStepRow<T>(a, maskHead, drop, dropout, h, i0 + r,
+                                  r < rows, j0, cols, t.step, s + r * L.ldS,
+                                  p + r * ldP, rowMax + r, rowSum + r, lane);
+            if (lane == 0)
+              rescale[r] = factor;
+          }
+          __syncthreads(); // P, the rescale factors and V are ready
+
+          // O = rescale * O + P V, a 16 x 16 output tile at a time.
+          for (int x = warp; x < ownTiles * dvTiles; x += kWarps) {
+            const int rt = x / dvTiles, ct = x % dvTiles;
+            float *tileO = o + rt * kEdge * L.ldO + ct * kEdge;
+            for (int e = lane; e < kEdge * kEdge; e += 32) {
+              const int r = e / kEdge;
+              tileO[r * L.ldO + e % kEdge] *= rescale[rt * kEdge + r];
+            }
+            __syncwarp();
+            accumulateTile<T, false>(tileO, L.ldO, p + rt * kEdge * ldP, ldP,
+                                     kv + ct * kEdge, L.ldKV, stepTiles);
+          }
+        }
+
+        __syncthreads(); // O is complete
+        for (int r = warp; r < rows; r += kWarps) {
+          const float sum = rowSum[r];
+          const bool empty = sum == 0.0f; // every key masked
+          const float inv = empty ? 0.0f : 1.0f / sum;
+          O *orow = out + attentionRow(a, a.rows.o, h, i0 + r);
+          for (int x = lane; x < a.dv; x += 32)
+            storeOut<T>(orow + x, empty ? 0.0f : o[r * L.ldO + x] * inv);
+          if (lane == 0)
+            lse[h * a.sq + i0 + r] = empty ? kNegInf : rowMax[r] + logf(sum);
+        }
+      });
 }
 
 template <typename T, typename O>
@@ -1477,61 +1492,57 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   float *scratchP = scratchS + kEdge * kScratchLd;
   const int ownTiles = t.own / kEdge, stepTiles = t.step / kEdge;
   const int dTiles = t.d16 / kEdge;
-  const int64_t tilesPerHead = (a.sq + t.own - 1) / t.own;
 
-  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
-       tile += gridDim.x) {
-    const int64_t h = tile / tilesPerHead;
-    const int64_t i0 = (tile % tilesPerHead) * t.own;
-    const int rows = countFrom(a.sq, i0, t.own);
-    const unsigned char *maskHead =
-        mask ? mask + attentionMaskOffset(a, h) : nullptr;
-    __syncthreads(); // the previous tile's output pass is done
-    stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, t.own,
-            static_cast<int>(a.d), t.d16);
-    stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, t.own,
-            static_cast<int>(a.dv), t.dv16);
-    zeroShared(acc, t.own * L.ldAcc);
-    rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows);
+  forEachTile(
+      a, a.sq, t.own, mask,
+      [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
+        __syncthreads(); // the previous tile's output pass is done
+        stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
+                rows, t.own, static_cast<int>(a.d), t.d16);
+        stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
+                a.rows.dout.row, rows, t.own, static_cast<int>(a.dv), t.dv16);
+        zeroShared(acc, t.own * L.ldAcc);
+        rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows);
 
-    for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
-      const int cols = countFrom(a.sk, j0, t.step);
-      __syncthreads(); // the last dS K product is done with ks and ds
-      if (chunkMasked(a, maskHead, i0, rows, j0, cols))
-        continue;
-      stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, t.step,
-              static_cast<int>(a.d), t.d16);
-      stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, t.step,
-              static_cast<int>(a.dv), t.dv16);
-      __syncthreads();
-      // scale * dS, a 16 x 16 tile at a time from its S and dP tiles.
-      for (int x = warp; x < ownTiles * stepTiles; x += kWarps) {
-        const int rt = x / stepTiles, ct = x % stepTiles;
-        productTile<T>(scratchS, kScratchLd, qs + rt * kEdge * L.ldQ, L.ldQ,
-                       ks + ct * kEdge * L.ldK, L.ldK, t.d16 / kEdge);
-        productTile<T>(scratchP, kScratchLd, gs + rt * kEdge * L.ldG, L.ldG,
-                       vs + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
-        __syncwarp();
-        dsTile<T>(a, maskHead, drop, dropout, h, i0, j0, rt * kEdge, ct * kEdge,
-                  rows, cols, lseRows, deltaRows, scratchS, scratchP,
-                  ds + rt * kEdge * L.ldDs + ct * kEdge, L.ldDs, lane);
-      }
-      __syncthreads(); // dS is complete
-      for (int x = warp; x < ownTiles * dTiles; x += kWarps) {
-        const int rt = x / dTiles, ct = x % dTiles;
-        accumulateTile<T, false>(acc + rt * kEdge * L.ldAcc + ct * kEdge,
-                                 L.ldAcc, ds + rt * kEdge * L.ldDs, L.ldDs,
-                                 ks + ct * kEdge, L.ldK, stepTiles);
-      }
-    }
+        for (int64_t j0 = 0; j0 < a.sk; j0 += t.step) {
+          const int cols = countFrom(a.sk, j0, t.step);
+          __syncthreads(); // the last dS K product is done with ks and ds
+          if (chunkMasked(a, maskHead, i0, rows, j0, cols))
+            continue;
+          stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row,
+                  cols, t.step, static_cast<int>(a.d), t.d16);
+          stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row,
+                  cols, t.step, static_cast<int>(a.dv), t.dv16);
+          __syncthreads();
+          // scale * dS, a 16 x 16 tile at a time from its S and dP tiles.
+          for (int x = warp; x < ownTiles * stepTiles; x += kWarps) {
+            const int rt = x / stepTiles, ct = x % stepTiles;
+            productTile<T>(scratchS, kScratchLd, qs + rt * kEdge * L.ldQ, L.ldQ,
+                           ks + ct * kEdge * L.ldK, L.ldK, t.d16 / kEdge);
+            productTile<T>(scratchP, kScratchLd, gs + rt * kEdge * L.ldG, L.ldG,
+                           vs + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
+            __syncwarp();
+            dsTile<T>(a, maskHead, drop, dropout, h, i0, j0, rt * kEdge,
+                      ct * kEdge, rows, cols, lseRows, deltaRows, scratchS,
+                      scratchP, ds + rt * kEdge * L.ldDs + ct * kEdge, L.ldDs,
+                      lane);
+          }
+          __syncthreads(); // dS is complete
+          for (int x = warp; x < ownTiles * dTiles; x += kWarps) {
+            const int rt = x / dTiles, ct = x % dTiles;
+            accumulateTile<T, false>(acc + rt * kEdge * L.ldAcc + ct * kEdge,
+                                     L.ldAcc, ds + rt * kEdge * L.ldDs, L.ldDs,
+                                     ks + ct * kEdge, L.ldK, stepTiles);
+          }
+        }
 
-    __syncthreads(); // dQ is complete
-    for (int r = warp; r < rows; r += kWarps) {
-      const int64_t g = attentionRow(a, a.rows.dq, h, i0 + r);
-      for (int x = lane; x < a.d; x += 32)
-        storeGrad<T>(dq, g + x, narrowGrads, acc[r * L.ldAcc + x]);
-    }
-  }
+        __syncthreads(); // dQ is complete
+        for (int r = warp; r < rows; r += kWarps) {
+          const int64_t g = attentionRow(a, a.rows.dq, h, i0 + r);
+          for (int x = lane; x < a.d; x += 32)
+            storeGrad<T>(dq, g + x, narrowGrads, acc[r * L.ldAcc + x]);
+        }
+      });
 }
 
 template <typename T, typename O>
@@ -1558,8 +1569,10 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   float *scratchP = scratchS + kEdge * kScratchLd;
   const int ownTiles = t.own / kEdge, stepTiles = t.step / kEdge;
   const int dTiles = t.d16 / kEdge, dvTiles = t.dv16 / kEdge;
-  const int64_t tilesPerHead = (a.sk + t.own - 1) / t.own;
 
+  // The loop forEachTile runs, written out: through its lambda ptxas
+  // spilled 52 bytes of this kernel's fp16 instance (sm_90).
+  const int64_t tilesPerHead = (a.sk + t.own - 1) / t.own;
   for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
        tile += gridDim.x) {
     const int64_t h = tile / tilesPerHead;
@@ -1568,10 +1581,10 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     const unsigned char *maskHead =
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
     __syncthreads(); // the previous tile's output pass is done
-    stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols, t.own,
-            static_cast<int>(a.d), t.d16);
-    stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols, t.own,
-            static_cast<int>(a.dv), t.dv16);
+    stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols,
+            t.own, static_cast<int>(a.d), t.d16);
+    stage16(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row, cols,
+            t.own, static_cast<int>(a.dv), t.dv16);
     zeroShared(accK, t.own * L.ldAccK);
     zeroShared(accV, t.own * L.ldAccV);
 
@@ -1580,10 +1593,10 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
       __syncthreads(); // the last products are done with the query step
       if (chunkMasked(a, maskHead, i0, rows, j0, cols))
         continue;
-      stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows, t.step,
-              static_cast<int>(a.d), t.d16);
-      stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row, rows, t.step,
-              static_cast<int>(a.dv), t.dv16);
+      stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
+              rows, t.step, static_cast<int>(a.d), t.d16);
+      stage16(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
+              a.rows.dout.row, rows, t.step, static_cast<int>(a.dv), t.dv16);
       rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step, lseRows, deltaRows);
       __syncthreads();
       // scale * dS^T and the dropped P^T, a 16 x 16 tile (keys x queries)
@@ -1886,67 +1899,336 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   float *rowMax = reinterpret_cast<float *>(smem + L.stats) + r0;
   float *rowSum = rowMax + t.own;
   const int stepTiles = t.step / kEdge, dvTiles = t.dv16 / kEdge;
-  const int64_t tilesPerHead = (a.sq + t.own - 1) / t.own;
   Accumulator acc[kTiles];
 
-  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
-       tile += gridDim.x) {
-    const int64_t h = tile / tilesPerHead;
-    const int64_t i0 = (tile % tilesPerHead) * t.own;
-    const int rows = countFrom(a.sq, i0, t.own);
-    const unsigned char *maskHead =
-        mask ? mask + attentionMaskOffset(a, h) : nullptr;
-    __syncthreads(); // the previous tile's output pass is done
-    stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
-                 rows, t.own, static_cast<int>(a.d), t.d16);
-    if (lane < kEdge) {
-      rowMax[lane] = kNegInf;
-      rowSum[lane] = 0.0f;
-    }
-    __syncwarp();
-    zeroAccumulators<kTiles>(acc);
+  forEachTile(
+      a, a.sq, t.own, mask,
+      [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
+        __syncthreads(); // the previous tile's output pass is done
+        stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0),
+                     a.rows.q.row, rows, t.own, static_cast<int>(a.d), t.d16);
+        if (lane < kEdge) {
+          rowMax[lane] = kNegInf;
+          rowSum[lane] = 0.0f;
+        }
+        __syncwarp();
+        zeroAccumulators<kTiles>(acc);
 
-    walkKeys(
-        a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldKV, vs, L.ldKV, L.buffer,
-        [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
-            const unsigned char *stepMask) {
-          for (int ct = 0; ct < stepTiles; ++ct)
-            productTile<T>(s + ct * kEdge, L.ldS, qs + r0 * L.ldQ, L.ldQ,
-                           kb + ct * kEdge * L.ldKV, L.ldKV, t.d16 / kEdge);
-          __syncwarp();
+        walkKeys(
+            a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldKV, vs, L.ldKV,
+            L.buffer,
+            [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
+                const unsigned char *stepMask) {
+              for (int ct = 0; ct < stepTiles; ++ct)
+                productTile<T>(s + ct * kEdge, L.ldS, qs + r0 * L.ldQ, L.ldQ,
+                               kb + ct * kEdge * L.ldKV, L.ldKV, t.d16 / kEdge);
+              __syncwarp();
 
-          // The online softmax over the strip.
-          softmaxStepStrip<T>(a, stepMask, drop, dropout, h, i0 + r0, rows - r0,
-                              j0, cols, t.step, s, L.ldS, rowMax, rowSum,
-                              factors, lane);
+              // The online softmax over the strip.
+              softmaxStepStrip<T>(a, stepMask, drop, dropout, h, i0 + r0,
+                                  rows - r0, j0, cols, t.step, s, L.ldS, rowMax,
+                                  rowSum, factors, lane);
 
-          // O = factor * O + P V.
-          scaleRows<kTiles>(acc, dvTiles, factors);
-          mmaStrip<T, kTiles>(acc, dvTiles, p, ldP, vb, L.ldKV, stepTiles);
-          __syncwarp(); // P is read before the next step's S overwrites it
+              // O = factor * O + P V.
+              scaleRows<kTiles>(acc, dvTiles, factors);
+              mmaStrip<T, kTiles>(acc, dvTiles, p, ldP, vb, L.ldKV, stepTiles);
+              __syncwarp(); // P is read before the next step's S overwrites it
+            });
+
+        __syncthreads(); // every warp is done with Q, K and V
+        if (r0 >= rows)
+          return; // the next tile
+        // out = O / rowSum (0 for a row whose every key is masked).
+        fillRowFactors(factors, lane, [&](int r) {
+          const float sum = rowSum[r];
+          return sum == 0.0f ? 0.0f : 1.0f / sum;
         });
+        scaleRows<kTiles>(acc, dvTiles, factors);
+        float *o = reinterpret_cast<float *>(smem);
+        storeStrip<kTiles>(o, L.ldO, r0, acc, dvTiles);
+        for (int r = 0; r < kEdge && r0 + r < rows; ++r) {
+          const float sum = rowSum[r];
+          const bool empty = sum == 0.0f; // every key masked
+          O *orow = out + attentionRow(a, a.rows.o, h, i0 + r0 + r);
+          for (int x = lane; x < a.dv; x += 32)
+            storeOut<T>(orow + x, o[(r0 + r) * L.ldO + x]);
+          if (lane == 0)
+            lse[h * a.sq + i0 + r0 + r] =
+                empty ? kNegInf : rowMax[r] + logf(sum);
+        }
+      });
+}
 
-    __syncthreads(); // every warp is done with Q, K and V
-    if (r0 >= rows)
-      continue;
-    // out = O / rowSum (0 for a row whose every key is masked).
-    fillRowFactors(factors, lane, [&](int r) {
-      const float sum = rowSum[r];
-      return sum == 0.0f ? 0.0f : 1.0f / sum;
-    });
-    scaleRows<kTiles>(acc, dvTiles, factors);
-    float *o = reinterpret_cast<float *>(smem);
-    storeStrip<kTiles>(o, L.ldO, r0, acc, dvTiles);
-    for (int r = 0; r < kEdge && r0 + r < rows; ++r) {
-      const float sum = rowSum[r];
-      const bool empty = sum == 0.0f; // every key masked
-      O *orow = out + attentionRow(a, a.rows.o, h, i0 + r0 + r);
-      for (int x = lane; x < a.dv; x += 32)
-        storeOut<T>(orow + x, o[(r0 + r) * L.ldO + x]);
-      if (lane == 0)
-        lse[h * a.sq + i0 + r0 + r] = empty ? kNegInf : rowMax[r] + logf(sum);
-    }
+//===----------------------------------------------------------------------===//
+// The forward on mma.sync (sm_80 on)
+//===----------------------------------------------------------------------===//
+//
+// WMMA keeps its accumulators' layout opaque, so the register forward
+// above stores S to shared memory for the softmax and reads P back from
+// there as the operand of P V. PTX's mma.sync.m16n8k16 documents its
+// fragments (see mmaM16N8K16), and the accumulator of S for two adjacent
+// 8-key tiles is laid out across the lanes exactly as the A operand of
+// P V over those 16 keys: S stays in registers, its row statistics are a
+// lane's own values plus two shuffles within the lane's quad, and P goes
+// from the softmax into the next product without touching shared memory
+// (FlashAttention-2's forward). Each warp owns 16 query rows, as in the
+// register kernel; the block's 64 query rows and the K and V steps are
+// staged as there (walkKeys), and the output leaves from registers.
+
+/// D += A B for one 16 x 8 x 16 tile on the tensor cores (PTX
+/// mma.sync.aligned.m16n8k16.row.col.f32, T's format for A and B). With
+/// g = lane / 4 and t = lane % 4, a lane holds a[0] = A[g][2t, 2t+1],
+/// a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8,
+/// 2t+9]; b[0] = B[2t, 2t+1][g], b[1] = B[2t+8, 2t+9][g]; d[0..1] =
+/// D[g][2t, 2t+1], d[2..3] = D[g+8][2t, 2t+1] (two 16-bit elements a
+/// register, the lower index in the low half). The whole warp calls it.
+template <typename T>
+__device__ inline void mmaM16N8K16(float (&d)[4], const uint32_t (&a)[4],
+                                   const uint32_t (&b)[2]) {
+#ifdef MTC_CUDA_EMULATION
+  ::mtc::cudaemu::mmaM16N8K16(d, a, b, isBf16<T>());
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (isBf16<T>())
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+#endif
+}
+
+/// Whether this compilation has mma.sync for 16-bit operands.
+__device__ constexpr bool mmaSupported() {
+#if defined(MTC_CUDA_EMULATION) ||                                             \
+    (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// sm_75's compilation instantiates no mma.sync kernel, hence the
+// [[maybe_unused]] on its helpers.
+
+/// Two 16-bit elements at p (4-byte aligned) as one fragment register.
+[[maybe_unused]] __device__ inline uint32_t pairAt(const uint16_t *p) {
+  return *reinterpret_cast<const uint32_t *>(p);
+}
+[[maybe_unused]] __device__ inline uint32_t packPair(uint16_t lo, uint16_t hi) {
+  return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+}
+
+/// Output columns per mma.sync tile.
+constexpr int kNarrow = 8;
+/// 8-key tiles of the longest step.
+[[maybe_unused]] constexpr int kStepTiles = kMaxStep / kNarrow;
+
+/// Shared memory: the query tile and the K and V steps (`buffer` bytes
+/// apart from the next buffer's, when there are two). Nothing else: S, P,
+/// the statistics and the output stay in registers.
+struct MmaForwardLayout {
+  int ldQ, ldKV;
+  size_t q, k, v, buffer, bytes;
+  __host__ __device__ explicit MmaForwardLayout(const Tiling16 &t)
+      : ldQ(t.d16 + kPad16), ldKV(maxInt(t.d16, t.dv16) + kPad16) {
+    q = 0;
+    k = q + sizeof(uint16_t) * t.own * ldQ;
+    v = k + sizeof(uint16_t) * t.step * ldKV;
+    buffer = 2 * sizeof(uint16_t) * t.step * ldKV;
+    bytes = k + t.buffers * buffer;
   }
+};
+
+/// The dropout factors of the lane's two consecutive scores from flat
+/// index `index` (drop.scale or 0 each), drawing the one or two groups
+/// that hold them.
+[[maybe_unused]] __device__ inline void
+pairKeepFactors(const DropoutParams &drop, uint64_t index, float (&f)[2]) {
+  const uint64_t group = index / kDropoutGroup;
+  const unsigned bits = groupKeepBits(drop, group);
+  const int at = static_cast<int>(index % kDropoutGroup);
+  const unsigned next = at + 1 < kDropoutGroup ? bits >> (at + 1)
+                                               : groupKeepBits(drop, group + 1);
+  f[0] = (bits >> at) & 1u ? drop.scale : 0.0f;
+  f[1] = next & 1u ? drop.scale : 0.0f;
+}
+
+/// kOut 8-column output tiles (8 for dv <= 64, 16 for dv <= 128).
+template <typename T, int kOut, typename O>
+__device__ void
+forwardMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
+             const uint16_t *v, const unsigned char *mask,
+             const DropoutParams &drop, bool dropout, const Tiling16 &t,
+             unsigned char *smem, O *out, float *lse) {
+  const MmaForwardLayout L(t);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, quad = lane % 4;
+  const int r0 = warp * kEdge; // the warp's strip of the block's rows
+  uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
+  uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
+  uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
+  const int stepTiles = t.step / kNarrow, dTiles = t.d16 / kEdge;
+  const int outTiles = t.dv16 / kNarrow;
+
+  forEachTile(
+      a, a.sq, t.own, mask,
+      [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
+        __syncthreads(); // every warp is done with the previous tile's Q
+        stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0),
+                     a.rows.q.row, rows, t.own, static_cast<int>(a.d), t.d16);
+        // The lane's rows g and g + 8 of the strip: their running maximum, the
+        // lane's share of their sums, and their output columns 8n + 2 quad + e.
+        float rowMax[2] = {kNegInf, kNegInf}, rowSum[2] = {0.0f, 0.0f};
+        float o[kOut][4];
+#pragma unroll
+        for (int n = 0; n < kOut; ++n)
+          o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+        walkKeys(
+            a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldKV, vs, L.ldKV,
+            L.buffer,
+            [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
+                const unsigned char *stepMask) {
+              // S = Q K^T for the strip: 8-key tiles n, accumulators as D.
+              float s[kStepTiles][4];
+#pragma unroll
+              for (int n = 0; n < kStepTiles; ++n)
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+              for (int kc = 0; kc < dTiles; ++kc) {
+                const uint16_t *qa =
+                    qs + (r0 + g) * L.ldQ + kc * kEdge + 2 * quad;
+                const uint32_t fa[4] = {pairAt(qa), pairAt(qa + 8 * L.ldQ),
+                                        pairAt(qa + 8),
+                                        pairAt(qa + 8 * L.ldQ + 8)};
+#pragma unroll
+                for (int n = 0; n < kStepTiles; ++n)
+                  if (n < stepTiles) {
+                    const uint16_t *kr =
+                        kb + (n * kNarrow + g) * L.ldKV + kc * kEdge + 2 * quad;
+                    const uint32_t fb[2] = {pairAt(kr), pairAt(kr + 8)};
+                    mmaM16N8K16<T>(s[n], fa, fb);
+                  }
+              }
+
+              // The online softmax: element e of tile n is row g + 8 (e / 2),
+              // key 8n + 2 quad + e % 2 of the step.
+              bool live[kStepTiles][4];
+              float stepMax[2] = {kNegInf, kNegInf};
+#pragma unroll
+              for (int n = 0; n < kStepTiles; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const int r = g + 8 * (e / 2),
+                            c = n * kNarrow + 2 * quad + e % 2;
+                  live[n][e] = n < stepTiles && r0 + r < rows && c < cols &&
+                               !maskedOut(a, stepMask, i0 + r0 + r, j0 + c);
+                  s[n][e] = live[n][e] ? s[n][e] * a.scale : kNegInf;
+                  stepMax[e / 2] = fmaxf(stepMax[e / 2], s[n][e]);
+                }
+              float factor[2];
+#pragma unroll
+              for (int x = 0; x < 2; ++x) {
+                // The row's four lanes (a quad) hold its 64 keys.
+                stepMax[x] = fmaxf(stepMax[x],
+                                   __shfl_xor_sync(kFullMask, stepMax[x], 1));
+                stepMax[x] = fmaxf(stepMax[x],
+                                   __shfl_xor_sync(kFullMask, stepMax[x], 2));
+                const float m = fmaxf(rowMax[x], stepMax[x]);
+                // m == -inf: every key so far is masked; nothing to rescale.
+                factor[x] = m == kNegInf ? 1.0f : expf(rowMax[x] - m);
+                rowMax[x] = m;
+                rowSum[x] *= factor[x];
+              }
+#pragma unroll
+              for (int n = 0; n < kOut; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                  o[n][e] *= factor[e / 2];
+
+              // P (dropped, rounded to T) as the A operand of P V: keys
+              // 16 kc .. 16 kc + 15 are tiles 2 kc and 2 kc + 1.
+              uint32_t p[kStepTiles][2];
+#pragma unroll
+              for (int n = 0; n < kStepTiles; ++n)
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                  float pr[2] = {0.0f, 0.0f};
+                  bool any = false;
+#pragma unroll
+                  for (int y = 0; y < 2; ++y)
+                    if (live[n][2 * x + y]) {
+                      pr[y] = expf(s[n][2 * x + y] - rowMax[x]);
+                      rowSum[x] += pr[y];
+                      any = true;
+                    }
+                  if (dropout && any) {
+                    float f[2];
+                    const int64_t i = i0 + r0 + g + 8 * x;
+                    pairKeepFactors(
+                        drop,
+                        static_cast<uint64_t>((h * a.sq + i) * a.sk + j0 +
+                                              n * kNarrow + 2 * quad),
+                        f);
+                    pr[0] *= f[0];
+                    pr[1] *= f[1];
+                  }
+                  p[n][x] = packPair(round16<T>(pr[0]), round16<T>(pr[1]));
+                }
+
+        // O += P V: B[key][column] = V[key][column], two keys a register.
+#pragma unroll
+              for (int kc = 0; kc < kStepTiles / 2; ++kc)
+                if (2 * kc < stepTiles) {
+                  const uint32_t fa[4] = {p[2 * kc][0], p[2 * kc][1],
+                                          p[2 * kc + 1][0], p[2 * kc + 1][1]};
+                  const uint16_t *vr =
+                      vb + (kc * kEdge + 2 * quad) * L.ldKV + g;
+#pragma unroll
+                  for (int n = 0; n < kOut; ++n)
+                    if (n < outTiles) {
+                      const uint16_t *col = vr + n * kNarrow;
+                      const uint32_t fb[2] = {
+                          packPair(col[0], col[L.ldKV]),
+                          packPair(col[8 * L.ldKV], col[9 * L.ldKV])};
+                      mmaM16N8K16<T>(o[n], fa, fb);
+                    }
+                }
+            });
+
+        if (r0 >= rows)
+          return; // the next tile
+                  // out = O / rowSum (0 for a row whose every key is masked).
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          float sum = rowSum[x];
+          sum += __shfl_xor_sync(kFullMask, sum, 1);
+          sum += __shfl_xor_sync(kFullMask, sum, 2);
+          const int r = r0 + g + 8 * x;
+          if (r >= rows)
+            continue;
+          const bool empty = sum == 0.0f; // every key masked
+          const float inverse = empty ? 0.0f : 1.0f / sum;
+          O *orow = out + attentionRow(a, a.rows.o, h, i0 + r);
+#pragma unroll
+          for (int n = 0; n < kOut; ++n)
+#pragma unroll
+            for (int y = 0; y < 2; ++y) {
+              const int c = n * kNarrow + 2 * quad + y;
+              if (n < outTiles && c < a.dv)
+                storeOut<T>(orow + c, o[n][2 * x + y] * inverse);
+            }
+          if (quad == 0)
+            lse[h * a.sq + i0 + r] = empty ? kNegInf : rowMax[x] + logf(sum);
+        }
+      });
 }
 
 /// Backward dQ, shared memory as DqLayout without the accumulator; at the
@@ -1973,56 +2255,55 @@ dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                     warp * 2 * kEdge * kScratchLd;
   float *scratchP = scratchS + kEdge * kScratchLd;
   const int stepTiles = t.step / kEdge, dTiles = t.d16 / kEdge;
-  const int64_t tilesPerHead = (a.sq + t.own - 1) / t.own;
   Accumulator acc[kTiles];
 
-  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
-       tile += gridDim.x) {
-    const int64_t h = tile / tilesPerHead;
-    const int64_t i0 = (tile % tilesPerHead) * t.own;
-    const int rows = countFrom(a.sq, i0, t.own);
-    const unsigned char *maskHead =
-        mask ? mask + attentionMaskOffset(a, h) : nullptr;
-    __syncthreads(); // the previous tile's output pass is done
-    stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
-                 rows, t.own, static_cast<int>(a.d), t.d16);
-    stage16Async(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
-                 a.rows.dout.row, rows, t.own, static_cast<int>(a.dv), t.dv16);
-    rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows,
-                deltaHeads);
-    zeroAccumulators<kTiles>(acc);
+  forEachTile(
+      a, a.sq, t.own, mask,
+      [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
+        __syncthreads(); // the previous tile's output pass is done
+        stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0),
+                     a.rows.q.row, rows, t.own, static_cast<int>(a.d), t.d16);
+        stage16Async(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
+                     a.rows.dout.row, rows, t.own, static_cast<int>(a.dv),
+                     t.dv16);
+        rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows,
+                    deltaHeads);
+        zeroAccumulators<kTiles>(acc);
 
-    walkKeys(
-        a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldK, vs, L.ldV, L.buffer,
-        [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
-            const unsigned char *stepMask) {
-          // The strip's scale * dS, a 16 x 16 tile at a time from its S and dP
-          // tiles; line r is query i0 + r0 + r, its keys from j0 + ct * 16 on.
-          for (int ct = 0; ct < stepTiles; ++ct) {
-            productTile<T>(scratchS, kScratchLd, qs + r0 * L.ldQ, L.ldQ,
-                           kb + ct * kEdge * L.ldK, L.ldK, t.d16 / kEdge);
-            productTile<T>(scratchP, kScratchLd, gs + r0 * L.ldG, L.ldG,
-                           vb + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
-            __syncwarp();
-            dsTile<T>(a, stepMask, drop, dropout, h, i0, j0, r0, ct * kEdge,
-                      rows, cols, lseRows, deltaRows, scratchS, scratchP,
-                      ds + ct * kEdge, L.ldDs, lane);
-          }
-          // dQ += dS K.
-          mmaStrip<T, kTiles>(acc, dTiles, ds, L.ldDs, kb, L.ldK, stepTiles);
-        });
+        walkKeys(
+            a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldK, vs, L.ldV,
+            L.buffer,
+            [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
+                const unsigned char *stepMask) {
+              // The strip's scale * dS, a 16 x 16 tile at a time from its S and
+              // dP tiles; line r is query i0 + r0 + r, its keys from j0 + ct *
+              // 16 on.
+              for (int ct = 0; ct < stepTiles; ++ct) {
+                productTile<T>(scratchS, kScratchLd, qs + r0 * L.ldQ, L.ldQ,
+                               kb + ct * kEdge * L.ldK, L.ldK, t.d16 / kEdge);
+                productTile<T>(scratchP, kScratchLd, gs + r0 * L.ldG, L.ldG,
+                               vb + ct * kEdge * L.ldV, L.ldV, t.dv16 / kEdge);
+                __syncwarp();
+                dsTile<T>(a, stepMask, drop, dropout, h, i0, j0, r0, ct * kEdge,
+                          rows, cols, lseRows, deltaRows, scratchS, scratchP,
+                          ds + ct * kEdge, L.ldDs, lane);
+              }
+              // dQ += dS K.
+              mmaStrip<T, kTiles>(acc, dTiles, ds, L.ldDs, kb, L.ldK,
+                                  stepTiles);
+            });
 
-    __syncthreads(); // every warp is done with the staged tiles
-    if (r0 >= rows)
-      continue;
-    float *o = reinterpret_cast<float *>(smem);
-    storeStrip<kTiles>(o, L.ldAcc, r0, acc, dTiles);
-    for (int r = 0; r < kEdge && r0 + r < rows; ++r) {
-      const int64_t g = attentionRow(a, a.rows.dq, h, i0 + r0 + r);
-      for (int x = lane; x < a.d; x += 32)
-        storeGrad<T>(dq, g + x, narrowGrads, o[(r0 + r) * L.ldAcc + x]);
-    }
-  }
+        __syncthreads(); // every warp is done with the staged tiles
+        if (r0 >= rows)
+          return; // the next tile
+        float *o = reinterpret_cast<float *>(smem);
+        storeStrip<kTiles>(o, L.ldAcc, r0, acc, dTiles);
+        for (int r = 0; r < kEdge && r0 + r < rows; ++r) {
+          const int64_t g = attentionRow(a, a.rows.dq, h, i0 + r0 + r);
+          for (int x = lane; x < a.d; x += 32)
+            storeGrad<T>(dq, g + x, narrowGrads, o[(r0 + r) * L.ldAcc + x]);
+        }
+      });
 }
 
 /// Backward dK/dV, shared memory as DkvLayout without the accumulators; at
@@ -2051,90 +2332,90 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   float *scratchP = scratchS + kEdge * kScratchLd;
   const int stepTiles = t.step / kEdge;
   const int dTiles = t.d16 / kEdge, dvTiles = t.dv16 / kEdge;
-  const int64_t tilesPerHead = (a.sk + t.own - 1) / t.own;
   Accumulator accK[kTiles], accV[kTiles];
 
-  for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
-       tile += gridDim.x) {
-    const int64_t h = tile / tilesPerHead;
-    const int64_t j0 = (tile % tilesPerHead) * t.own;
-    const int cols = countFrom(a.sk, j0, t.own);
-    const unsigned char *maskHead =
-        mask ? mask + attentionMaskOffset(a, h) : nullptr;
-    __syncthreads(); // the previous tile's output pass is done
-    stage16Async(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row,
-                 cols, t.own, static_cast<int>(a.d), t.d16);
-    stage16Async(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0), a.rows.v.row,
-                 cols, t.own, static_cast<int>(a.dv), t.dv16);
-    zeroAccumulators<kTiles>(accK);
-    zeroAccumulators<kTiles>(accV);
+  forEachTile(
+      a, a.sk, t.own, mask,
+      [&](int64_t h, int64_t j0, int cols, const unsigned char *maskHead) {
+        __syncthreads(); // the previous tile's output pass is done
+        stage16Async(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0),
+                     a.rows.k.row, cols, t.own, static_cast<int>(a.d), t.d16);
+        stage16Async(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0),
+                     a.rows.v.row, cols, t.own, static_cast<int>(a.dv), t.dv16);
+        zeroAccumulators<kTiles>(accK);
+        zeroAccumulators<kTiles>(accV);
 
-    const auto liveFrom = [&](int64_t from) {
-      return nextLiveStep(from, a.sq, t.step, [&](int64_t i0, int rows) {
-        return chunkState(a, maskHead, i0, rows, j0, cols);
+        const auto liveFrom = [&](int64_t from) {
+          return nextLiveStep(from, a.sq, t.step, [&](int64_t i0, int rows) {
+            return chunkState(a, maskHead, i0, rows, j0, cols);
+          });
+        };
+        // Q and dO rows, and the rows' log-sum-exp and delta (stored at once).
+        const auto stage = [&](int64_t i0, int b) {
+          const int rows = countFrom(a.sq, i0, t.step);
+          stage16Async(qs + b * L.buffer / 2, L.ldQ,
+                       q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows,
+                       t.step, static_cast<int>(a.d), t.d16);
+          stage16Async(gs + b * L.buffer / 2, L.ldG,
+                       dout + attentionRow(a, a.rows.dout, h, i0),
+                       a.rows.dout.row, rows, t.step, static_cast<int>(a.dv),
+                       t.dv16);
+          float *lseB = lseRows + b * L.rowBuffer / sizeof(float);
+          float *deltaB = deltaRows + b * L.rowBuffer / sizeof(float);
+          if (deltaHeads)
+            storedRowTerms(a, lse, deltaHeads, h, i0, rows, t.step, lseB,
+                           deltaB);
+          else
+            rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step, lseB, deltaB);
+        };
+        walkSteps(a.sq, t, liveFrom, stage, [&](int64_t i0, int b, bool full) {
+          if (r0 >= cols)
+            return; // a strip past the end of the sequence
+          // A chunk the mask leaves whole reads none of it.
+          const unsigned char *stepMask = full ? nullptr : maskHead;
+          const int rows = countFrom(a.sq, i0, t.step);
+          const uint16_t *qb = qs + b * L.buffer / 2,
+                         *gb = gs + b * L.buffer / 2;
+          const float *lseB = lseRows + b * L.rowBuffer / sizeof(float);
+          const float *deltaB = deltaRows + b * L.rowBuffer / sizeof(float);
+          // The strip's scale * dS^T and dropped P^T, a 16 x 16 tile (keys x
+          // queries) at a time from its S^T and dP^T tiles; a line of the mask
+          // is a query (column c of the tile, i0 + qt * 16 + c), its keys from
+          // j0 + r0 on.
+          for (int qt = 0; qt < stepTiles; ++qt) {
+            productTile<T>(scratchS, kScratchLd, ks + r0 * L.ldK, L.ldK,
+                           qb + qt * kEdge * L.ldQ, L.ldQ, t.d16 / kEdge);
+            productTile<T>(scratchP, kScratchLd, vs + r0 * L.ldV, L.ldV,
+                           gb + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
+            __syncwarp();
+            dsPTransposedTile<T>(a, stepMask, drop, dropout, h, i0, j0, r0,
+                                 qt * kEdge, rows, cols, lseB, deltaB, scratchS,
+                                 scratchP, dsT + qt * kEdge, pT + qt * kEdge,
+                                 L.ldT, lane);
+          }
+          // dV += P^T dO, dK += dS^T Q.
+          mmaStrip<T, kTiles>(accV, dvTiles, pT, L.ldT, gb, L.ldG, stepTiles);
+          mmaStrip<T, kTiles>(accK, dTiles, dsT, L.ldT, qb, L.ldQ, stepTiles);
+        });
+
+        __syncthreads(); // every warp is done with the staged tiles
+        if (r0 >= cols)
+          return; // the next tile
+        float *outK = reinterpret_cast<float *>(smem);
+        float *outV = outK + t.own * L.ldAccK;
+        storeStrip<kTiles>(outK, L.ldAccK, r0, accK, dTiles);
+        storeStrip<kTiles>(outV, L.ldAccV, r0, accV, dvTiles);
+        for (int r = 0; r < kEdge && r0 + r < cols; ++r) {
+          const int64_t gk = attentionRow(a, a.rows.dk, h, j0 + r0 + r);
+          const int64_t gv = attentionRow(a, a.rows.dv, h, j0 + r0 + r);
+          for (int x = lane; x < a.d; x += 32)
+            storeGrad<T>(dk, gk + x, narrowGrads,
+                         outK[(r0 + r) * L.ldAccK + x]);
+          for (int x = lane; x < a.dv; x += 32)
+            storeGrad<T>(dv, gv + x, narrowGrads,
+                         outV[(r0 + r) * L.ldAccV + x]);
+        }
       });
-    };
-    // Q and dO rows, and the rows' log-sum-exp and delta (stored at once).
-    const auto stage = [&](int64_t i0, int b) {
-      const int rows = countFrom(a.sq, i0, t.step);
-      stage16Async(qs + b * L.buffer / 2, L.ldQ,
-                   q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows,
-                   t.step, static_cast<int>(a.d), t.d16);
-      stage16Async(gs + b * L.buffer / 2, L.ldG,
-                   dout + attentionRow(a, a.rows.dout, h, i0), a.rows.dout.row,
-                   rows, t.step, static_cast<int>(a.dv), t.dv16);
-      float *lseB = lseRows + b * L.rowBuffer / sizeof(float);
-      float *deltaB = deltaRows + b * L.rowBuffer / sizeof(float);
-      if (deltaHeads)
-        storedRowTerms(a, lse, deltaHeads, h, i0, rows, t.step, lseB, deltaB);
-      else
-        rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step, lseB, deltaB);
-    };
-    walkSteps(a.sq, t, liveFrom, stage, [&](int64_t i0, int b, bool full) {
-      if (r0 >= cols)
-        return; // a strip past the end of the sequence
-      // A chunk the mask leaves whole reads none of it.
-      const unsigned char *stepMask = full ? nullptr : maskHead;
-      const int rows = countFrom(a.sq, i0, t.step);
-      const uint16_t *qb = qs + b * L.buffer / 2, *gb = gs + b * L.buffer / 2;
-      const float *lseB = lseRows + b * L.rowBuffer / sizeof(float);
-      const float *deltaB = deltaRows + b * L.rowBuffer / sizeof(float);
-      // The strip's scale * dS^T and dropped P^T, a 16 x 16 tile (keys x
-      // queries) at a time from its S^T and dP^T tiles; a line of the mask
-      // is a query (column c of the tile, i0 + qt * 16 + c), its keys from
-      // j0 + r0 on.
-      for (int qt = 0; qt < stepTiles; ++qt) {
-        productTile<T>(scratchS, kScratchLd, ks + r0 * L.ldK, L.ldK,
-                       qb + qt * kEdge * L.ldQ, L.ldQ, t.d16 / kEdge);
-        productTile<T>(scratchP, kScratchLd, vs + r0 * L.ldV, L.ldV,
-                       gb + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
-        __syncwarp();
-        dsPTransposedTile<T>(a, stepMask, drop, dropout, h, i0, j0, r0,
-                             qt * kEdge, rows, cols, lseB, deltaB, scratchS,
-                             scratchP, dsT + qt * kEdge, pT + qt * kEdge, L.ldT,
-                             lane);
-      }
-      // dV += P^T dO, dK += dS^T Q.
-      mmaStrip<T, kTiles>(accV, dvTiles, pT, L.ldT, gb, L.ldG, stepTiles);
-      mmaStrip<T, kTiles>(accK, dTiles, dsT, L.ldT, qb, L.ldQ, stepTiles);
-    });
-
-    __syncthreads(); // every warp is done with the staged tiles
-    if (r0 >= cols)
-      continue;
-    float *outK = reinterpret_cast<float *>(smem);
-    float *outV = outK + t.own * L.ldAccK;
-    storeStrip<kTiles>(outK, L.ldAccK, r0, accK, dTiles);
-    storeStrip<kTiles>(outV, L.ldAccV, r0, accV, dvTiles);
-    for (int r = 0; r < kEdge && r0 + r < cols; ++r) {
-      const int64_t gk = attentionRow(a, a.rows.dk, h, j0 + r0 + r);
-      const int64_t gv = attentionRow(a, a.rows.dv, h, j0 + r0 + r);
-      for (int x = lane; x < a.d; x += 32)
-        storeGrad<T>(dk, gk + x, narrowGrads, outK[(r0 + r) * L.ldAccK + x]);
-      for (int x = lane; x < a.dv; x += 32)
-        storeGrad<T>(dv, gv + x, narrowGrads, outV[(r0 + r) * L.ldAccV + x]);
-    }
-  }
 }
 
 // The kernels: on an architecture without tensor-core steps for T (bfloat16
@@ -2202,6 +2483,21 @@ __global__ void __launch_bounds__(kThreads, 3)
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     forwardReg16<T, kTiles>(a, q, k, v, mask, drop, dropout, t, smem16, out,
                             lse);
+  }
+}
+
+// The mma.sync forward: sm_80 on (the host launches it nowhere else).
+template <typename T, typename O, int kOut>
+__global__ void __launch_bounds__(kThreads, 3)
+    attentionForwardMma16Kernel(AttentionDims a, const uint16_t *q,
+                                const uint16_t *k, const uint16_t *v,
+                                const unsigned char *mask, DropoutParams drop,
+                                const StepCounters *counters, bool dropout,
+                                Tiling16 t, O *out, float *lse) {
+  if constexpr (mmaSupported()) {
+    extern __shared__ __align__(128) unsigned char smem16[];
+    drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
+    forwardMma16<T, kOut>(a, q, k, v, mask, drop, dropout, t, smem16, out, lse);
   }
 }
 
@@ -2386,17 +2682,26 @@ void launch16(Context &ctx, const char *name, size_t limit, size_t bytes,
 }
 
 /// The forward with tiling t: the register kernel instance regTiles (4 or
-/// 8), or the general kernel (0).
+/// 8; on mma.sync with `mma`), or the general kernel (0).
 template <typename T, typename O>
 void launchForward16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
-                     int regTiles, size_t limit, const uint16_t *q,
+                     int regTiles, bool mma, size_t limit, const uint16_t *q,
                      const uint16_t *k, const uint16_t *v,
                      const unsigned char *mask, const DropoutParams &drop,
                      bool dropout, O *out, float *lse) {
   const int64_t tiles = a.batch * ((a.sq + t.own - 1) / t.own);
   const StepCounters *counters = cuda::stepCounters(ctx);
   const size_t regBytes = RegForwardLayout(t).bytes;
-  if (regTiles == 4)
+  const size_t mmaBytes = MmaForwardLayout(t).bytes;
+  if (mma && regTiles == 4)
+    launch16<attentionForwardMma16Kernel<T, O, 8>>(
+        ctx, "attentionForwardMma16Kernel", limit, mmaBytes, tiles, a, q, k, v,
+        mask, drop, counters, dropout, t, out, lse);
+  else if (mma && regTiles == 8)
+    launch16<attentionForwardMma16Kernel<T, O, 16>>(
+        ctx, "attentionForwardMma16Kernel", limit, mmaBytes, tiles, a, q, k, v,
+        mask, drop, counters, dropout, t, out, lse);
+  else if (regTiles == 4)
     launch16<attentionForwardReg16Kernel<T, O, 4>>(
         ctx, "attentionForwardReg16Kernel", limit, regBytes, tiles, a, q, k, v,
         mask, drop, counters, dropout, t, out, lse);
@@ -2515,7 +2820,11 @@ void forward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
   if (!checkDims(ctx, a) ||
       !sharedLimit16(ctx, storage, "attentionForward16", limit))
     return;
-  const int reg = regTiling16<RegForwardLayout>(a, a.sq, a.sk, limit, t);
+  // sm_80 on: the register kernel on mma.sync (S and P in registers).
+  DeviceLimits16 device;
+  const bool mma = deviceLimits16(device) && device.major >= 8;
+  const int reg = mma ? regTiling16<MmaForwardLayout>(a, a.sq, a.sk, limit, t)
+                      : regTiling16<RegForwardLayout>(a, a.sq, a.sk, limit, t);
   if (reg == 0 && !chooseTiling16<ForwardLayout>(ctx, a, a.sq, a.sk, limit,
                                                  "attentionForward16", t))
     return;
@@ -2524,11 +2833,11 @@ void forward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
   const DropoutParams drop = dropoutParams(ctx.seed, 0, a.stream, a.dropout);
   const bool dropout = a.dropout > 0.0f;
   if (storage == Storage16::Bf16)
-    launchForward16<__nv_bfloat16>(ctx, a, t, reg, limit, q, k, v, mask, drop,
-                                   dropout, out, lse);
+    launchForward16<__nv_bfloat16>(ctx, a, t, reg, mma, limit, q, k, v, mask,
+                                   drop, dropout, out, lse);
   else
-    launchForward16<__half>(ctx, a, t, reg, limit, q, k, v, mask, drop, dropout,
-                            out, lse);
+    launchForward16<__half>(ctx, a, t, reg, mma, limit, q, k, v, mask, drop,
+                            dropout, out, lse);
 }
 
 /// attentionBackward16 with the output stored as O (float or 16-bit) and

@@ -271,27 +271,24 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
       src = cache;
       readVectors = true;
     }
-    float maxValue = -INFINITY;
-    for (int64_t i = threadIdx.x * kCeChunk; i < c; i += chunkStride) {
-      float v[kCeChunk];
-      const int n = loadChunk(src, i, c, readVectors, bf16, v);
+    // f(x) for each of the thread's logits, chunk by chunk, in order.
+    auto eachLogit = [&](auto f) {
+      for (int64_t i = threadIdx.x * kCeChunk; i < c; i += chunkStride) {
+        float v[kCeChunk];
+        const int n = loadChunk(src, i, c, readVectors, bf16, v);
 #pragma unroll
-      for (int e = 0; e < kCeChunk; ++e)
-        if (e < n)
-          maxValue = fmaxf(maxValue, v[e]);
-    }
+        for (int e = 0; e < kCeChunk; ++e)
+          if (e < n)
+            f(v[e]);
+      }
+    };
+    float maxValue = -INFINITY;
+    eachLogit([&](float x) { maxValue = fmaxf(maxValue, x); });
     maxValue = blockMax(maxValue, scratch);
     if (isinf(maxValue) && maxValue < 0)
       maxValue = 0.0f;
     float sum = 0.0f;
-    for (int64_t i = threadIdx.x * kCeChunk; i < c; i += chunkStride) {
-      float v[kCeChunk];
-      const int n = loadChunk(src, i, c, readVectors, bf16, v);
-#pragma unroll
-      for (int e = 0; e < kCeChunk; ++e)
-        if (e < n)
-          sum += expf(v[e] - maxValue);
-    }
+    eachLogit([&](float x) { sum += expf(x - maxValue); });
     const long long label = labels[row];
     const bool valid = isValidLabel(label, c, ignoreIndex);
     // The label's logit, read before the reduction below synchronizes the

@@ -270,7 +270,6 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
                                    const float *mean, const float *invstd,
                                    float *dx, const float *acc,
                                    uint16_t *dx16) {
-  using cuda::heldFirst;
   using cuda::kHeldVectors;
   using cuda::kRowVector;
   using cuda::rowInRegisters;
@@ -291,11 +290,7 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
     float g[kHeldVectors][kRowVector], xhat[kHeldVectors][kRowVector];
     double sumG = 0.0, sumGXhat = 0.0;
     if (held) {
-#pragma unroll
-      for (int h = 0; h < kHeldVectors; ++h) {
-        const int64_t j = heldFirst(h);
-        if (j >= dim)
-          continue;
+      cuda::forEachHeld(dim, [&](int h, int64_t j) {
         float gamma[kRowVector];
         cuda::loadVector(grad + j, bf16, g[h]);
         cuda::loadVector(src + j, bf16, xhat[h]);
@@ -306,7 +301,7 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
           sumG += g[h][e];
           sumGXhat += static_cast<double>(g[h][e]) * xhat[h][e];
         }
-      }
+      });
     } else {
       for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
         float gj = loadX(grad, j, bf16) * scale[j];
@@ -319,11 +314,7 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
     sumGXhat = blockSum(sumGXhat, scratch);
     const NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
     if (held) {
-#pragma unroll
-      for (int h = 0; h < kHeldVectors; ++h) {
-        const int64_t j = heldFirst(h);
-        if (j >= dim)
-          continue;
+      cuda::forEachHeld(dim, [&](int h, int64_t j) {
         float d[kRowVector], residual[kRowVector] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (add)
           cuda::loadVector(add + j, bf16, residual);
@@ -335,7 +326,7 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
         // The 16-bit copy (its format is x's).
         if (copy)
           cuda::storeVector(copy + j, bf16, d);
-      }
+      });
       continue;
     }
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {

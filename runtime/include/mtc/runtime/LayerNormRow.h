@@ -144,6 +144,15 @@ __device__ inline int64_t heldFirst(int h) {
   return (int64_t(h) * blockDim.x + threadIdx.x) * kRowVector;
 }
 
+/// f(h, j) for the vectors h the thread holds of a row of `dim` elements,
+/// j being the vector's first element.
+template <typename F> __device__ inline void forEachHeld(int64_t dim, F f) {
+#pragma unroll
+  for (int h = 0; h < kHeldVectors; ++h)
+    if (heldFirst(h) < dim)
+      f(h, heldFirst(h));
+}
+
 /// The kRowVector values at p (aligned), widened to float: float32, or
 /// 16-bit (bfloat16 when `bf16`).
 __device__ inline void loadVector(const float *p, bool, float *v) {
@@ -188,13 +197,11 @@ __device__ void layerNormRow(int64_t dim, const float *src, const float *scale,
   float v[kHeldVectors][kRowVector];
   double sum = 0.0;
   if (held) {
-#pragma unroll
-    for (int h = 0; h < kHeldVectors; ++h)
-      if (heldFirst(h) < dim) {
-        loadVector(src + heldFirst(h), bf16, v[h]);
-        for (int e = 0; e < kRowVector; ++e)
-          sum += v[h][e];
-      }
+    forEachHeld(dim, [&](int h, int64_t j) {
+      loadVector(src + j, bf16, v[h]);
+      for (int e = 0; e < kRowVector; ++e)
+        sum += v[h][e];
+    });
   } else {
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
       sum += src[j];
@@ -203,13 +210,12 @@ __device__ void layerNormRow(int64_t dim, const float *src, const float *scale,
       dim > 0 ? blockSum(sum, scratch) / static_cast<double>(dim) : 0.0;
   double squaredDevSum = 0.0;
   if (held) {
-#pragma unroll
-    for (int h = 0; h < kHeldVectors; ++h)
-      if (heldFirst(h) < dim)
-        for (int e = 0; e < kRowVector; ++e) {
-          double dev = v[h][e] - rowMean;
-          squaredDevSum += dev * dev;
-        }
+    forEachHeld(dim, [&](int h, int64_t) {
+      for (int e = 0; e < kRowVector; ++e) {
+        double dev = v[h][e] - rowMean;
+        squaredDevSum += dev * dev;
+      }
+    });
   } else {
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       double dev = src[j] - rowMean;
@@ -227,11 +233,7 @@ __device__ void layerNormRow(int64_t dim, const float *src, const float *scale,
       *invstd = inv;
   }
   if (held) {
-#pragma unroll
-    for (int h = 0; h < kHeldVectors; ++h) {
-      const int64_t j = heldFirst(h);
-      if (j >= dim)
-        continue;
+    forEachHeld(dim, [&](int h, int64_t j) {
       float gamma[kRowVector], beta[kRowVector] = {0.0f, 0.0f, 0.0f, 0.0f};
       loadVector(scale + j, bf16, gamma);
       if (bias)
@@ -240,7 +242,7 @@ __device__ void layerNormRow(int64_t dim, const float *src, const float *scale,
       for (int e = 0; e < kRowVector; ++e)
         y[e] = normalizeElement(v[h][e], meanF, inv, gamma[e], beta[e]);
       storeVector(dst + j, bf16, y);
-    }
+    });
     return;
   }
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
