@@ -271,16 +271,22 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
       src = cache;
       readVectors = true;
     }
-    // f(x) for each of the thread's logits, chunk by chunk, in order.
-    auto eachLogit = [&](auto f) {
+    // f(i, v, n) for each of the thread's chunks in order: the n logits
+    // from class i on, widened into v.
+    auto eachChunk = [&](auto f) {
       for (int64_t i = threadIdx.x * kCeChunk; i < c; i += chunkStride) {
         float v[kCeChunk];
-        const int n = loadChunk(src, i, c, readVectors, bf16, v);
+        f(i, v, loadChunk(src, i, c, readVectors, bf16, v));
+      }
+    };
+    // f(x) for each of the thread's logits, in the same order.
+    auto eachLogit = [&](auto f) {
+      eachChunk([&](int64_t, float *v, int n) {
 #pragma unroll
         for (int e = 0; e < kCeChunk; ++e)
           if (e < n)
             f(v[e]);
-      }
+      });
     };
     float maxValue = -INFINITY;
     eachLogit([&](float x) { maxValue = fmaxf(maxValue, x); });
@@ -307,9 +313,7 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
     // before any writes over it; a thread then reads only the chunks it
     // writes.
     Out *dst = dlogits + row * ld;
-    for (int64_t i = threadIdx.x * kCeChunk; i < c; i += chunkStride) {
-      float v[kCeChunk];
-      const int n = loadChunk(src, i, c, readVectors, bf16, v);
+    eachChunk([&](int64_t i, float *v, int n) {
 #pragma unroll
       for (int e = 0; e < kCeChunk; ++e)
         if (e < n)
@@ -317,7 +321,7 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
                                   (i + e == label ? 1.0f : 0.0f))
                        : 0.0f;
       storeChunk(dst, i, n, outVectors, bf16, v);
-    }
+    });
     __syncthreads();
   }
 }
