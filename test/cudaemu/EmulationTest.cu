@@ -6,11 +6,11 @@
 //
 // CUDA source, translated like the runtime's, checking what the emulation
 // promises: the built-in variables, barriers and their reductions, warp
-// exchanges with CUDA's width rules, WMMA tiles, mma.sync fragments, static
-// and dynamic shared memory, cp.async copies, the launch checks a GPU makes,
-// graph capture and replay, and that a barrier nobody can pass fails the launch
-// instead of hanging. Expected values come from CUDA's definitions, written out
-// by hand.
+// exchanges with CUDA's width rules, WMMA tiles, mma.sync and ldmatrix
+// fragments, static and dynamic shared memory, cp.async copies, the launch
+// checks a GPU makes, graph capture and replay, and that a barrier nobody can
+// pass fails the launch instead of hanging. Expected values come from CUDA's
+// definitions, written out by hand.
 //
 //===----------------------------------------------------------------------===//
 
@@ -420,6 +420,77 @@ TEST(CudaEmulation, MmaFragmentsFollowThePtxLayout) {
     }
   for (void *p : {static_cast<void *>(da), static_cast<void *>(db),
                   static_cast<void *>(dc), static_cast<void *>(dd)})
+    cudaFree(p);
+}
+
+/// ldmatrix.x4 from a 16 x 16 matrix of 16-bit values staged in shared
+/// memory with rows 24 elements (48 bytes) apart: lane l gives row
+/// l % 8 + 8 ((l / 8) % 2) from column 8 (l / 16) on, so matrix j is the
+/// 8 x 8 block at rows 8 (j % 2), columns 8 (j / 2), as the A operand of
+/// mma.sync wants it. Each lane stores its four registers, plain and
+/// transposed.
+__global__ void ldmatrixKernel(const uint16_t *m, uint32_t *plain,
+                               uint32_t *transposed) {
+  __shared__ __align__(16) uint16_t tile[16 * 24];
+  const int lane = threadIdx.x;
+  for (int e = lane; e < 16 * 16; e += 32)
+    tile[(e / 16) * 24 + e % 16] = m[e];
+  __syncwarp();
+  const uint16_t *row =
+      tile + (lane % 8 + 8 * ((lane / 8) % 2)) * 24 + 8 * (lane / 16);
+  uint32_t r[4], rt[4];
+#ifdef MTC_CUDA_EMULATION
+  ::mtc::cudaemu::ldmatrixX4(r, row, /*trans=*/false);
+  ::mtc::cudaemu::ldmatrixX4(rt, row, /*trans=*/true);
+#else
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
+               "[%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(rt[0]), "=r"(rt[1]), "=r"(rt[2]), "=r"(rt[3])
+               : "r"(address));
+#endif
+  for (int j = 0; j < 4; ++j) {
+    plain[lane * 4 + j] = r[j];
+    transposed[lane * 4 + j] = rt[j];
+  }
+}
+
+TEST(CudaEmulation, LdmatrixFollowsThePtxLayout) {
+  std::vector<uint16_t> m(16 * 16);
+  for (int e = 0; e < 16 * 16; ++e)
+    m[e] = static_cast<uint16_t>(1000 + e);
+  uint16_t *dm = deviceArray<uint16_t>(m.size());
+  uint32_t *plain = deviceArray<uint32_t>(32 * 4),
+           *transposed = deviceArray<uint32_t>(32 * 4);
+  ASSERT_EQ(cudaMemcpy(dm, m.data(), m.size() * 2, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ldmatrixKernel<<<1, 32>>>(dm, plain, transposed);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<uint32_t> gotPlain = fetch(plain, 32 * 4),
+                              gotTransposed = fetch(transposed, 32 * 4);
+  // The PTX ISA's table for a fragment of an 8 x 8 matrix: lane l holds
+  // row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1; .trans delivers the
+  // transpose's, i.e. column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1.
+  auto element = [&](int j, int row, int column) {
+    return static_cast<uint32_t>(
+        m[(8 * (j % 2) + row) * 16 + 8 * (j / 2) + column]);
+  };
+  for (int l = 0; l < 32; ++l)
+    for (int j = 0; j < 4; ++j) {
+      const int g = l / 4, t = l % 4;
+      EXPECT_EQ(gotPlain[l * 4 + j],
+                element(j, g, 2 * t) | element(j, g, 2 * t + 1) << 16)
+          << "lane " << l << ", register " << j;
+      EXPECT_EQ(gotTransposed[l * 4 + j],
+                element(j, 2 * t, g) | element(j, 2 * t + 1, g) << 16)
+          << "lane " << l << ", register " << j << " (.trans)";
+    }
+  for (void *p : {static_cast<void *>(dm), static_cast<void *>(plain),
+                  static_cast<void *>(transposed)})
     cudaFree(p);
 }
 

@@ -483,6 +483,28 @@ void warpGather(const void *mine, size_t bytes, void *all) {
   }
 }
 
+void ldmatrixX4(uint32_t (&r)[4], const void *row, bool trans) {
+  const unsigned char *rows[32];
+  warpGather(&row, sizeof row, rows);
+  for (const unsigned char *p : rows)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      // Also a lane that has exited (its address reads as all ones).
+      complain("ldmatrix: every lane must give a 16-byte aligned row");
+      tBlock->failed = true;
+      r[0] = r[1] = r[2] = r[3] = 0u;
+      return;
+    }
+  auto at = [&](int matrix, int rowIndex, int column) {
+    uint16_t value;
+    std::memcpy(&value, rows[8 * matrix + rowIndex] + 2 * column, sizeof value);
+    return static_cast<uint32_t>(value);
+  };
+  const int lane = laneId(), g = lane / 4, t = lane % 4;
+  for (int j = 0; j < 4; ++j)
+    r[j] = trans ? at(j, 2 * t, g) | at(j, 2 * t + 1, g) << 16
+                 : at(j, g, 2 * t) | at(j, g, 2 * t + 1) << 16;
+}
+
 void asyncCopy(void *dst, const void *src, size_t bytes, size_t zfill) {
   if ((bytes != 4 && bytes != 8 && bytes != 16) || zfill > bytes ||
       reinterpret_cast<uintptr_t>(dst) % bytes != 0 ||

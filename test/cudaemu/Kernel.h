@@ -243,6 +243,13 @@ inline void mmaM16N8K16(float (&d)[4], const uint32_t (&a)[4],
   }
 }
 
+/// PTX's ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l gives the
+/// address of row l % 8 of the 8 x 8 matrix l / 8 (16 bytes, 16-byte
+/// aligned); r[j] gets matrix j's row l / 4, columns 2 (l % 4) and
+/// 2 (l % 4) + 1 (the lower column in the low half), or with `trans` its
+/// column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1. The whole warp calls it.
+void ldmatrixX4(uint32_t (&r)[4], const void *row, bool trans);
+
 /// cp.async through cuda_pipeline.h's primitives. A copy is queued on the
 /// calling thread and made only when __pipeline_wait_prior lets its group
 /// complete (copies queued since the last commit join the next group), so

@@ -30,7 +30,8 @@
 //
 // With 16-bit operands (attentionForward16, attentionBackward16) the products
 // run on the tensor cores through WMMA (16 x 16 x 16 steps, float32
-// accumulators); see the section of that name below.
+// accumulators), and from sm_80 on through mma.sync for head dims up to
+// 128; see the sections below.
 //
 //===----------------------------------------------------------------------===//
 
@@ -961,6 +962,19 @@ template <typename T> __host__ __device__ constexpr bool isBf16() {
 template <typename T> __device__ constexpr bool wmmaSupports() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   return !isBf16<T>();
+#else
+  return true;
+#endif
+}
+
+/// Whether the WMMA register kernels' bodies are compiled for the
+/// architecture being compiled: from sm_80 on the host launches the
+/// mma.sync kernels instead, so they run on sm_75 alone, which has no
+/// bfloat16 tensor cores. The emulation has them all (MTC_CUDAEMU_SM says
+/// which run).
+template <typename T> __device__ constexpr bool wmmaRegCompiled() {
+#if defined(__CUDA_ARCH__) && !defined(MTC_CUDA_EMULATION)
+  return __CUDA_ARCH__ < 800 && !isBf16<T>();
 #else
   return true;
 #endif
@@ -1960,20 +1974,28 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 }
 
 //===----------------------------------------------------------------------===//
-// The forward on mma.sync (sm_80 on)
+// The register kernels on mma.sync (sm_80 on)
 //===----------------------------------------------------------------------===//
 //
-// WMMA keeps its accumulators' layout opaque, so the register forward
-// above stores S to shared memory for the softmax and reads P back from
-// there as the operand of P V. PTX's mma.sync.m16n8k16 documents its
-// fragments (see mmaM16N8K16), and the accumulator of S for two adjacent
-// 8-key tiles is laid out across the lanes exactly as the A operand of
-// P V over those 16 keys: S stays in registers, its row statistics are a
-// lane's own values plus two shuffles within the lane's quad, and P goes
-// from the softmax into the next product without touching shared memory
-// (FlashAttention-2's forward). Each warp owns 16 query rows, as in the
-// register kernel; the block's 64 query rows and the K and V steps are
-// staged as there (walkKeys), and the output leaves from registers.
+// WMMA keeps its accumulators' layout opaque, so the register kernels
+// above store S (and dP) to shared memory for the element-wise pass and
+// read P (dS) back from there as the operand of the next product. PTX's
+// mma.sync.m16n8k16 documents its fragments (see mmaM16N8K16), and the
+// accumulator of a strip's product over two adjacent 8-column tiles is laid
+// out across the lanes exactly as the A operand of a product over those 16
+// columns. So S stays in registers, its row statistics are a lane's own
+// values plus two shuffles within the lane's quad, and P goes from the
+// softmax into P V without touching shared memory (FlashAttention-2's
+// forward). The backward does the same with S and dP: dQ (a warp owns 16
+// queries) turns them into dS in place for dS K; dK/dV (a warp owns 16
+// keys, as FlashAttention-2's backward) forms S^T = K Q^T and dP^T =
+// V dO^T, whose accumulators are the A operands of P^T dO and dS^T Q. The
+// blocks' own rows and the streamed steps are staged as in the WMMA
+// register kernels (walkKeys, walkQueries); the outputs leave from
+// registers. Operands come from shared memory through ldmatrix (x4: four
+// registers an instruction; .trans for the B operands read down the staged
+// rows), whose rows, 16-byte aligned and kPad16 elements apart, fall in
+// different banks.
 
 /// D += A B for one 16 x 8 x 16 tile on the tensor cores (PTX
 /// mma.sync.aligned.m16n8k16.row.col.f32, T's format for A and B). With
@@ -2005,6 +2027,31 @@ __device__ inline void mmaM16N8K16(float (&d)[4], const uint32_t (&a)[4],
 #endif
 }
 
+/// PTX's ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l gives
+/// `row`, the shared-memory address of row l % 8 of the 8 x 8 matrix l / 8
+/// (16 bytes, 16-byte aligned); r[j] gets matrix j's row l / 4, columns
+/// 2 (l % 4) and the next (the lower column in the low half), or with
+/// kTrans its column l / 4, rows 2 (l % 4) and the next: one instruction for
+/// four fragment registers. The whole warp calls it.
+template <bool kTrans>
+__device__ inline void ldmatrixX4(uint32_t (&r)[4], const uint16_t *row) {
+#ifdef MTC_CUDA_EMULATION
+  ::mtc::cudaemu::ldmatrixX4(r, row, kTrans);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+#endif
+}
+
 /// Whether this compilation has mma.sync for 16-bit operands.
 __device__ constexpr bool mmaSupported() {
 #if defined(MTC_CUDA_EMULATION) ||                                             \
@@ -2018,10 +2065,7 @@ __device__ constexpr bool mmaSupported() {
 // sm_75's compilation instantiates no mma.sync kernel, hence the
 // [[maybe_unused]] on its helpers.
 
-/// Two 16-bit elements at p (4-byte aligned) as one fragment register.
-[[maybe_unused]] __device__ inline uint32_t pairAt(const uint16_t *p) {
-  return *reinterpret_cast<const uint32_t *>(p);
-}
+/// Two 16-bit elements as one fragment register, lo in the low half.
 [[maybe_unused]] __device__ inline uint32_t packPair(uint16_t lo, uint16_t hi) {
   return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
 }
@@ -2047,6 +2091,50 @@ struct MmaForwardLayout {
   }
 };
 
+/// Backward dQ on mma.sync: the query and output gradient tiles, the K and V
+/// steps (`buffer` bytes apart from the next buffer's, when there are two)
+/// and each row's log-sum-exp and delta. S, dP, dS and dQ stay in
+/// registers.
+struct MmaDqLayout {
+  int ldQ, ldG, ldK, ldV;
+  size_t q, g, k, v, buffer, lse, delta, bytes;
+  __host__ __device__ explicit MmaDqLayout(const Tiling16 &t)
+      : ldQ(t.d16 + kPad16), ldG(t.dv16 + kPad16), ldK(t.d16 + kPad16),
+        ldV(t.dv16 + kPad16) {
+    q = 0;
+    g = q + sizeof(uint16_t) * t.own * ldQ;
+    k = g + sizeof(uint16_t) * t.own * ldG;
+    v = k + sizeof(uint16_t) * t.step * ldK;
+    buffer = sizeof(uint16_t) * t.step * (ldK + ldV);
+    lse = k + t.buffers * buffer;
+    delta = lse + sizeof(float) * t.own;
+    bytes = delta + sizeof(float) * t.own;
+  }
+};
+
+/// Backward dK/dV on mma.sync (own = keys, step = queries): the key and
+/// value tiles, the query and output gradient steps (`buffer` bytes apart
+/// from the next buffer's, when there are two) and each query's log-sum-exp
+/// and delta (per buffer, `rowBuffer` bytes apart). S^T, dP^T, P^T, dS^T,
+/// dK and dV stay in registers.
+struct MmaDkvLayout {
+  int ldK, ldV, ldQ, ldG;
+  size_t k, v, q, g, buffer, lse, delta, rowBuffer, bytes;
+  __host__ __device__ explicit MmaDkvLayout(const Tiling16 &t)
+      : ldK(t.d16 + kPad16), ldV(t.dv16 + kPad16), ldQ(t.d16 + kPad16),
+        ldG(t.dv16 + kPad16) {
+    k = 0;
+    v = k + sizeof(uint16_t) * t.own * ldK;
+    q = v + sizeof(uint16_t) * t.own * ldV;
+    g = q + sizeof(uint16_t) * t.step * ldQ;
+    buffer = sizeof(uint16_t) * t.step * (ldQ + ldG);
+    lse = q + t.buffers * buffer;
+    delta = lse + sizeof(float) * t.step;
+    rowBuffer = 2 * sizeof(float) * t.step;
+    bytes = lse + t.buffers * rowBuffer;
+  }
+};
+
 /// The dropout factors of the lane's two consecutive scores from flat
 /// index `index` (drop.scale or 0 each), drawing the one or two groups
 /// that hold them.
@@ -2059,6 +2147,123 @@ pairKeepFactors(const DropoutParams &drop, uint64_t index, float (&f)[2]) {
                                                : groupKeepBits(drop, group + 1);
   f[0] = (bits >> at) & 1u ? drop.scale : 0.0f;
   f[1] = next & 1u ? drop.scale : 0.0f;
+}
+
+/// acc[n] = A B_n^T for n < kGroup (tiles first + n < tiles; the others are
+/// left 0; first and tiles even): A the warp's 16-row strip (row-major at
+/// a, stride lda), B_n the 8 rows from row 8 (first + n) of b (stride ldb),
+/// `chunks` 16-deep slices of both, rows 16-byte aligned. Element e of
+/// acc[n] is A's row g + 8 (e / 2) against B's row 8 (first + n) + 2 quad +
+/// e % 2. The whole warp calls it.
+template <typename T, int kGroup>
+__device__ inline void stripProduct(float (&acc)[kGroup][4], const uint16_t *a,
+                                    int lda, const uint16_t *b, int ldb,
+                                    int chunks, int first, int tiles) {
+  static_assert(kGroup % 2 == 0, "B fragments loaded two tiles at a time");
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int n = 0; n < kGroup; ++n)
+    acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  // ldmatrix rows: A's matrices are its four 8 x 8 quarters in fragment
+  // order (rows 8 (j % 2), columns 8 (j / 2)); B's are tile n's two halves
+  // of the slice (b[0], b[1]), then tile n + 1's.
+  const uint16_t *ar =
+      a + (lane % 8 + 8 * (lane / 8 % 2)) * lda + 8 * (lane / 16);
+  const uint16_t *br =
+      b + ((first + lane / 16) * kNarrow + lane % 8) * ldb + 8 * (lane / 8 % 2);
+  for (int kc = 0; kc < chunks; ++kc) {
+    uint32_t fa[4];
+    ldmatrixX4<false>(fa, ar + kc * kEdge);
+#pragma unroll
+    for (int n = 0; n < kGroup; n += 2)
+      if (first + n < tiles) {
+        uint32_t fb[4];
+        ldmatrixX4<false>(fb, br + n * kNarrow * ldb + kc * kEdge);
+        const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
+        mmaM16N8K16<T>(acc[n], fa, lo);
+        mmaM16N8K16<T>(acc[n + 1], fa, hi);
+      }
+  }
+}
+
+/// o[n] += P B_n for n < outTiles (even): P the warp's 16 x (8 tiles) strip
+/// held as A halves (p[t][x]: row g + 8x, columns 8t + 2 quad and the next;
+/// an accumulator of stripProduct rounded in place), B_n the 8 columns from
+/// 8n on of the rows at b (stride ldb, rows 16-byte aligned), row r of them
+/// against P's column r. tiles is even. The whole warp calls it.
+template <typename T, int kGroup, int kOut>
+__device__ inline void
+stripTimesRows(float (&o)[kOut][4], const uint32_t (&p)[kGroup][2],
+               const uint16_t *b, int ldb, int tiles, int outTiles) {
+  static_assert(kGroup % 2 == 0 && kOut % 2 == 0,
+                "16-deep steps of two 8-column tiles");
+  const int lane = threadIdx.x % 32;
+  // ldmatrix.trans rows: output tile n's two 8-row halves of the slice
+  // (b[0], b[1]), then tile n + 1's.
+  const uint16_t *br =
+      b + (lane % 8 + 8 * (lane / 8 % 2)) * ldb + 8 * (lane / 16);
+#pragma unroll
+  for (int kc = 0; kc < kGroup / 2; ++kc)
+    if (2 * kc < tiles) {
+      // Columns 16 kc .. 16 kc + 15 of P are its tiles 2 kc and 2 kc + 1.
+      const uint32_t fa[4] = {p[2 * kc][0], p[2 * kc][1], p[2 * kc + 1][0],
+                              p[2 * kc + 1][1]};
+#pragma unroll
+      for (int n = 0; n < kOut; n += 2)
+        if (n < outTiles) {
+          uint32_t fb[4];
+          ldmatrixX4<true>(fb, br + kc * kEdge * ldb + n * kNarrow);
+          const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
+          mmaM16N8K16<T>(o[n], fa, lo);
+          mmaM16N8K16<T>(o[n + 1], fa, hi);
+        }
+    }
+}
+
+/// Stores a warp's 16-row strip of gradient rows from its accumulators
+/// (acc[n][2x + y]: row g + 8x of the strip, column 8n + 2 quad + y): rows
+/// below `valid`, columns below `width`, at grad + rowAt(row) + column.
+template <typename T, int kOut, typename RowAt>
+__device__ inline void storeGradStrip(void *grad, bool narrow,
+                                      const float (&acc)[kOut][4], int valid,
+                                      int width, RowAt rowAt) {
+  const int lane = threadIdx.x % 32, g = lane / 4, quad = lane % 4;
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    const int r = g + 8 * x;
+    if (r >= valid)
+      continue;
+    const int64_t row = rowAt(r);
+#pragma unroll
+    for (int n = 0; n < kOut; ++n)
+#pragma unroll
+      for (int y = 0; y < 2; ++y) {
+        const int c = n * kNarrow + 2 * quad + y;
+        if (c < width)
+          storeGrad<T>(grad, row + c, narrow, acc[n][2 * x + y]);
+      }
+  }
+}
+
+/// The dropout factors of the keys at positions g and g + 8 of a line of 16
+/// consecutive keys of one query (flat index of its first key: base), the
+/// quad's query: the line spans at most kTileGroupsPerLine groups, and lane
+/// 4u + quad draws group u of its quad's line for the 8 lanes of the quad
+/// column, which read it by shuffles. The whole warp calls it.
+[[maybe_unused]] __device__ inline void
+keyPairKeepFactors(const DropoutParams &drop, uint64_t base, float (&f)[2]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, quad = lane % 4;
+  const int lead = static_cast<int>(base % kDropoutGroup);
+  const unsigned bits = g < kTileGroupsPerLine
+                            ? groupKeepBits(drop, base / kDropoutGroup + g)
+                            : 0u;
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    const int pos = g + 8 * x;
+    const unsigned held =
+        __shfl_sync(kFullMask, bits, 4 * ((lead + pos) / kDropoutGroup) + quad);
+    f[x] = (held >> ((lead + pos) % kDropoutGroup)) & 1u ? drop.scale : 0.0f;
+  }
 }
 
 /// kOut 8-column output tiles (8 for dv <= 64, 16 for dv <= 128).
@@ -2099,24 +2304,8 @@ forwardMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                 const unsigned char *stepMask) {
               // S = Q K^T for the strip: 8-key tiles n, accumulators as D.
               float s[kStepTiles][4];
-#pragma unroll
-              for (int n = 0; n < kStepTiles; ++n)
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-              for (int kc = 0; kc < dTiles; ++kc) {
-                const uint16_t *qa =
-                    qs + (r0 + g) * L.ldQ + kc * kEdge + 2 * quad;
-                const uint32_t fa[4] = {pairAt(qa), pairAt(qa + 8 * L.ldQ),
-                                        pairAt(qa + 8),
-                                        pairAt(qa + 8 * L.ldQ + 8)};
-#pragma unroll
-                for (int n = 0; n < kStepTiles; ++n)
-                  if (n < stepTiles) {
-                    const uint16_t *kr =
-                        kb + (n * kNarrow + g) * L.ldKV + kc * kEdge + 2 * quad;
-                    const uint32_t fb[2] = {pairAt(kr), pairAt(kr + 8)};
-                    mmaM16N8K16<T>(s[n], fa, fb);
-                  }
-              }
+              stripProduct<T, kStepTiles>(s, qs + r0 * L.ldQ, L.ldQ, kb, L.ldKV,
+                                          dTiles, 0, stepTiles);
 
               // The online softmax: element e of tile n is row g + 8 (e / 2),
               // key 8n + 2 quad + e % 2 of the step.
@@ -2183,29 +2372,15 @@ forwardMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                   p[n][x] = packPair(round16<T>(pr[0]), round16<T>(pr[1]));
                 }
 
-        // O += P V: B[key][column] = V[key][column], two keys a register.
-#pragma unroll
-              for (int kc = 0; kc < kStepTiles / 2; ++kc)
-                if (2 * kc < stepTiles) {
-                  const uint32_t fa[4] = {p[2 * kc][0], p[2 * kc][1],
-                                          p[2 * kc + 1][0], p[2 * kc + 1][1]};
-                  const uint16_t *vr =
-                      vb + (kc * kEdge + 2 * quad) * L.ldKV + g;
-#pragma unroll
-                  for (int n = 0; n < kOut; ++n)
-                    if (n < outTiles) {
-                      const uint16_t *col = vr + n * kNarrow;
-                      const uint32_t fb[2] = {
-                          packPair(col[0], col[L.ldKV]),
-                          packPair(col[8 * L.ldKV], col[9 * L.ldKV])};
-                      mmaM16N8K16<T>(o[n], fa, fb);
-                    }
-                }
+              // O += P V.
+              stripTimesRows<T, kStepTiles, kOut>(o, p, vb, L.ldKV, stepTiles,
+                                                  outTiles);
             });
 
         if (r0 >= rows)
           return; // the next tile
-                  // out = O / rowSum (0 for a row whose every key is masked).
+
+      // out = O / rowSum (0 for a row whose every key is masked).
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
           float sum = rowSum[x];
@@ -2306,6 +2481,55 @@ dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
       });
 }
 
+/// walkSteps over the queries, for the dK/dV register kernels: the block's
+/// keys [j0, j0 + cols) of head h. A step's Q and dO rows are staged at qs
+/// and gs (strides ldQ and ldG, `buffer` bytes to the second buffer), its
+/// queries' log-sum-exp and delta at lseRows and deltaRows (`rowBuffer`
+/// bytes to the second buffer's; delta from deltaHeads when given, else
+/// from O and dO). For each live step a warp whose strip (from key r0) is
+/// in the sequence runs body(i0, rows, Q rows, dO rows, lse, delta, mask),
+/// the mask null for a chunk it leaves whole.
+template <typename T, typename O, typename Body>
+__device__ void
+walkQueries(const AttentionDims &a, const unsigned char *maskHead, int64_t h,
+            int64_t j0, int cols, int r0, const uint16_t *q,
+            const uint16_t *dout, const O *out, const float *lse,
+            const float *deltaHeads, const Tiling16 &t, uint16_t *qs, int ldQ,
+            uint16_t *gs, int ldG, size_t buffer, float *lseRows,
+            float *deltaRows, size_t rowBuffer, Body body) {
+  const size_t stride = buffer / sizeof(uint16_t);
+  const size_t rowStride = rowBuffer / sizeof(float);
+  walkSteps(
+      a.sq, t,
+      [&](int64_t from) {
+        return nextLiveStep(from, a.sq, t.step, [&](int64_t i0, int rows) {
+          return chunkState(a, maskHead, i0, rows, j0, cols);
+        });
+      },
+      [&](int64_t i0, int b) {
+        const int rows = countFrom(a.sq, i0, t.step);
+        stage16Async(qs + b * stride, ldQ, q + attentionRow(a, a.rows.q, h, i0),
+                     a.rows.q.row, rows, t.step, static_cast<int>(a.d), t.d16);
+        stage16Async(
+            gs + b * stride, ldG, dout + attentionRow(a, a.rows.dout, h, i0),
+            a.rows.dout.row, rows, t.step, static_cast<int>(a.dv), t.dv16);
+        // Stored at once (not through cp.async).
+        if (deltaHeads)
+          storedRowTerms(a, lse, deltaHeads, h, i0, rows, t.step,
+                         lseRows + b * rowStride, deltaRows + b * rowStride);
+        else
+          rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step,
+                      lseRows + b * rowStride, deltaRows + b * rowStride);
+      },
+      [&](int64_t i0, int b, bool full) {
+        if (r0 >= cols)
+          return; // a strip past the end of the sequence
+        body(i0, countFrom(a.sq, i0, t.step), qs + b * stride, gs + b * stride,
+             lseRows + b * rowStride, deltaRows + b * rowStride,
+             full ? nullptr : maskHead);
+      });
+}
+
 /// Backward dK/dV, shared memory as DkvLayout without the accumulators; at
 /// the end the dK rows (stride ldAccK) and then the dV rows (ldAccV),
 /// float32, are stored over the staged tiles from offset 0.
@@ -2345,58 +2569,33 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         zeroAccumulators<kTiles>(accK);
         zeroAccumulators<kTiles>(accV);
 
-        const auto liveFrom = [&](int64_t from) {
-          return nextLiveStep(from, a.sq, t.step, [&](int64_t i0, int rows) {
-            return chunkState(a, maskHead, i0, rows, j0, cols);
-          });
-        };
-        // Q and dO rows, and the rows' log-sum-exp and delta (stored at once).
-        const auto stage = [&](int64_t i0, int b) {
-          const int rows = countFrom(a.sq, i0, t.step);
-          stage16Async(qs + b * L.buffer / 2, L.ldQ,
-                       q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row, rows,
-                       t.step, static_cast<int>(a.d), t.d16);
-          stage16Async(gs + b * L.buffer / 2, L.ldG,
-                       dout + attentionRow(a, a.rows.dout, h, i0),
-                       a.rows.dout.row, rows, t.step, static_cast<int>(a.dv),
-                       t.dv16);
-          float *lseB = lseRows + b * L.rowBuffer / sizeof(float);
-          float *deltaB = deltaRows + b * L.rowBuffer / sizeof(float);
-          if (deltaHeads)
-            storedRowTerms(a, lse, deltaHeads, h, i0, rows, t.step, lseB,
-                           deltaB);
-          else
-            rowTerms<T>(a, out, lse, dout, h, i0, rows, t.step, lseB, deltaB);
-        };
-        walkSteps(a.sq, t, liveFrom, stage, [&](int64_t i0, int b, bool full) {
-          if (r0 >= cols)
-            return; // a strip past the end of the sequence
-          // A chunk the mask leaves whole reads none of it.
-          const unsigned char *stepMask = full ? nullptr : maskHead;
-          const int rows = countFrom(a.sq, i0, t.step);
-          const uint16_t *qb = qs + b * L.buffer / 2,
-                         *gb = gs + b * L.buffer / 2;
-          const float *lseB = lseRows + b * L.rowBuffer / sizeof(float);
-          const float *deltaB = deltaRows + b * L.rowBuffer / sizeof(float);
-          // The strip's scale * dS^T and dropped P^T, a 16 x 16 tile (keys x
-          // queries) at a time from its S^T and dP^T tiles; a line of the mask
-          // is a query (column c of the tile, i0 + qt * 16 + c), its keys from
-          // j0 + r0 on.
-          for (int qt = 0; qt < stepTiles; ++qt) {
-            productTile<T>(scratchS, kScratchLd, ks + r0 * L.ldK, L.ldK,
-                           qb + qt * kEdge * L.ldQ, L.ldQ, t.d16 / kEdge);
-            productTile<T>(scratchP, kScratchLd, vs + r0 * L.ldV, L.ldV,
-                           gb + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
-            __syncwarp();
-            dsPTransposedTile<T>(a, stepMask, drop, dropout, h, i0, j0, r0,
-                                 qt * kEdge, rows, cols, lseB, deltaB, scratchS,
-                                 scratchP, dsT + qt * kEdge, pT + qt * kEdge,
-                                 L.ldT, lane);
-          }
-          // dV += P^T dO, dK += dS^T Q.
-          mmaStrip<T, kTiles>(accV, dvTiles, pT, L.ldT, gb, L.ldG, stepTiles);
-          mmaStrip<T, kTiles>(accK, dTiles, dsT, L.ldT, qb, L.ldQ, stepTiles);
-        });
+        walkQueries<T>(
+            a, maskHead, h, j0, cols, r0, q, dout, out, lse, deltaHeads, t, qs,
+            L.ldQ, gs, L.ldG, L.buffer, lseRows, deltaRows, L.rowBuffer,
+            [&](int64_t i0, int rows, const uint16_t *qb, const uint16_t *gb,
+                const float *lseB, const float *deltaB,
+                const unsigned char *stepMask) {
+              // The strip's scale * dS^T and dropped P^T, a 16 x 16 tile (keys
+              // x queries) at a time from its S^T and dP^T tiles; a line of the
+              // mask is a query (column c of the tile, i0 + qt * 16 + c), its
+              // keys from j0 + r0 on.
+              for (int qt = 0; qt < stepTiles; ++qt) {
+                productTile<T>(scratchS, kScratchLd, ks + r0 * L.ldK, L.ldK,
+                               qb + qt * kEdge * L.ldQ, L.ldQ, t.d16 / kEdge);
+                productTile<T>(scratchP, kScratchLd, vs + r0 * L.ldV, L.ldV,
+                               gb + qt * kEdge * L.ldG, L.ldG, t.dv16 / kEdge);
+                __syncwarp();
+                dsPTransposedTile<T>(a, stepMask, drop, dropout, h, i0, j0, r0,
+                                     qt * kEdge, rows, cols, lseB, deltaB,
+                                     scratchS, scratchP, dsT + qt * kEdge,
+                                     pT + qt * kEdge, L.ldT, lane);
+              }
+              // dV += P^T dO, dK += dS^T Q.
+              mmaStrip<T, kTiles>(accV, dvTiles, pT, L.ldT, gb, L.ldG,
+                                  stepTiles);
+              mmaStrip<T, kTiles>(accK, dTiles, dsT, L.ldT, qb, L.ldQ,
+                                  stepTiles);
+            });
 
         __syncthreads(); // every warp is done with the staged tiles
         if (r0 >= cols)
@@ -2418,8 +2617,244 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
       });
 }
 
+/// The 8-row tiles of the streamed side whose S and dP the backward's
+/// mma.sync kernels hold at a time, next to kOut accumulator tiles (two
+/// sets of them for dK/dV): half a step for head dims <= 64, a quarter for
+/// <= 128. A whole step's S and dP for d <= 64 made ptxas spill in dQ
+/// under its three blocks an SM.
+[[maybe_unused]] __host__ __device__ constexpr int mmaGroupTiles(int kOut) {
+  return kOut == 8 ? kStepTiles / 2 : kStepTiles / 4;
+}
+
+/// Backward dQ on mma.sync (sm_80 on), kOut 8-column tiles of dQ (8 for
+/// head dims <= 64, 16 for <= 128): per step of keys, a warp forms its
+/// strip's S = Q K^T and dP = dO V^T, kGroup 8-key tiles at a time, turns
+/// them into scale * dS in place (rounded to T: the A operand of dS K) and
+/// adds dS K to its dQ accumulators. Nothing goes through shared memory but
+/// the staged tiles.
+template <typename T, int kOut, typename O>
+__device__ void
+dqMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
+        const uint16_t *v, const unsigned char *mask, const O *out,
+        const float *lse, const uint16_t *dout, const DropoutParams &drop,
+        bool dropout, const Tiling16 &t, unsigned char *smem, void *dq,
+        bool narrowGrads, float *deltaHeads) {
+  constexpr int kGroup = mmaGroupTiles(kOut);
+  const MmaDqLayout L(t);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, quad = lane % 4;
+  const int r0 = warp * kEdge; // the warp's strip of the block's queries
+  uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
+  uint16_t *gs = reinterpret_cast<uint16_t *>(smem + L.g);
+  uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
+  uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
+  float *lseRows = reinterpret_cast<float *>(smem + L.lse);
+  float *deltaRows = reinterpret_cast<float *>(smem + L.delta);
+  const int stepTiles = t.step / kNarrow;
+  const int dChunks = t.d16 / kEdge, dvChunks = t.dv16 / kEdge;
+
+  forEachTile(
+      a, a.sq, t.own, mask,
+      [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
+        __syncthreads(); // every warp is done with the previous tile
+        stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0),
+                     a.rows.q.row, rows, t.own, static_cast<int>(a.d), t.d16);
+        stage16Async(gs, L.ldG, dout + attentionRow(a, a.rows.dout, h, i0),
+                     a.rows.dout.row, rows, t.own, static_cast<int>(a.dv),
+                     t.dv16);
+        rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows,
+                    deltaHeads);
+        // The lane's dQ columns 8n + 2 quad + y of rows g and g + 8.
+        float acc[kOut][4];
+#pragma unroll
+        for (int n = 0; n < kOut; ++n)
+          acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+        walkKeys(
+            a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldK, vs, L.ldV,
+            L.buffer,
+            [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
+                const unsigned char *stepMask) {
+              float rowLse[2], rowDelta[2];
+#pragma unroll
+              for (int x = 0; x < 2; ++x) {
+                rowLse[x] = lseRows[r0 + g + 8 * x];
+                rowDelta[x] = deltaRows[r0 + g + 8 * x];
+              }
+              for (int first = 0; first < stepTiles; first += kGroup) {
+                float s[kGroup][4], dp[kGroup][4];
+                stripProduct<T, kGroup>(s, qs + r0 * L.ldQ, L.ldQ, kb, L.ldK,
+                                        dChunks, first, stepTiles);
+                stripProduct<T, kGroup>(dp, gs + r0 * L.ldG, L.ldG, vb, L.ldV,
+                                        dvChunks, first, stepTiles);
+                // scale * dS, element 2x + y of tile n: row g + 8x, key
+                // 8 (first + n) + 2 quad + y of the step.
+                uint32_t ds[kGroup][2];
+#pragma unroll
+                for (int n = 0; n < kGroup; ++n)
+#pragma unroll
+                  for (int x = 0; x < 2; ++x) {
+                    const int r = r0 + g + 8 * x;
+                    const int c = (first + n) * kNarrow + 2 * quad;
+                    bool live[2], any = false;
+#pragma unroll
+                    for (int y = 0; y < 2; ++y) {
+                      live[y] = first + n < stepTiles && r < rows &&
+                                c + y < cols && rowLse[x] != kNegInf &&
+                                !maskedOut(a, stepMask, i0 + r, j0 + c + y);
+                      any |= live[y];
+                    }
+                    float f[2] = {1.0f, 1.0f}, value[2] = {0.0f, 0.0f};
+                    if (dropout && any)
+                      pairKeepFactors(drop,
+                                      static_cast<uint64_t>(
+                                          (h * a.sq + i0 + r) * a.sk + j0 + c),
+                                      f);
+#pragma unroll
+                    for (int y = 0; y < 2; ++y)
+                      if (live[y]) {
+                        const float pr =
+                            expf(s[n][2 * x + y] * a.scale - rowLse[x]);
+                        value[y] = pr * (dp[n][2 * x + y] * f[y] - rowDelta[x]);
+                      }
+                    ds[n][x] = packPair(round16<T>(value[0] * a.scale),
+                                        round16<T>(value[1] * a.scale));
+                  }
+                // dQ += dS K.
+                stripTimesRows<T, kGroup, kOut>(
+                    acc, ds, kb + first * kNarrow * L.ldK, L.ldK,
+                    stepTiles - first, t.d16 / kNarrow);
+              }
+            });
+
+        if (r0 >= rows)
+          return; // the next tile
+        storeGradStrip<T>(
+            dq, narrowGrads, acc, rows - r0, static_cast<int>(a.d),
+            [&](int r) { return attentionRow(a, a.rows.dq, h, i0 + r0 + r); });
+      });
+}
+
+/// Backward dK/dV on mma.sync (sm_80 on), kOut 8-column tiles of each (as
+/// dqMma16): per step of queries, a warp forms its strip's S^T = K Q^T and
+/// dP^T = V dO^T, kGroup 8-query tiles at a time, turns them into the
+/// dropped P^T and scale * dS^T in place (rounded to T: the A operands of
+/// P^T dO and dS^T Q) and adds those products to its dV and dK
+/// accumulators.
+template <typename T, int kOut, typename O>
+__device__ void
+dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
+         const uint16_t *v, const unsigned char *mask, const O *out,
+         const float *lse, const uint16_t *dout, const DropoutParams &drop,
+         bool dropout, const Tiling16 &t, unsigned char *smem, void *dk,
+         void *dv, bool narrowGrads, const float *deltaHeads) {
+  constexpr int kGroup = mmaGroupTiles(kOut);
+  const MmaDkvLayout L(t);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, quad = lane % 4;
+  const int r0 = warp * kEdge; // the warp's strip of the block's keys
+  uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
+  uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
+  uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
+  uint16_t *gs = reinterpret_cast<uint16_t *>(smem + L.g);
+  float *lseRows = reinterpret_cast<float *>(smem + L.lse);
+  float *deltaRows = reinterpret_cast<float *>(smem + L.delta);
+  const int stepTiles = t.step / kNarrow;
+  const int dChunks = t.d16 / kEdge, dvChunks = t.dv16 / kEdge;
+
+  forEachTile(
+      a, a.sk, t.own, mask,
+      [&](int64_t h, int64_t j0, int cols, const unsigned char *maskHead) {
+        __syncthreads(); // every warp is done with the previous tile
+        stage16Async(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0),
+                     a.rows.k.row, cols, t.own, static_cast<int>(a.d), t.d16);
+        stage16Async(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0),
+                     a.rows.v.row, cols, t.own, static_cast<int>(a.dv), t.dv16);
+        // The lane's dK and dV columns 8n + 2 quad + y of keys g and g + 8.
+        float accK[kOut][4], accV[kOut][4];
+#pragma unroll
+        for (int n = 0; n < kOut; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            accK[n][e] = accV[n][e] = 0.0f;
+
+        walkQueries<T>(
+            a, maskHead, h, j0, cols, r0, q, dout, out, lse, deltaHeads, t, qs,
+            L.ldQ, gs, L.ldG, L.buffer, lseRows, deltaRows, L.rowBuffer,
+            [&](int64_t i0, int rows, const uint16_t *qb, const uint16_t *gb,
+                const float *lseB, const float *deltaB,
+                const unsigned char *stepMask) {
+              for (int first = 0; first < stepTiles; first += kGroup) {
+                float s[kGroup][4], dp[kGroup][4];
+                stripProduct<T, kGroup>(s, ks + r0 * L.ldK, L.ldK, qb, L.ldQ,
+                                        dChunks, first, stepTiles);
+                stripProduct<T, kGroup>(dp, vs + r0 * L.ldV, L.ldV, gb, L.ldG,
+                                        dvChunks, first, stepTiles);
+                // Element 2x + y of tile n: key g + 8x of the strip, query
+                // 8 (first + n) + 2 quad + y of the step.
+                uint32_t pT[kGroup][2], dsT[kGroup][2];
+#pragma unroll
+                for (int n = 0; n < kGroup; ++n) {
+                  const int c = (first + n) * kNarrow + 2 * quad;
+                  // f[y][x]: query c + y against key g + 8x (a line of the
+                  // dropout mask is a query; its 16 keys from j0 + r0).
+                  float f[2][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}};
+                  if (dropout && first + n < stepTiles)
+#pragma unroll
+                    for (int y = 0; y < 2; ++y)
+                      keyPairKeepFactors(
+                          drop,
+                          static_cast<uint64_t>((h * a.sq + i0 + c + y) * a.sk +
+                                                j0 + r0),
+                          f[y]);
+#pragma unroll
+                  for (int x = 0; x < 2; ++x) {
+                    const int key = r0 + g + 8 * x;
+                    float dropped[2] = {0.0f, 0.0f}, value[2] = {0.0f, 0.0f};
+#pragma unroll
+                    for (int y = 0; y < 2; ++y) {
+                      const int query = c + y;
+                      if (first + n < stepTiles && key < cols && query < rows &&
+                          lseB[query] != kNegInf &&
+                          !maskedOut(a, stepMask, i0 + query, j0 + key)) {
+                        const float pr =
+                            expf(s[n][2 * x + y] * a.scale - lseB[query]);
+                        value[y] =
+                            pr * (dp[n][2 * x + y] * f[y][x] - deltaB[query]);
+                        dropped[y] = pr * f[y][x];
+                      }
+                    }
+                    pT[n][x] = packPair(round16<T>(dropped[0]),
+                                        round16<T>(dropped[1]));
+                    dsT[n][x] = packPair(round16<T>(value[0] * a.scale),
+                                         round16<T>(value[1] * a.scale));
+                  }
+                }
+                // dV += P^T dO, dK += dS^T Q.
+                stripTimesRows<T, kGroup, kOut>(
+                    accV, pT, gb + first * kNarrow * L.ldG, L.ldG,
+                    stepTiles - first, t.dv16 / kNarrow);
+                stripTimesRows<T, kGroup, kOut>(
+                    accK, dsT, qb + first * kNarrow * L.ldQ, L.ldQ,
+                    stepTiles - first, t.d16 / kNarrow);
+              }
+            });
+
+        if (r0 >= cols)
+          return; // the next tile
+        storeGradStrip<T>(
+            dk, narrowGrads, accK, cols - r0, static_cast<int>(a.d),
+            [&](int r) { return attentionRow(a, a.rows.dk, h, j0 + r0 + r); });
+        storeGradStrip<T>(
+            dv, narrowGrads, accV, cols - r0, static_cast<int>(a.dv),
+            [&](int r) { return attentionRow(a, a.rows.dv, h, j0 + r0 + r); });
+      });
+}
+
 // The kernels: on an architecture without tensor-core steps for T (bfloat16
-// below sm_80) the body is left out; the host never launches it there.
+// below sm_80) the body is left out; the host never launches it there. The
+// WMMA register kernels' bodies are compiled for sm_75 alone
+// (wmmaRegCompiled), the mma.sync kernels' from sm_80 on (mmaSupported).
 
 template <typename T, typename O>
 __global__ void __launch_bounds__(kThreads)
@@ -2478,7 +2913,7 @@ __global__ void __launch_bounds__(kThreads, 3)
                                 const unsigned char *mask, DropoutParams drop,
                                 const StepCounters *counters, bool dropout,
                                 Tiling16 t, O *out, float *lse) {
-  if constexpr (wmmaSupports<T>()) {
+  if constexpr (wmmaRegCompiled<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     forwardReg16<T, kTiles>(a, q, k, v, mask, drop, dropout, t, smem16, out,
@@ -2486,9 +2921,11 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-// The mma.sync forward: sm_80 on (the host launches it nowhere else).
+// The mma.sync forward: sm_80 on (the host launches it nowhere else). The
+// d <= 128 instance's shared memory (87,040 bytes) fits two blocks an sm_90
+// SM, not three; under three (168 registers) it spilled.
 template <typename T, typename O, int kOut>
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kThreads, kOut == 8 ? 3 : 2)
     attentionForwardMma16Kernel(AttentionDims a, const uint16_t *q,
                                 const uint16_t *k, const uint16_t *v,
                                 const unsigned char *mask, DropoutParams drop,
@@ -2510,7 +2947,7 @@ __global__ void __launch_bounds__(kThreads, 3)
                            DropoutParams drop, const StepCounters *counters,
                            bool dropout, Tiling16 t, void *dq, bool narrowGrads,
                            float *deltaHeads) {
-  if constexpr (wmmaSupports<T>()) {
+  if constexpr (wmmaRegCompiled<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     dqReg16<T, kTiles>(a, q, k, v, mask, out, lse, dout, drop, dropout, t,
@@ -2527,11 +2964,48 @@ __global__ void __launch_bounds__(kThreads)
                             DropoutParams drop, const StepCounters *counters,
                             bool dropout, Tiling16 t, void *dk, void *dv,
                             bool narrowGrads, const float *deltaHeads) {
-  if constexpr (wmmaSupports<T>()) {
+  if constexpr (wmmaRegCompiled<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
     dkvReg16<T, kTiles>(a, q, k, v, mask, out, lse, dout, drop, dropout, t,
                         smem16, dk, dv, narrowGrads, deltaHeads);
+  }
+}
+
+// The mma.sync backward: sm_80 on (the host launches it nowhere else). dQ's
+// d <= 128 instance (64 accumulators a lane) spilled under three blocks an
+// SM (168 registers); dK/dV (two sets of them) takes 219-255 registers.
+template <typename T, typename O, int kOut>
+__global__ void __launch_bounds__(kThreads, kOut == 8 ? 3 : 2)
+    attentionDqMma16Kernel(AttentionDims a, const uint16_t *q,
+                           const uint16_t *k, const uint16_t *v,
+                           const unsigned char *mask, const O *out,
+                           const float *lse, const uint16_t *dout,
+                           DropoutParams drop, const StepCounters *counters,
+                           bool dropout, Tiling16 t, void *dq, bool narrowGrads,
+                           float *deltaHeads) {
+  if constexpr (mmaSupported()) {
+    extern __shared__ __align__(128) unsigned char smem16[];
+    drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
+    dqMma16<T, kOut>(a, q, k, v, mask, out, lse, dout, drop, dropout, t, smem16,
+                     dq, narrowGrads, deltaHeads);
+  }
+}
+
+template <typename T, typename O, int kOut>
+__global__ void __launch_bounds__(kThreads, 2)
+    attentionDkvMma16Kernel(AttentionDims a, const uint16_t *q,
+                            const uint16_t *k, const uint16_t *v,
+                            const unsigned char *mask, const O *out,
+                            const float *lse, const uint16_t *dout,
+                            DropoutParams drop, const StepCounters *counters,
+                            bool dropout, Tiling16 t, void *dk, void *dv,
+                            bool narrowGrads, const float *deltaHeads) {
+  if constexpr (mmaSupported()) {
+    extern __shared__ __align__(128) unsigned char smem16[];
+    drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
+    dkvMma16<T, kOut>(a, q, k, v, mask, out, lse, dout, drop, dropout, t,
+                      smem16, dk, dv, narrowGrads, deltaHeads);
   }
 }
 
@@ -2563,6 +3037,13 @@ bool deviceLimits16(DeviceLimits16 &limits) {
   if (device >= 0 && device < kCachedDevices)
     cache[device] = limits;
   return true;
+}
+
+/// Whether the current device has mma.sync for 16-bit operands (sm_80 on):
+/// the register kernels then run on it, S and P (and dP, dS) in registers.
+bool mmaDevice() {
+  DeviceLimits16 device;
+  return deviceLimits16(device) && device.major >= 8;
 }
 
 /// The shared memory a 16-bit kernel may use on the current device (its
@@ -2715,9 +3196,11 @@ void launchForward16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
         a, q, k, v, mask, drop, counters, dropout, t, out, lse);
 }
 
+/// dQ with tiling t: the register kernel instance regTiles (4 or 8; on
+/// mma.sync with `mma`), or the general kernel (0).
 template <typename T, typename O>
 void launchDq16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
-                int regTiles, size_t limit, const uint16_t *q,
+                int regTiles, bool mma, size_t limit, const uint16_t *q,
                 const uint16_t *k, const uint16_t *v, const unsigned char *mask,
                 const O *out, const float *lse, const uint16_t *dout,
                 const DropoutParams &drop, bool dropout, void *dq,
@@ -2725,7 +3208,18 @@ void launchDq16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
   const int64_t tiles = a.batch * ((a.sq + t.own - 1) / t.own);
   const StepCounters *counters = cuda::stepCounters(ctx);
   const size_t regBytes = DqLayout(t, /*sharedAcc=*/false).bytes;
-  if (regTiles == 4)
+  const size_t mmaBytes = MmaDqLayout(t).bytes;
+  if (mma && regTiles == 4)
+    launch16<attentionDqMma16Kernel<T, O, 8>>(
+        ctx, "attentionDqMma16Kernel", limit, mmaBytes, tiles, a, q, k, v, mask,
+        out, lse, dout, drop, counters, dropout, t, dq, narrowGrads,
+        deltaHeads);
+  else if (mma && regTiles == 8)
+    launch16<attentionDqMma16Kernel<T, O, 16>>(
+        ctx, "attentionDqMma16Kernel", limit, mmaBytes, tiles, a, q, k, v, mask,
+        out, lse, dout, drop, counters, dropout, t, dq, narrowGrads,
+        deltaHeads);
+  else if (regTiles == 4)
     launch16<attentionDqReg16Kernel<T, O, 4>>(
         ctx, "attentionDqReg16Kernel", limit, regBytes, tiles, a, q, k, v, mask,
         out, lse, dout, drop, counters, dropout, t, dq, narrowGrads,
@@ -2741,9 +3235,10 @@ void launchDq16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
         mask, out, lse, dout, drop, counters, dropout, t, dq, narrowGrads);
 }
 
+/// dK/dV with tiling t, as launchDq16.
 template <typename T, typename O>
 void launchDkv16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
-                 int regTiles, size_t limit, const uint16_t *q,
+                 int regTiles, bool mma, size_t limit, const uint16_t *q,
                  const uint16_t *k, const uint16_t *v,
                  const unsigned char *mask, const O *out, const float *lse,
                  const uint16_t *dout, const DropoutParams &drop, bool dropout,
@@ -2752,7 +3247,18 @@ void launchDkv16(Context &ctx, const AttentionDims &a, const Tiling16 &t,
   const int64_t tiles = a.batch * ((a.sk + t.own - 1) / t.own);
   const StepCounters *counters = cuda::stepCounters(ctx);
   const size_t regBytes = DkvLayout(t, /*sharedAcc=*/false).bytes;
-  if (regTiles == 4)
+  const size_t mmaBytes = MmaDkvLayout(t).bytes;
+  if (mma && regTiles == 4)
+    launch16<attentionDkvMma16Kernel<T, O, 8>>(
+        ctx, "attentionDkvMma16Kernel", limit, mmaBytes, tiles, a, q, k, v,
+        mask, out, lse, dout, drop, counters, dropout, t, dk, dv, narrowGrads,
+        deltaHeads);
+  else if (mma && regTiles == 8)
+    launch16<attentionDkvMma16Kernel<T, O, 16>>(
+        ctx, "attentionDkvMma16Kernel", limit, mmaBytes, tiles, a, q, k, v,
+        mask, out, lse, dout, drop, counters, dropout, t, dk, dv, narrowGrads,
+        deltaHeads);
+  else if (regTiles == 4)
     launch16<attentionDkvReg16Kernel<T, O, 4>>(
         ctx, "attentionDkvReg16Kernel", limit, regBytes, tiles, a, q, k, v,
         mask, out, lse, dout, drop, counters, dropout, t, dk, dv, narrowGrads,
@@ -2820,9 +3326,7 @@ void forward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
   if (!checkDims(ctx, a) ||
       !sharedLimit16(ctx, storage, "attentionForward16", limit))
     return;
-  // sm_80 on: the register kernel on mma.sync (S and P in registers).
-  DeviceLimits16 device;
-  const bool mma = deviceLimits16(device) && device.major >= 8;
+  const bool mma = mmaDevice();
   const int reg = mma ? regTiling16<MmaForwardLayout>(a, a.sq, a.sk, limit, t)
                       : regTiling16<RegForwardLayout>(a, a.sq, a.sk, limit, t);
   if (reg == 0 && !chooseTiling16<ForwardLayout>(ctx, a, a.sq, a.sk, limit,
@@ -2852,10 +3356,13 @@ void backward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
   if (!checkDims(ctx, a) ||
       !sharedLimit16(ctx, storage, "attentionBackward16", limit))
     return;
-  const int regQ =
-      regTiling16<DqLayout>(a, a.sq, a.sk, limit, tq, /*sharedAcc=*/false);
-  const int regKv =
-      regTiling16<DkvLayout>(a, a.sk, a.sq, limit, tkv, /*sharedAcc=*/false);
+  const bool mma = mmaDevice();
+  const int regQ = mma ? regTiling16<MmaDqLayout>(a, a.sq, a.sk, limit, tq)
+                       : regTiling16<DqLayout>(a, a.sq, a.sk, limit, tq,
+                                               /*sharedAcc=*/false);
+  const int regKv = mma ? regTiling16<MmaDkvLayout>(a, a.sk, a.sq, limit, tkv)
+                        : regTiling16<DkvLayout>(a, a.sk, a.sq, limit, tkv,
+                                                 /*sharedAcc=*/false);
   if ((regQ == 0 && !chooseTiling16<DqLayout>(ctx, a, a.sq, a.sk, limit,
                                               "attentionBackward16", tq)) ||
       (regKv == 0 && !chooseTiling16<DkvLayout>(ctx, a, a.sk, a.sq, limit,
@@ -2878,15 +3385,15 @@ void backward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
           ? static_cast<float *>(ctx.ltWorkspace)
           : nullptr;
   if (storage == Storage16::Bf16) {
-    launchDq16<__nv_bfloat16>(ctx, a, tq, regQ, limit, q, k, v, mask, out, lse,
-                              dout, drop, dropout, dq, narrow, deltaHeads);
-    launchDkv16<__nv_bfloat16>(ctx, a, tkv, regKv, limit, q, k, v, mask, out,
-                               lse, dout, drop, dropout, dk, dv, narrow,
+    launchDq16<__nv_bfloat16>(ctx, a, tq, regQ, mma, limit, q, k, v, mask, out,
+                              lse, dout, drop, dropout, dq, narrow, deltaHeads);
+    launchDkv16<__nv_bfloat16>(ctx, a, tkv, regKv, mma, limit, q, k, v, mask,
+                               out, lse, dout, drop, dropout, dk, dv, narrow,
                                deltaHeads);
   } else {
-    launchDq16<__half>(ctx, a, tq, regQ, limit, q, k, v, mask, out, lse, dout,
-                       drop, dropout, dq, narrow, deltaHeads);
-    launchDkv16<__half>(ctx, a, tkv, regKv, limit, q, k, v, mask, out, lse,
+    launchDq16<__half>(ctx, a, tq, regQ, mma, limit, q, k, v, mask, out, lse,
+                       dout, drop, dropout, dq, narrow, deltaHeads);
+    launchDkv16<__half>(ctx, a, tkv, regKv, mma, limit, q, k, v, mask, out, lse,
                         dout, drop, dropout, dk, dv, narrow, deltaHeads);
   }
 }
