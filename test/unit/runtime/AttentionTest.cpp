@@ -692,12 +692,14 @@ TEST_F(Attention, SixteenBitMatchesReference) {
   // their accumulators in registers where the side a block owns (queries
   // for the forward and dQ, keys for dK/dV) has 64 rows or more, the
   // general kernels elsewhere and for larger dims; 130 x 200 walks several
-  // tiles and steps.
+  // tiles and steps; 100 x 70 at d = 128 has the register dQ and dK/dV
+  // kernels walk their steps through one buffer (two do not fit their
+  // shared memory there).
   struct Case {
     int64_t sq, sk, d, dv;
   } cases[] = {{37, 70, 64, 64},   {37, 70, 40, 24},   {70, 37, 40, 64},
                {130, 200, 64, 48}, {37, 70, 128, 128}, {200, 130, 96, 40},
-               {70, 37, 160, 144}};
+               {70, 37, 160, 144}, {100, 70, 128, 128}};
   unsigned seed = 900;
   for (Storage16 storage : storages16())
     for (const Case &c : cases) {
