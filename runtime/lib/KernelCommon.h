@@ -436,6 +436,60 @@ MTC_HOST_DEVICE inline int64_t attentionMaskOffset(const AttentionDims &a,
   return stridedOffset(h, a.batchRank, a.batchDims, a.maskStrides);
 }
 
+/// The order in which a CUDA attention launch takes its tiles (one block of
+/// rows of one head each; the blocks of a grid start in blockIdx order).
+/// Under a causal mask the tiles of late queries (early keys, for the
+/// kernels that own keys) have the most live chunks: 16 times the work of
+/// the first one at sequence 1024. Taken head by head, the grid ends on the
+/// last head's heaviest tile while most of the device idles. Taken heaviest
+/// first across heads, the last tiles to start are the lightest (longest
+/// processing time first). Heads are taken in groups of `groupHeads`, each
+/// group's tiles interleaved; a group's streamed rows (the K and V, or Q
+/// and dO, that its tiles read again and again) are sized to stay in L2.
+/// With `lastFirst` a head's tiles start from its last rows (the kernels
+/// that own queries), else from its first (those that own keys). Without a
+/// mask, or with one that leaves every tile the same work, the order only
+/// moves which tiles run side by side.
+struct AttentionTileOrder {
+  int64_t groupHeads = 1;
+  bool lastFirst = false;
+};
+
+/// The head and the tile index within the head of launch tile `tile`, of
+/// `heads` heads with `tilesPerHead` tiles each, taken in `order`. The
+/// arithmetic is 32-bit (a GPU divides 64-bit integers in a subroutine):
+/// heads * tilesPerHead must be below 2^32, which the CUDA kernels check.
+MTC_HOST_DEVICE inline void attentionTilePlace(int64_t tile, int64_t heads,
+                                               int64_t tilesPerHead,
+                                               AttentionTileOrder order,
+                                               int64_t &head, int64_t &index) {
+  const uint32_t t = static_cast<uint32_t>(tile);
+  const uint32_t perHead = static_cast<uint32_t>(tilesPerHead);
+  const uint32_t groupHeads = static_cast<uint32_t>(order.groupHeads);
+  const uint32_t groupTiles = groupHeads * perHead;
+  const uint32_t group = t / groupTiles;
+  const uint32_t firstHead = group * groupHeads;
+  const uint32_t rest = static_cast<uint32_t>(heads) - firstHead;
+  const uint32_t inGroup = rest < groupHeads ? rest : groupHeads;
+  const uint32_t r = t - group * groupTiles;
+  const uint32_t rank = r / inGroup;
+  head = firstHead + (r - rank * inGroup);
+  index = order.lastFirst ? perHead - 1 - rank : rank;
+}
+
+/// The tile order for `heads` heads whose tiles each stream `streamedBytes`
+/// a head, on a device with `l2Bytes` of L2 cache: as many heads to a group
+/// as half the L2 holds the streamed rows of (at least one).
+inline AttentionTileOrder attentionTileOrder(int64_t heads,
+                                             int64_t streamedBytes,
+                                             int64_t l2Bytes, bool lastFirst) {
+  AttentionTileOrder order;
+  order.lastFirst = lastFirst;
+  const int64_t fit = streamedBytes > 0 ? l2Bytes / 2 / streamedBytes : heads;
+  order.groupHeads = fit < 1 ? 1 : fit > heads ? (heads > 0 ? heads : 1) : fit;
+  return order;
+}
+
 /// Whether the attention dropout keeps element (h, i, j), drawing the words
 /// a dropout op over [batch, sq, sk] would draw.
 MTC_HOST_DEVICE inline bool attentionKeep(const DropoutParams &p,

@@ -70,6 +70,19 @@ int computeCapability() {
   return sm;
 }
 
+/// The L2 cache size the device reports: 50 MiB (an H100's), or
+/// MTC_CUDAEMU_L2_BYTES (e.g. a few KiB, to run the kernels' choices for a
+/// problem that does not fit it, at the sizes of the tests).
+int l2Bytes() {
+  static const int bytes = [] {
+    const char *v = std::getenv("MTC_CUDAEMU_L2_BYTES");
+    const long parsed = v ? std::atol(v) : 0;
+    return parsed > 0 && parsed <= (1L << 30) ? static_cast<int>(parsed)
+                                              : 50 * 1024 * 1024;
+  }();
+  return bytes;
+}
+
 struct State {
   std::mutex mutex;
   std::map<uintptr_t, size_t> allocations; // start -> bytes
@@ -214,7 +227,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
   prop->minor = computeCapability() % 10;
   prop->multiProcessorCount = kSms;
   prop->maxThreadsPerMultiProcessor = 2048;
-  prop->l2CacheSize = 50 * 1024 * 1024;
+  prop->l2CacheSize = l2Bytes();
   prop->memoryBusWidth = 6144;
   return cudaSuccess;
 }
@@ -244,6 +257,9 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr,
     return cudaSuccess;
   case cudaDevAttrWarpSize:
     *value = 32;
+    return cudaSuccess;
+  case cudaDevAttrL2CacheSize:
+    *value = l2Bytes();
     return cudaSuccess;
   default:
     complain(("cudaDeviceGetAttribute: attribute " +

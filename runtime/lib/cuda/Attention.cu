@@ -85,17 +85,19 @@ __device__ inline int countFrom(int64_t total, int64_t start, int cap) {
 
 /// Calls body(h, first, count, maskHead) for the block's tiles of `own`
 /// rows of a side of `side` rows a head (the queries, or the keys):
-/// tile blockIdx.x, then every gridDim.x-th, over the heads in turn;
-/// [first, first + count) are the tile's rows in the sequence and
-/// maskHead the head's mask (null without one).
+/// tile blockIdx.x, then every gridDim.x-th, placed in `order`
+/// (attentionTilePlace); [first, first + count) are the tile's rows in the
+/// sequence and maskHead the head's mask (null without one).
 template <typename Body>
 __device__ void forEachTile(const AttentionDims &a, int64_t side, int own,
-                            const unsigned char *mask, Body body) {
+                            AttentionTileOrder order, const unsigned char *mask,
+                            Body body) {
   const int64_t tilesPerHead = (side + own - 1) / own;
   for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
        tile += gridDim.x) {
-    const int64_t h = tile / tilesPerHead;
-    const int64_t first = (tile % tilesPerHead) * own;
+    int64_t h = 0, index = 0;
+    attentionTilePlace(tile, a.batch, tilesPerHead, order, h, index);
+    const int64_t first = index * own;
     body(h, first, countFrom(side, first, own),
          mask ? mask + attentionMaskOffset(a, h) : nullptr);
   }
@@ -261,7 +263,8 @@ __global__ void __launch_bounds__(kThreads)
     attentionForwardKernel(AttentionDims a, const float *q, const float *k,
                            const float *v, const unsigned char *mask,
                            DropoutParams drop, const StepCounters *counters,
-                           bool dropout, int ld, float *out, float *lse) {
+                           bool dropout, int ld, AttentionTileOrder order,
+                           float *out, float *lse) {
   constexpr int R = kForwardRows;
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
@@ -272,7 +275,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   forEachTile(
-      a, a.sq, kTile, mask,
+      a, a.sq, kTile, order, mask,
       [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
         // The previous tile's readers of the shared buffers are done.
         __syncthreads();
@@ -364,7 +367,8 @@ __global__ void __launch_bounds__(kThreads)
                       const float *v, const unsigned char *mask,
                       const float *out, const float *lse, const float *dout,
                       DropoutParams drop, const StepCounters *counters,
-                      bool dropout, int ld, float *dq) {
+                      bool dropout, int ld, AttentionTileOrder order,
+                      float *dq) {
   constexpr int R = rowsPerWarp(kT);
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
@@ -376,7 +380,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   forEachTile(
-      a, a.sq, kTile, mask,
+      a, a.sq, kTile, order, mask,
       [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
         __syncthreads(); // the previous tile's readers of qs and gs are done
         stageRows(qs, d, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
@@ -466,7 +470,8 @@ __global__ void __launch_bounds__(kThreads)
                        const float *v, const unsigned char *mask,
                        const float *out, const float *lse, const float *dout,
                        DropoutParams drop, const StepCounters *counters,
-                       bool dropout, int ld, float *dk, float *dv) {
+                       bool dropout, int ld, AttentionTileOrder order,
+                       float *dk, float *dv) {
   constexpr int R = rowsPerWarp(kT);
   constexpr int kTile = R * kWarps;
   extern __shared__ float smem[];
@@ -480,7 +485,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   forEachTile(
-      a, a.sk, kTile, mask,
+      a, a.sk, kTile, order, mask,
       [&](int64_t h, int64_t j0, int cols, const unsigned char *maskHead) {
         __syncthreads(); // the previous tile's readers of ks and vs are done
         stageRows(ks, d, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row,
@@ -588,6 +593,16 @@ bool checkDims(Context &ctx, const AttentionDims &a) {
     reportError(ctx, why);
     return false;
   }
+  // Tiles are numbered in 32 bits (attentionTilePlace); the smallest own
+  // 16 rows. 2^32 tiles would be 2^36 rows of Q or K, more memory than any
+  // device has.
+  constexpr int64_t kMaxTiles = int64_t{1} << 32;
+  if (a.batch > 0 && (a.batch > kMaxTiles / ((a.sq + 15) / 16 + 1) ||
+                      a.batch > kMaxTiles / ((a.sk + 15) / 16 + 1))) {
+    reportError(ctx, "attention: too many rows for the CUDA kernels' tile "
+                     "numbering (2^36 or more)");
+    return false;
+  }
   return a.batch > 0 && a.sq > 0 && a.sk > 0 && a.d >= 0 && a.dv >= 0;
 }
 
@@ -596,6 +611,50 @@ bool checkDims(Context &ctx, const AttentionDims &a) {
 int slices(int64_t dim) {
   const int64_t n = (dim + 31) / 32;
   return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
+}
+
+/// What the attention kernels need to know of a device.
+struct DeviceLimits {
+  int major = 0, minor = 0, optin = 0, l2 = 0;
+};
+
+/// The current device's limits, queried once per device (so a step being
+/// captured into a CUDA graph, which ran eagerly before, queries nothing).
+bool deviceLimits(DeviceLimits &limits) {
+  constexpr int kCachedDevices = 64;
+  static DeviceLimits cache[kCachedDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return false;
+  if (device >= 0 && device < kCachedDevices && cache[device].optin > 0) {
+    limits = cache[device];
+    return true;
+  }
+  if (cudaDeviceGetAttribute(&limits.major, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limits.minor, cudaDevAttrComputeCapabilityMinor,
+                             device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limits.optin,
+                             cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                             device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limits.l2, cudaDevAttrL2CacheSize, device) !=
+          cudaSuccess)
+    return false;
+  if (device >= 0 && device < kCachedDevices)
+    cache[device] = limits;
+  return true;
+}
+
+/// The order of a launch's tiles (AttentionTileOrder): those of kernels
+/// that own queries stream the keys and values, those that own keys the
+/// queries and output gradients, `elementBytes` each.
+AttentionTileOrder tileOrder(const AttentionDims &a, bool ownQueries,
+                             int elementBytes) {
+  DeviceLimits device;
+  const int64_t l2 = deviceLimits(device) ? device.l2 : 0;
+  const int64_t streamed =
+      (ownQueries ? a.sk : a.sq) * (a.d + a.dv) * elementBytes;
+  return attentionTileOrder(a.batch, streamed, l2, ownQueries);
 }
 
 /// The chunk buffer's row stride: odd, so that lane l reading row l at the
@@ -618,7 +677,8 @@ void launchForward(Context &ctx, const AttentionDims &a, const float *q,
     return;
   const int64_t tiles = a.batch * ((a.sq + kTile - 1) / kTile);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, bytes, ctx.stream>>>(
-      a, q, k, v, mask, drop, cuda::stepCounters(ctx), dropout, ld, out, lse);
+      a, q, k, v, mask, drop, cuda::stepCounters(ctx), dropout, ld,
+      tileOrder(a, /*ownQueries=*/true, sizeof(float)), out, lse);
   checkLaunch(ctx, "attentionForwardKernel");
 }
 
@@ -636,7 +696,7 @@ void launchDq(Context &ctx, const AttentionDims &a, const float *q,
   const int64_t tiles = a.batch * ((a.sq + kTile - 1) / kTile);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, bytes, ctx.stream>>>(
       a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
-      ld, dq);
+      ld, tileOrder(a, /*ownQueries=*/true, sizeof(float)), dq);
   checkLaunch(ctx, "attentionDqKernel");
 }
 
@@ -656,7 +716,7 @@ void launchDkv(Context &ctx, const AttentionDims &a, const float *q,
   const int64_t tiles = a.batch * ((a.sk + kTile - 1) / kTile);
   kernel<<<cuda::gridFor(tiles, 1), kThreads, bytes, ctx.stream>>>(
       a, q, k, v, mask, out, lse, dout, drop, cuda::stepCounters(ctx), dropout,
-      ld, dk, dv);
+      ld, tileOrder(a, /*ownQueries=*/false, sizeof(float)), dk, dv);
   checkLaunch(ctx, "attentionDkvKernel");
 }
 
@@ -861,10 +921,12 @@ __device__ inline float tileKeepFactor(const DropoutParams &drop,
 /// `step` rows of the streamed side at a time (multiples of 16, step at most
 /// kMaxStep), the head dims rounded up to 16, and how many buffers hold the
 /// streamed side's tiles (2 in the register kernels when they fit: the next
-/// step is copied in while this one is used).
+/// step is copied in while this one is used), and the order of the tiles
+/// (AttentionTileOrder).
 struct Tiling16 {
   int own, step, d16, dv16;
   int buffers = 1;
+  AttentionTileOrder order{};
 };
 
 __host__ __device__ constexpr int roundUp16(int64_t n) {
@@ -1416,7 +1478,7 @@ __device__ void forward16(const AttentionDims &a, const uint16_t *q,
   const int dvTiles = t.dv16 / kEdge;
 
   forEachTile(
-      a, a.sq, t.own, mask,
+      a, a.sq, t.own, t.order, mask,
       [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
         __syncthreads(); // the previous tile's output pass is done
         stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
@@ -1508,7 +1570,7 @@ dq16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   const int dTiles = t.d16 / kEdge;
 
   forEachTile(
-      a, a.sq, t.own, mask,
+      a, a.sq, t.own, t.order, mask,
       [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
         __syncthreads(); // the previous tile's output pass is done
         stage16(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0), a.rows.q.row,
@@ -1589,8 +1651,9 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   const int64_t tilesPerHead = (a.sk + t.own - 1) / t.own;
   for (int64_t tile = blockIdx.x; tile < a.batch * tilesPerHead;
        tile += gridDim.x) {
-    const int64_t h = tile / tilesPerHead;
-    const int64_t j0 = (tile % tilesPerHead) * t.own;
+    int64_t h = 0, index = 0;
+    attentionTilePlace(tile, a.batch, tilesPerHead, t.order, h, index);
+    const int64_t j0 = index * t.own;
     const int cols = countFrom(a.sk, j0, t.own);
     const unsigned char *maskHead =
         mask ? mask + attentionMaskOffset(a, h) : nullptr;
@@ -1793,28 +1856,129 @@ struct LiveStep {
   bool full;
 };
 
-/// The first step of `total` rows from `from` on (in steps of `step`) whose
-/// chunk against the block's rows is not Dead; `state(at, count)` is
-/// chunkState of the chunk (block-wide). {total, false} when none is.
-template <typename State>
-__device__ inline LiveStep nextLiveStep(int64_t from, int64_t total, int step,
-                                        State state) {
-  for (int64_t at = from; at < total; at += step) {
-    const Chunk c = state(at, countFrom(total, at, step));
-    if (c != Chunk::Dead)
-      return {at, c == Chunk::Full};
+/// The states of up to kWindowSteps consecutive steps of a register
+/// kernel's walk, classified at once (classifyWindow) and kept in the
+/// block's shared memory, not in the walk's registers: [first, end) are
+/// the rows classified, and bit c of `live` and `masked` is the step from
+/// first + c * step (`warpLive` and `warpMasked` are each warp's share).
+constexpr int kWindowSteps = 32;
+struct ChunkWindow {
+  int64_t first, end;
+  unsigned live, masked;
+  unsigned warpLive[kWarps], warpMasked[kWarps];
+};
+
+/// Classifies the steps of a walk over `total` rows from `at` on, at most
+/// kWindowSteps of them, into w. The block owns rows [ownFirst, ownFirst +
+/// ownCount) of the other side; the walk goes over the keys (the mask's
+/// columns) with `overKeys`, else over the queries (its rows). Where the
+/// mask's rows are whole 16-byte vectors, every thread reads its share of
+/// the window's mask at once and the warps' answers meet in w: each step's
+/// chunk is classified as chunkState would (Full only on that path), but
+/// the loads of a window are in flight together and its steps cost no
+/// barrier each; a causal mask's dead tail costs nothing past the window
+/// that reaches it. Otherwise chunkState runs step by step. Without a mask
+/// every step is Full. Block-wide, three barriers (the first: every thread
+/// is done reading the previous window).
+__device__ inline void classifyWindow(const AttentionDims &a,
+                                      const unsigned char *maskHead,
+                                      int64_t ownFirst, int ownCount,
+                                      int64_t at, int64_t total, int step,
+                                      bool overKeys, ChunkWindow &w) {
+  const int64_t span = static_cast<int64_t>(kWindowSteps) * step;
+  const int length = static_cast<int>(total - at < span ? total - at : span);
+  const int steps = (length + step - 1) / step;
+  unsigned live = steps == 32 ? ~0u : (1u << steps) - 1u, masked = 0;
+  const int64_t r0 = overKeys ? ownFirst : at, c0 = overKeys ? at : ownFirst;
+  const int rows = overKeys ? ownCount : length;
+  const int cols = overKeys ? length : ownCount;
+  const unsigned char *base =
+      maskHead ? maskHead + r0 * a.maskRowStride + c0 * a.maskColStride
+               : nullptr;
+  if (maskHead &&
+      (a.maskColStride != 1 || a.maskRowStride % 16 != 0 || cols % 16 != 0 ||
+       reinterpret_cast<uintptr_t>(base) % 16 != 0)) {
+    live = 0;
+    for (int c = 0; c < steps; ++c) {
+      const int64_t from = at + static_cast<int64_t>(c) * step;
+      const int count = countFrom(total, from, step);
+      const Chunk state =
+          overKeys ? chunkState(a, maskHead, ownFirst, ownCount, from, count)
+                   : chunkState(a, maskHead, from, count, ownFirst, ownCount);
+      live |= state != Chunk::Dead ? 1u << c : 0u;
+      masked |= state == Chunk::Partial ? 1u << c : 0u;
+    }
+  } else if (maskHead) {
+    // A live score is a zero byte in a vector, a masked one a nonzero byte.
+    live = 0;
+    const int vectors = cols / 16;
+    for (int e = threadIdx.x; e < rows * vectors; e += blockDim.x) {
+      const int r = e / vectors, x = (e % vectors) * 16;
+      const uint4 m =
+          *reinterpret_cast<const uint4 *>(base + r * a.maskRowStride + x);
+      const unsigned bit = 1u << ((overKeys ? x : r) / step);
+      if (hasZeroByte(m.x) || hasZeroByte(m.y) || hasZeroByte(m.z) ||
+          hasZeroByte(m.w))
+        live |= bit;
+      if ((m.x | m.y | m.z | m.w) != 0)
+        masked |= bit;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      live |= __shfl_xor_sync(kFullMask, live, offset);
+      masked |= __shfl_xor_sync(kFullMask, masked, offset);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) {
+    w.warpLive[threadIdx.x / 32] = live;
+    w.warpMasked[threadIdx.x / 32] = masked;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    w.first = at;
+    w.end = at + length;
+    w.live = w.masked = 0;
+    for (int i = 0; i < kWarps; ++i) {
+      w.live |= w.warpLive[i];
+      w.masked |= w.warpMasked[i];
+    }
+  }
+  __syncthreads();
+}
+
+/// The first step of `total` rows from `from` on (in steps of `step`) that
+/// the mask leaves live, read from the ChunkWindow w: `fill(at)` classifies
+/// the window from `at` when `from` lies past the one in w (block-wide).
+/// {total, false} when none is. The walk asks for steps in order, so each
+/// is classified once.
+template <typename Fill>
+__device__ inline LiveStep nextLiveWindowed(const ChunkWindow &w, int64_t from,
+                                            int64_t total, int step,
+                                            Fill fill) {
+  for (int64_t at = from; at < total; at = w.end) {
+    if (at >= w.end)
+      fill(at);
+    const int c = static_cast<int>(at - w.first) / step;
+    const unsigned rest = w.live >> c;
+    if (rest != 0) {
+      const int n = c + __ffs(static_cast<int>(rest)) - 1;
+      return {w.first + static_cast<int64_t>(n) * step,
+              ((w.masked >> n) & 1u) == 0};
+    }
   }
   return {total, false};
 }
 
-/// nextLiveStep over the keys, from `from` on, for queries [i0, i0 + rows).
-__device__ inline LiveStep nextLiveKeys(const AttentionDims &a,
-                                        const unsigned char *maskHead,
-                                        int64_t i0, int rows, int64_t from,
-                                        int step) {
-  return nextLiveStep(from, a.sk, step, [&](int64_t j0, int cols) {
-    return chunkState(a, maskHead, i0, rows, j0, cols);
-  });
+/// The block's ChunkWindow, marked empty. Block-wide (a barrier: every
+/// thread is done reading the window of the block's previous tile).
+__device__ inline ChunkWindow &emptyWindow() {
+  __shared__ ChunkWindow window;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    window.first = window.end = 0;
+  __syncthreads();
+  return window;
 }
 
 /// Queues the K and V rows of the step of keys from j0 (head h) at ks and
@@ -1833,7 +1997,7 @@ __device__ inline void stageKeysValues(const AttentionDims &a,
 
 /// A register kernel's walk over the streamed side (`total` rows in steps
 /// of t.step) for one tile: `liveFrom(at)` is the first live step from `at`
-/// on (nextLiveStep; block-wide), `stage(at, b)` queues step `at` into
+/// on (nextLiveWindowed; block-wide), `stage(at, b)` queues step `at` into
 /// buffer b (block-wide, cp.async), `use(at, b, full)` runs the step. With
 /// two buffers the next live step is copied in while this one is used. The
 /// caller queues the tile's own rows first: they join the first group, and
@@ -1875,10 +2039,14 @@ __device__ void walkKeys(const AttentionDims &a, const unsigned char *maskHead,
                          const Tiling16 &t, uint16_t *ks, int ldK, uint16_t *vs,
                          int ldV, size_t buffer, Body body) {
   const size_t stride = buffer / sizeof(uint16_t);
+  ChunkWindow &window = emptyWindow();
   walkSteps(
       a.sk, t,
       [&](int64_t from) {
-        return nextLiveKeys(a, maskHead, i0, rows, from, t.step);
+        return nextLiveWindowed(window, from, a.sk, t.step, [&](int64_t at) {
+          classifyWindow(a, maskHead, i0, rows, at, a.sk, t.step,
+                         /*overKeys=*/true, window);
+        });
       },
       [&](int64_t j0, int b) {
         stageKeysValues(a, k, v, h, j0, t, ks + b * stride, ldK,
@@ -1916,7 +2084,7 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   Accumulator acc[kTiles];
 
   forEachTile(
-      a, a.sq, t.own, mask,
+      a, a.sq, t.own, t.order, mask,
       [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
         __syncthreads(); // the previous tile's output pass is done
         stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0),
@@ -2284,7 +2452,7 @@ forwardMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   const int outTiles = t.dv16 / kNarrow;
 
   forEachTile(
-      a, a.sq, t.own, mask,
+      a, a.sq, t.own, t.order, mask,
       [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
         __syncthreads(); // every warp is done with the previous tile's Q
         stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0),
@@ -2433,7 +2601,7 @@ dqReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   Accumulator acc[kTiles];
 
   forEachTile(
-      a, a.sq, t.own, mask,
+      a, a.sq, t.own, t.order, mask,
       [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
         __syncthreads(); // the previous tile's output pass is done
         stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0),
@@ -2499,11 +2667,13 @@ walkQueries(const AttentionDims &a, const unsigned char *maskHead, int64_t h,
             float *deltaRows, size_t rowBuffer, Body body) {
   const size_t stride = buffer / sizeof(uint16_t);
   const size_t rowStride = rowBuffer / sizeof(float);
+  ChunkWindow &window = emptyWindow();
   walkSteps(
       a.sq, t,
       [&](int64_t from) {
-        return nextLiveStep(from, a.sq, t.step, [&](int64_t i0, int rows) {
-          return chunkState(a, maskHead, i0, rows, j0, cols);
+        return nextLiveWindowed(window, from, a.sq, t.step, [&](int64_t at) {
+          classifyWindow(a, maskHead, j0, cols, at, a.sq, t.step,
+                         /*overKeys=*/false, window);
         });
       },
       [&](int64_t i0, int b) {
@@ -2559,7 +2729,7 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   Accumulator accK[kTiles], accV[kTiles];
 
   forEachTile(
-      a, a.sk, t.own, mask,
+      a, a.sk, t.own, t.order, mask,
       [&](int64_t h, int64_t j0, int cols, const unsigned char *maskHead) {
         __syncthreads(); // the previous tile's output pass is done
         stage16Async(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0),
@@ -2654,7 +2824,7 @@ dqMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   const int dChunks = t.d16 / kEdge, dvChunks = t.dv16 / kEdge;
 
   forEachTile(
-      a, a.sq, t.own, mask,
+      a, a.sq, t.own, t.order, mask,
       [&](int64_t h, int64_t i0, int rows, const unsigned char *maskHead) {
         __syncthreads(); // every warp is done with the previous tile
         stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0),
@@ -2763,7 +2933,7 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   const int dChunks = t.d16 / kEdge, dvChunks = t.dv16 / kEdge;
 
   forEachTile(
-      a, a.sk, t.own, mask,
+      a, a.sk, t.own, t.order, mask,
       [&](int64_t h, int64_t j0, int cols, const unsigned char *maskHead) {
         __syncthreads(); // every warp is done with the previous tile
         stage16Async(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0),
@@ -2855,9 +3025,11 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 // below sm_80) the body is left out; the host never launches it there. The
 // WMMA register kernels' bodies are compiled for sm_75 alone
 // (wmmaRegCompiled), the mma.sync kernels' from sm_80 on (mmaSupported).
+// The general kernels' tiles take up to kMaxShared16 bytes, two blocks an
+// SM: their launch bounds say so, or ptxas aims at more blocks and spills.
 
 template <typename T, typename O>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     attentionForward16Kernel(AttentionDims a, const uint16_t *q,
                              const uint16_t *k, const uint16_t *v,
                              const unsigned char *mask, DropoutParams drop,
@@ -2871,13 +3043,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, typename O>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     attentionDq16Kernel(AttentionDims a, const uint16_t *q, const uint16_t *k,
                         const uint16_t *v, const unsigned char *mask,
-                        const O *out, const float *lse,
-                        const uint16_t *dout, DropoutParams drop,
-                        const StepCounters *counters, bool dropout, Tiling16 t,
-                        void *dq, bool narrowGrads) {
+                        const O *out, const float *lse, const uint16_t *dout,
+                        DropoutParams drop, const StepCounters *counters,
+                        bool dropout, Tiling16 t, void *dq, bool narrowGrads) {
   if constexpr (wmmaSupports<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
@@ -2887,13 +3058,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, typename O>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     attentionDkv16Kernel(AttentionDims a, const uint16_t *q, const uint16_t *k,
                          const uint16_t *v, const unsigned char *mask,
-                         const O *out, const float *lse,
-                         const uint16_t *dout, DropoutParams drop,
-                         const StepCounters *counters, bool dropout, Tiling16 t,
-                         void *dk, void *dv, bool narrowGrads) {
+                         const O *out, const float *lse, const uint16_t *dout,
+                         DropoutParams drop, const StepCounters *counters,
+                         bool dropout, Tiling16 t, void *dk, void *dv,
+                         bool narrowGrads) {
   if constexpr (wmmaSupports<T>()) {
     extern __shared__ __align__(128) unsigned char smem16[];
     drop.step = static_cast<uint64_t>(counters->batch); // this batch's mask
@@ -3009,41 +3180,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-/// What the 16-bit kernels need to know of a device.
-struct DeviceLimits16 {
-  int major = 0, minor = 0, optin = 0;
-};
-
-/// The current device's limits, queried once per device (so a step being
-/// captured into a CUDA graph, which ran eagerly before, queries nothing).
-bool deviceLimits16(DeviceLimits16 &limits) {
-  constexpr int kCachedDevices = 64;
-  static DeviceLimits16 cache[kCachedDevices];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess)
-    return false;
-  if (device >= 0 && device < kCachedDevices && cache[device].optin > 0) {
-    limits = cache[device];
-    return true;
-  }
-  if (cudaDeviceGetAttribute(&limits.major, cudaDevAttrComputeCapabilityMajor,
-                             device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&limits.minor, cudaDevAttrComputeCapabilityMinor,
-                             device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&limits.optin,
-                             cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                             device) != cudaSuccess)
-    return false;
-  if (device >= 0 && device < kCachedDevices)
-    cache[device] = limits;
-  return true;
-}
-
 /// Whether the current device has mma.sync for 16-bit operands (sm_80 on):
 /// the register kernels then run on it, S and P (and dP, dS) in registers.
 bool mmaDevice() {
-  DeviceLimits16 device;
-  return deviceLimits16(device) && device.major >= 8;
+  DeviceLimits device;
+  return deviceLimits(device) && device.major >= 8;
 }
 
 /// The shared memory a 16-bit kernel may use on the current device (its
@@ -3051,8 +3192,8 @@ bool mmaDevice() {
 /// tensor-core steps for `storage`.
 bool sharedLimit16(Context &ctx, Storage16 storage, const char *name,
                    size_t &limit) {
-  DeviceLimits16 device;
-  if (!deviceLimits16(device)) {
+  DeviceLimits device;
+  if (!deviceLimits(device)) {
     reportError(ctx, std::string(name) + ": cannot query the CUDA device");
     return false;
   }
@@ -3332,6 +3473,7 @@ void forward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
   if (reg == 0 && !chooseTiling16<ForwardLayout>(ctx, a, a.sq, a.sk, limit,
                                                  "attentionForward16", t))
     return;
+  t.order = tileOrder(a, /*ownQueries=*/true, sizeof(uint16_t));
   // The step is read on the device (a replayed CUDA graph's kernels keep
   // their arguments).
   const DropoutParams drop = dropoutParams(ctx.seed, 0, a.stream, a.dropout);
@@ -3368,6 +3510,8 @@ void backward16Entry(Context &ctx, Storage16 storage, const AttentionDims &a,
       (regKv == 0 && !chooseTiling16<DkvLayout>(ctx, a, a.sk, a.sq, limit,
                                                 "attentionBackward16", tkv)))
     return;
+  tq.order = tileOrder(a, /*ownQueries=*/true, sizeof(uint16_t));
+  tkv.order = tileOrder(a, /*ownQueries=*/false, sizeof(uint16_t));
   // The step is read on the device (a replayed CUDA graph's kernels keep
   // their arguments).
   const DropoutParams drop = dropoutParams(ctx.seed, 0, a.stream, a.dropout);

@@ -809,6 +809,44 @@ TEST_F(Attention, SparseMaskSkipsOnlyDeadChunks) {
   }
 }
 
+TEST_F(Attention, SixteenBitWalksPastOneWindowOfSteps) {
+  // The register kernels classify the mask's chunks 32 steps (2048 rows) at
+  // a time. 64 queries against 2240 or 2200 keys (the forward and dQ walk 35
+  // steps of keys), and the transpose (dK/dV walks 35 steps of queries),
+  // with steps along the long side dead (c % 3 == 0), whole (1) and partly
+  // masked (2), on both sides of the windows' boundary. 2240-long mask rows
+  // are whole 16-byte vectors, so both windows are read that way; 2200-long
+  // ones are not, and every step is classified on its own.
+  unsigned seed = 990;
+  for (int64_t length : {2240, 2200})
+    for (bool longKeys : {true, false}) {
+      const int64_t sq = longKeys ? 64 : length, sk = longKeys ? length : 64;
+      AttentionDims a = attentionDims(1, sq, sk, 64, 64, 0.125f);
+      a.maskRowStride = sk;
+      a.maskColStride = 1;
+      Inputs in = randomInputs(a, seed);
+      seed += 10;
+      in.mask.assign(sq * sk, 0);
+      for (int64_t i = 0; i < sq; ++i)
+        for (int64_t j = 0; j < sk; ++j) {
+          const int64_t step = (longKeys ? j : i) / 64;
+          in.mask[i * sk + j] =
+              step % 3 == 0 || (step % 3 == 2 && (i + j) % 3 == 0);
+        }
+      in.fullMask = expandMask(a, [&](int64_t, int64_t i, int64_t j) {
+        return in.mask[i * sk + j] != 0;
+      });
+      for (Storage16 storage : storages16()) {
+        SCOPED_TRACE(std::string(storageName(storage)) + " " + describe(a));
+        Inputs rounded = in;
+        const Inputs16 bits = roundInputs(rounded, storage);
+        expectMatches16(run16(a, storage, rounded, bits),
+                        attentionReference(a, rounded, ctx.seed, ctx.batch),
+                        storage);
+      }
+    }
+}
+
 TEST_F(Attention, SixteenBitFullyMaskedHead) {
   // A [2, 1, sk] key padding mask: head 0 sees its first 50 keys, head 1
   // none, so every row of head 1 gets lse = -inf and zeros everywhere.
@@ -1135,6 +1173,59 @@ TEST_F(Attention, StridedLayoutsMatchContiguous) {
     EXPECT_EQ(unpack(all, 2 * H * D), rounded(want.dv));
     EXPECT_EQ(std::count(all.begin(), all.end(), uint16_t{0x7777}), 0);
   }
+}
+
+// The CUDA launches' tile order (KernelCommon.h), checked on the host: every
+// tile of every head exactly once, heads in groups, and within a group the
+// tiles a causal mask gives the most live chunks first.
+TEST(AttentionTileOrder, PlacesEveryTileOnceHeaviestFirst) {
+  for (int64_t heads : {1, 3, 8, 13})
+    for (int64_t perHead : {1, 5, 16})
+      for (int64_t groupHeads : {int64_t{1}, int64_t{2}, int64_t{4}, heads})
+        for (bool lastFirst : {true, false}) {
+          SCOPED_TRACE("heads " + std::to_string(heads) + ", tiles " +
+                       std::to_string(perHead) + ", group " +
+                       std::to_string(groupHeads) +
+                       (lastFirst ? ", last first" : ", first first"));
+          AttentionTileOrder order;
+          order.groupHeads = groupHeads;
+          order.lastFirst = lastFirst;
+          std::vector<int> seen(heads * perHead, 0);
+          int64_t lastGroup = 0, lastWork = perHead + 1;
+          for (int64_t tile = 0; tile < heads * perHead; ++tile) {
+            int64_t head = -1, index = -1;
+            attentionTilePlace(tile, heads, perHead, order, head, index);
+            ASSERT_TRUE(head >= 0 && head < heads && index >= 0 &&
+                        index < perHead)
+                << "tile " << tile << " -> " << head << ", " << index;
+            ++seen[head * perHead + index];
+            // A causal mask's live chunks: the tile's position from the
+            // sequence's start (queries) or end (keys).
+            const int64_t work = lastFirst ? index + 1 : perHead - index;
+            const int64_t group = head / groupHeads;
+            ASSERT_GE(group, lastGroup) << "tile " << tile;
+            if (group == lastGroup)
+              EXPECT_LE(work, lastWork) << "tile " << tile;
+            lastGroup = group;
+            lastWork = work;
+          }
+          EXPECT_EQ(std::count(seen.begin(), seen.end(), 1),
+                    static_cast<std::ptrdiff_t>(heads * perHead));
+        }
+}
+
+TEST(AttentionTileOrder, GroupsAsManyHeadsAsHalfTheL2Holds) {
+  // GPT-2 small at batch 8: 96 heads, K and V rows of 1024 x (64 + 64)
+  // bf16 (256 KiB a head), on a 60 MiB L2: all heads in one group.
+  EXPECT_EQ(attentionTileOrder(96, 1024 * 128 * 2, 60 << 20, true).groupHeads,
+            96);
+  // 4 MiB a head on a 50 MiB L2: 6 heads.
+  EXPECT_EQ(attentionTileOrder(256, 4 << 20, 50 << 20, true).groupHeads, 6);
+  // Nothing known of the L2, or one head larger than it: head by head.
+  EXPECT_EQ(attentionTileOrder(96, 1024 * 128 * 2, 0, true).groupHeads, 1);
+  EXPECT_EQ(attentionTileOrder(8, 64 << 20, 50 << 20, false).groupHeads, 1);
+  EXPECT_TRUE(attentionTileOrder(8, 1, 1, true).lastFirst);
+  EXPECT_FALSE(attentionTileOrder(8, 1, 1, false).lastFirst);
 }
 
 } // namespace
