@@ -3025,8 +3025,9 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 // below sm_80) the body is left out; the host never launches it there. The
 // WMMA register kernels' bodies are compiled for sm_75 alone
 // (wmmaRegCompiled), the mma.sync kernels' from sm_80 on (mmaSupported).
-// The general kernels' tiles take up to kMaxShared16 bytes, two blocks an
-// SM: their launch bounds say so, or ptxas aims at more blocks and spills.
+// The general kernels' tiles are sized for two blocks an SM
+// (kPreferredShared16): their launch bounds say so, or ptxas aims at more
+// blocks and spills.
 
 template <typename T, typename O>
 __global__ void __launch_bounds__(kThreads, 2)

@@ -1204,8 +1204,9 @@ TEST(AttentionTileOrder, PlacesEveryTileOnceHeaviestFirst) {
             const int64_t work = lastFirst ? index + 1 : perHead - index;
             const int64_t group = head / groupHeads;
             ASSERT_GE(group, lastGroup) << "tile " << tile;
-            if (group == lastGroup)
+            if (group == lastGroup) {
               EXPECT_LE(work, lastWork) << "tile " << tile;
+            }
             lastGroup = group;
             lastWork = work;
           }
