@@ -33,16 +33,25 @@
 // disappear, and the kernels read and write rows where the projections put
 // them.
 //
+// A mask whose values are fixed when compiling is evaluated here. When it
+// hides exactly the keys after each query, as GPT's tril buffer does, the
+// op becomes `causal` and takes no mask: the kernels read none and skip
+// the chunks it hides by their position. The buffer's values are then part
+// of the program; the trainer checks a loaded checkpoint against them.
+//
 //===----------------------------------------------------------------------===//
 
+#include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
 #include "mtc/Dialect/Mtc/IR/MtcOps.h"
 #include "mtc/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/Matchers.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace mtc {
 #define GEN_PASS_DEF_ATTENTIONFUSIONPASS
@@ -138,6 +147,228 @@ bool swapsSeqAndHeads(ArrayRef<int64_t> perm) {
 Value seqMajorSource(Value v) {
   auto t = v.getDefiningOp<TransposeOp>();
   return t && swapsSeqAndHeads(t.getPerm()) ? t.getInput() : Value();
+}
+
+//===----------------------------------------------------------------------===//
+// Masks known when compiling
+//===----------------------------------------------------------------------===//
+
+/// A tensor whose values are fixed when compiling, row-major.
+struct KnownTensor {
+  SmallVector<int64_t> shape;
+  std::vector<double> values;
+};
+
+/// The most elements a mask evaluated when compiling may have (a causal
+/// mask over 4096 positions).
+constexpr int64_t kMaxKnownElements = int64_t(1) << 24;
+
+/// Whether every value derived from `v` is a comparison's boolean result:
+/// each use compares it, or views it (slice, reshape, expand) for uses that
+/// do. No gradient reaches such a value, so no optimizer changes it.
+bool onlyFeedsComparisons(Value v) {
+  for (Operation *user : v.getUsers()) {
+    if (isa<CompareOp>(user))
+      continue;
+    if (isa<SliceOp, ReshapeOp, ExpandOp>(user) &&
+        onlyFeedsComparisons(user->getResult(0)))
+      continue;
+    return false;
+  }
+  return true;
+}
+
+/// The values of a float, integer or boolean elements attribute.
+std::optional<std::vector<double>> elementValues(ElementsAttr attr) {
+  Type element = attr.getElementType();
+  int64_t count = attr.getNumElements();
+  std::vector<double> out;
+  out.reserve(count);
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(attr)) {
+    AsmResourceBlob *blob = resource.getRawHandle().getBlob();
+    if (!blob || !element.isF32())
+      return std::nullopt;
+    ArrayRef<char> data = blob->getData();
+    if (static_cast<int64_t>(data.size()) != count * 4)
+      return std::nullopt;
+    for (int64_t n = 0; n < count; ++n) {
+      float x;
+      std::memcpy(&x, data.data() + 4 * n, 4);
+      out.push_back(x);
+    }
+    return out;
+  }
+  auto dense = dyn_cast<DenseElementsAttr>(attr);
+  if (!dense)
+    return std::nullopt;
+  if (isa<FloatType>(element)) {
+    for (APFloat x : dense.getValues<APFloat>())
+      out.push_back(x.convertToDouble());
+  } else if (element.isInteger(1)) {
+    for (bool x : dense.getValues<bool>())
+      out.push_back(x ? 1.0 : 0.0);
+  } else if (isa<IntegerType>(element)) {
+    for (APInt x : dense.getValues<APInt>())
+      out.push_back(static_cast<double>(x.getSExtValue()));
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+/// `t`'s values broadcast (NumPy rules) to `shape`.
+std::vector<double> broadcastTo(const KnownTensor &t, ArrayRef<int64_t> shape) {
+  int64_t rank = shape.size(), offset = rank - t.shape.size();
+  // t's stride along each dim of `shape` (0 where it is broadcast).
+  SmallVector<int64_t> strides(rank, 0);
+  for (int64_t d = rank - 1, stride = 1; d >= offset; --d) {
+    int64_t extent = t.shape[d - offset];
+    strides[d] = extent == 1 ? 0 : stride;
+    stride *= extent;
+  }
+  int64_t total = 1;
+  for (int64_t extent : shape)
+    total *= extent;
+  std::vector<double> out(total);
+  for (int64_t n = 0; n < total; ++n) {
+    int64_t rest = n, at = 0;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      at += (rest % shape[d]) * strides[d];
+      rest /= shape[d];
+    }
+    out[n] = t.values[at];
+  }
+  return out;
+}
+
+/// The argument that holds `arg`'s initial value: `arg` itself, or for an
+/// argument of the evaluation function (whose initial values the driver
+/// moves to the training step) the training function's argument of the
+/// same name.
+std::optional<BlockArgument> initializerArgument(BlockArgument arg) {
+  auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+  if (!func)
+    return std::nullopt;
+  if (func.getSymName() != attr::kEvalFunction)
+    return arg;
+  auto name =
+      func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr::kName);
+  auto module = func->getParentOfType<ModuleOp>();
+  auto train =
+      module ? module.lookupSymbol<func::FuncOp>("forward") : func::FuncOp();
+  if (!name || !train)
+    return std::nullopt;
+  for (BlockArgument candidate : train.getArguments())
+    if (train.getArgAttr(candidate.getArgNumber(), attr::kName) == name)
+      return candidate;
+  return std::nullopt;
+}
+
+/// The values of `v` if they are fixed when compiling: constants, and
+/// float initializers that only feed comparisons and that no result of the
+/// function overwrites, through comparisons, not, slices, reshapes and
+/// expands. Appends the initializers read to `read`.
+std::optional<KnownTensor> knownValue(Value v,
+                                      SmallVectorImpl<BlockArgument> &read) {
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  if (!type || !type.hasStaticShape() ||
+      type.getNumElements() > kMaxKnownElements)
+    return std::nullopt;
+  KnownTensor out;
+  out.shape.assign(type.getShape().begin(), type.getShape().end());
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    auto source = initializerArgument(arg);
+    if (!source || !onlyFeedsComparisons(arg))
+      return std::nullopt;
+    auto func = cast<func::FuncOp>(source->getOwner()->getParentOp());
+    unsigned index = source->getArgNumber();
+    auto init = func.getArgAttrOfType<ElementsAttr>(index, attr::kInit);
+    if (!init || !onlyFeedsComparisons(*source))
+      return std::nullopt;
+    for (unsigned r = 0; r < func.getNumResults(); ++r)
+      if (auto tied = func.getResultAttrOfType<IntegerAttr>(r, attr::kTied);
+          tied && tied.getInt() == index)
+        return std::nullopt;
+    auto values = elementValues(init);
+    if (!values)
+      return std::nullopt;
+    out.values = std::move(*values);
+    read.push_back(*source);
+    return out;
+  }
+  Operation *op = v.getDefiningOp();
+  if (auto constant = dyn_cast_or_null<ConstantOp>(op)) {
+    auto values = elementValues(constant.getValue());
+    if (!values)
+      return std::nullopt;
+    out.values = std::move(*values);
+    return out;
+  }
+  if (auto negation = dyn_cast_or_null<NotOp>(op)) {
+    auto input = knownValue(negation.getInput(), read);
+    if (!input)
+      return std::nullopt;
+    for (double x : input->values)
+      out.values.push_back(x != 0.0 ? 0.0 : 1.0);
+    return out;
+  }
+  if (auto compare = dyn_cast_or_null<CompareOp>(op)) {
+    auto lhs = knownValue(compare.getLhs(), read);
+    auto rhs = lhs ? knownValue(compare.getRhs(), read) : std::nullopt;
+    StringRef predicate = compare.getPredicate();
+    if (!rhs || (predicate != "eq" && predicate != "lt" && predicate != "gt"))
+      return std::nullopt;
+    std::vector<double> a = broadcastTo(*lhs, out.shape),
+                        b = broadcastTo(*rhs, out.shape);
+    for (size_t n = 0; n < a.size(); ++n) {
+      bool y = predicate == "eq"   ? a[n] == b[n]
+               : predicate == "lt" ? a[n] < b[n]
+                                   : a[n] > b[n];
+      out.values.push_back(y ? 1.0 : 0.0);
+    }
+    return out;
+  }
+  if (auto slice = dyn_cast_or_null<SliceOp>(op)) {
+    auto input = knownValue(slice.getInput(), read);
+    if (!input)
+      return std::nullopt;
+    ArrayRef<int64_t> starts = slice.getStarts(), steps = slice.getSteps(),
+                      from = input->shape;
+    int64_t rank = out.shape.size();
+    for (int64_t n = 0, total = type.getNumElements(); n < total; ++n) {
+      int64_t rest = n, at = 0, stride = 1;
+      for (int64_t d = rank - 1; d >= 0; --d) {
+        at += (starts[d] + (rest % out.shape[d]) * steps[d]) * stride;
+        rest /= out.shape[d];
+        stride *= from[d];
+      }
+      out.values.push_back(input->values[at]);
+    }
+    return out;
+  }
+  if (isa_and_nonnull<ReshapeOp, ExpandOp>(op)) {
+    auto input = knownValue(op->getOperand(0), read);
+    if (!input)
+      return std::nullopt;
+    out.values = isa<ReshapeOp>(op) ? std::move(input->values)
+                                    : broadcastTo(*input, out.shape);
+    return out;
+  }
+  return std::nullopt;
+}
+
+/// Whether the mask `m` of [..., sq, sk] scores hides exactly the keys
+/// after each query: score (i, j) of every head where j > i.
+bool isCausal(const KnownTensor &m, int64_t sq, int64_t sk) {
+  int64_t rank = m.shape.size();
+  if (rank < 2 || m.shape[rank - 2] != sq || m.shape[rank - 1] != sk)
+    return false;
+  for (int64_t n = 0, total = m.values.size(); n < total; ++n) {
+    int64_t j = n % sk, i = n / sk % sq;
+    if ((m.values[n] != 0.0) != (j > i))
+      return false;
+  }
+  return true;
 }
 
 class AttentionFusionPass
@@ -245,6 +476,18 @@ LogicalResult AttentionFusionPass::fuse(SoftmaxOp softmax) {
   Value k = keyFrom(b, product);
   if (maskKeeps)
     mask = b.create<NotOp>(softmax.getLoc(), mask.getType(), mask);
+  // A mask fixed when compiling that hides the keys after each query.
+  bool causal = false;
+  SmallVector<BlockArgument> read;
+  if (mask)
+    if (auto known = knownValue(mask, read);
+        known && isCausal(*known, scoreShape[rank - 2], scoreShape[rank - 1])) {
+      causal = true;
+      mask = Value(); // the comparisons and the not are dead now
+      for (BlockArgument arg : read)
+        cast<func::FuncOp>(arg.getOwner()->getParentOp())
+            .setArgAttr(arg.getArgNumber(), attr::kCompiledIn, b.getUnitAttr());
+    }
   // Heads split from, and merged back into, [..., S, H, D] values.
   Value output = values.getOutput();
   auto merge = output.hasOneUse()
@@ -254,10 +497,11 @@ LogicalResult AttentionFusionPass::fuse(SoftmaxOp softmax) {
         v0 = seqMajorSource(v);
   bool seqMajor = q0 && k0 && v0 && merge && swapsSeqAndHeads(merge.getPerm());
   auto attention = b.create<AttentionOp>(
-      softmax.getLoc(), seqMajor ? q0 : q, seqMajor ? k0 : k,
-      seqMajor ? v0 : v, mask, b.getF32FloatAttr(scale),
-      b.getF32FloatAttr(ratio), b.getI64IntegerAttr(stream),
-      seqMajor ? b.getUnitAttr() : UnitAttr());
+      softmax.getLoc(), seqMajor ? q0 : q, seqMajor ? k0 : k, seqMajor ? v0 : v,
+      mask, b.getF32FloatAttr(scale), b.getF32FloatAttr(ratio),
+      b.getI64IntegerAttr(stream), seqMajor ? b.getUnitAttr() : UnitAttr(),
+      causal ? b.getUnitAttr() : UnitAttr());
+  numCausal += causal;
   if (seqMajor) {
     merge.getOutput().replaceAllUsesWith(attention.getOutput());
     merge.erase();

@@ -506,6 +506,35 @@ Status copyTensorIn(Context &ctx, unsigned char *arena, const TensorDesc &t,
   return device::copyToDevice(ctx, arena + t.offset, file.data(entry), t.bytes);
 }
 
+/// Refuses a checkpoint entry (of t's dtype and shape) that gives a
+/// compiled-in buffer other values than the ones the program was compiled
+/// with: the step would not read them.
+Status checkCompiledIn(const ModelDesc &desc, const TensorDesc &t,
+                       const SafetensorsReader &file,
+                       const SafetensorsTensor &entry,
+                       const std::string &where) {
+  if (!t.compiledIn)
+    return Status::success();
+  SafetensorsReader init;
+  if (Status s = init.parse(desc.initData, desc.initSize,
+                            "initial values embedded in the program");
+      !s.ok())
+    return s;
+  const SafetensorsTensor *compiled = init.find(t.name);
+  if (!compiled)
+    return Status::error("invalid model description (a compiler bug): no "
+                         "initial value for '" +
+                         std::string(t.name) + "'");
+  if (std::memcmp(file.data(entry), init.data(*compiled), t.bytes) != 0)
+    return Status::error(
+        where + ": buffer '" + t.name +
+        "' differs from the values the trainer was compiled with; the "
+        "compiler read them (as an attention's causal mask) and the step "
+        "does not read this buffer, so compile the model again with these "
+        "values");
+  return Status::success();
+}
+
 //===----------------------------------------------------------------------===//
 // Data
 //===----------------------------------------------------------------------===//
@@ -1076,6 +1105,11 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
         return kExitFailure;
       }
       if (Status s = copyTensorIn(ctx, arena, t, checkpoint, *entry, where);
+          !s.ok()) {
+        printError(s.message());
+        return kExitFailure;
+      }
+      if (Status s = checkCompiledIn(desc, t, checkpoint, *entry, where);
           !s.ok()) {
         printError(s.message());
         return kExitFailure;

@@ -837,7 +837,7 @@ std::string Emitter::attentionDims(AttentionLike op,
                    .str();
   }
   return llvm::formatv("{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}u, {8}, {{{9}}, "
-                       "{{{10}}, {11}, {12}, {13}, {{{14}}",
+                       "{{{10}}, {11}, {12}, {13}, {{{14}}, {15}",
                        batch, q.seq, k.seq, q.width,
                        attentionShape(shapeOf(op.getValue()), seqMajor).width,
                        floatLiteral(op.getScale().convertToFloat()),
@@ -845,7 +845,8 @@ std::string Emitter::attentionDims(AttentionLike op,
                        op.getDropoutStream(), batchRank, list(q.batch),
                        list(ArrayRef<int64_t>(maskStrides).drop_back(2)),
                        maskStrides[batchRank], maskStrides[batchRank + 1],
-                       tensors.front().rows.heads, layouts)
+                       tensors.front().rows.heads, layouts,
+                       op.getCausal() ? "true" : "false")
       .str();
 }
 
@@ -1709,7 +1710,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
   DenseMap<unsigned, int> tableIndexOfArg;
   llvm::StringMap<int> weightIndex;
   auto entry = [&](StringRef name, StringRef role, Value v, int64_t offset,
-                   int owner) {
+                   int owner, bool compiledIn = false) {
     ArrayRef<int64_t> shape = shapeOf(v);
     SmallVector<int64_t> padded(shape);
     padded.resize(8, 0);
@@ -1720,7 +1721,8 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
           : isBool(v)       ? "DType::Bool"
                             : "DType::I64")
       << ", " << shape.size() << ", {" << list(padded) << "}, " << offset
-      << "ull, " << getTensorBytes(v.getType()) << "ull, " << owner << "},\n";
+      << "ull, " << getTensorBytes(v.getType()) << "ull, " << owner
+      << (compiledIn ? ", true" : "") << "},\n";
     return numTensors++;
   };
   int64_t batch = 0;
@@ -1733,7 +1735,9 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
     int owner = -1;
     if (auto o = func.getArgAttrOfType<IntegerAttr>(i, attr::kOwner))
       owner = tableIndexOfArg.lookup(o.getInt());
-    tableIndexOfArg[i] = entry(name, roleEnum(role), arg, offsetOf(arg), owner);
+    tableIndexOfArg[i] =
+        entry(name, roleEnum(role), arg, offsetOf(arg), owner,
+              func.getArgAttr(i, attr::kCompiledIn) != nullptr);
     if (role == attr::role::kParam || role == attr::role::kBuffer)
       weightIndex[name] = tableIndexOfArg[i];
     if (role == attr::role::kInput && !inference) {

@@ -188,6 +188,13 @@ template <typename T> struct Problem {
       for (int64_t c = 0; c < cols; ++c)
         s[r * kCols + c] *= a.scale;
     }
+    if (a.causal) {
+      // Keys after the query: j0 + c > i0 + r.
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = std::max<int64_t>(i0 + r + 1 - j0, 0); c < cols; ++c)
+          s[r * kCols + c] = kNegInf;
+      return;
+    }
     if (!mask)
       return;
     const unsigned char *mh = mask + attentionMaskOffset(a, h);
@@ -203,6 +210,8 @@ template <typename T> struct Problem {
   /// zeros (to sums that are never -0), so both passes skip it.
   bool tileMasked(int64_t h, int64_t i0, int64_t rows, int64_t j0,
                   int64_t cols) const {
+    if (a.causal)
+      return j0 > i0 + rows - 1; // the first key is after the last query
     if (!mask)
       return false;
     const unsigned char *mh = mask + attentionMaskOffset(a, h);

@@ -83,11 +83,23 @@ __device__ inline int countFrom(int64_t total, int64_t start, int cap) {
   return left < cap ? static_cast<int>(left) : cap;
 }
 
+/// What the kernels take as head h's mask: its mask bytes, null without a
+/// mask, and under a causal mask a token that is never read (a non-null
+/// maskHead says the scores may be masked; maskedOut and chunkState then
+/// decide by position).
+__device__ inline const unsigned char *
+maskHeadOf(const AttentionDims &a, const unsigned char *mask, int64_t h) {
+  static const unsigned char causalToken = 0;
+  if (a.causal)
+    return &causalToken;
+  return mask ? mask + attentionMaskOffset(a, h) : nullptr;
+}
+
 /// Calls body(h, first, count, maskHead) for the block's tiles of `own`
 /// rows of a side of `side` rows a head (the queries, or the keys):
 /// tile blockIdx.x, then every gridDim.x-th, placed in `order`
 /// (attentionTilePlace); [first, first + count) are the tile's rows in the
-/// sequence and maskHead the head's mask (null without one).
+/// sequence and maskHead the head's mask (maskHeadOf).
 template <typename Body>
 __device__ void forEachTile(const AttentionDims &a, int64_t side, int own,
                             AttentionTileOrder order, const unsigned char *mask,
@@ -98,8 +110,7 @@ __device__ void forEachTile(const AttentionDims &a, int64_t side, int own,
     int64_t h = 0, index = 0;
     attentionTilePlace(tile, a.batch, tilesPerHead, order, h, index);
     const int64_t first = index * own;
-    body(h, first, countFrom(side, first, own),
-         mask ? mask + attentionMaskOffset(a, h) : nullptr);
+    body(h, first, countFrom(side, first, own), maskHeadOf(a, mask, h));
   }
 }
 
@@ -183,11 +194,16 @@ __device__ inline void accumulateRows(const float (&w)[R], float factor,
   }
 }
 
-/// Whether score (i, j) of head h is masked out by the optional mask.
+/// Whether score (i, j) of head h is masked out by the optional mask
+/// (maskHeadOf: under a causal mask, whether key j is after query i).
 __device__ inline bool maskedOut(const AttentionDims &a,
                                  const unsigned char *maskHead, int64_t i,
                                  int64_t j) {
-  return maskHead && maskHead[i * a.maskRowStride + j * a.maskColStride] != 0;
+  if (!maskHead)
+    return false;
+  if (a.causal)
+    return j > i;
+  return maskHead[i * a.maskRowStride + j * a.maskColStride] != 0;
 }
 
 /// Whether one of the four bytes of `word` is 0 (exact: a borrow can only
@@ -203,14 +219,22 @@ __device__ inline bool hasZeroByte(unsigned word) {
 /// (Full: the kernels then read no mask for it). Full is only told apart
 /// where the mask's rows are whole 16-byte vectors (a causal mask over a
 /// sequence that is a multiple of 16), else such a chunk is Partial.
-/// Without a mask every chunk is Full. Barriers when there is a mask: the
-/// whole block calls it and gets the same answer.
+/// Without a mask every chunk is Full; under a causal one (a.causal) the
+/// chunk's position decides, exactly and without reading anything. Barriers
+/// when there is a mask that is not causal: the whole block calls it and
+/// gets the same answer.
 enum class Chunk { Dead, Partial, Full };
 __device__ inline Chunk chunkState(const AttentionDims &a,
                                    const unsigned char *maskHead, int64_t i0,
                                    int rows, int64_t j0, int cols) {
   if (!maskHead)
     return Chunk::Full;
+  if (a.causal) {
+    // Keys after the last query are dead, keys up to the first one live.
+    if (j0 > i0 + rows - 1)
+      return Chunk::Dead;
+    return j0 + cols - 1 <= i0 ? Chunk::Full : Chunk::Partial;
+  }
   bool live = false;
   const unsigned char *base =
       maskHead + i0 * a.maskRowStride + j0 * a.maskColStride;
@@ -1655,8 +1679,7 @@ dkv16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
     attentionTilePlace(tile, a.batch, tilesPerHead, t.order, h, index);
     const int64_t j0 = index * t.own;
     const int cols = countFrom(a.sk, j0, t.own);
-    const unsigned char *maskHead =
-        mask ? mask + attentionMaskOffset(a, h) : nullptr;
+    const unsigned char *maskHead = maskHeadOf(a, mask, h);
     __syncthreads(); // the previous tile's output pass is done
     stage16(ks, L.ldK, k + attentionRow(a, a.rows.k, h, j0), a.rows.k.row, cols,
             t.own, static_cast<int>(a.d), t.d16);
@@ -1877,9 +1900,10 @@ struct ChunkWindow {
 /// chunk is classified as chunkState would (Full only on that path), but
 /// the loads of a window are in flight together and its steps cost no
 /// barrier each; a causal mask's dead tail costs nothing past the window
-/// that reaches it. Otherwise chunkState runs step by step. Without a mask
-/// every step is Full. Block-wide, three barriers (the first: every thread
-/// is done reading the previous window).
+/// that reaches it. Otherwise (and under a causal mask, where it reads
+/// nothing) chunkState runs step by step. Without a mask every step is
+/// Full. Block-wide, three barriers (the first: every thread is done
+/// reading the previous window).
 __device__ inline void classifyWindow(const AttentionDims &a,
                                       const unsigned char *maskHead,
                                       int64_t ownFirst, int ownCount,
@@ -1893,11 +1917,12 @@ __device__ inline void classifyWindow(const AttentionDims &a,
   const int rows = overKeys ? ownCount : length;
   const int cols = overKeys ? length : ownCount;
   const unsigned char *base =
-      maskHead ? maskHead + r0 * a.maskRowStride + c0 * a.maskColStride
-               : nullptr;
+      maskHead && !a.causal
+          ? maskHead + r0 * a.maskRowStride + c0 * a.maskColStride
+          : nullptr;
   if (maskHead &&
-      (a.maskColStride != 1 || a.maskRowStride % 16 != 0 || cols % 16 != 0 ||
-       reinterpret_cast<uintptr_t>(base) % 16 != 0)) {
+      (a.causal || a.maskColStride != 1 || a.maskRowStride % 16 != 0 ||
+       cols % 16 != 0 || reinterpret_cast<uintptr_t>(base) % 16 != 0)) {
     live = 0;
     for (int c = 0; c < steps; ++c) {
       const int64_t from = at + static_cast<int64_t>(c) * step;

@@ -439,3 +439,11 @@ func.func @gather_grad_accumulate_type(%dy: tensor<2x3x8xf32>, %ids: tensor<2x3x
   %g = mtc.gather_grad %dy, %ids accumulate %w {axis = 0 : i64} : (tensor<2x3x8xf32>, tensor<2x3xi64>, tensor<10x4xf32>) -> tensor<10x8xf32>
   return %g : tensor<10x8xf32>
 }
+
+// -----
+
+func.func @attention_causal_and_mask(%q: tensor<2x8x16xf32>, %m: tensor<8x8xi1>) {
+  // expected-error @+1 {{takes a mask or causal, not both}}
+  %o, %lse = mtc.attention %q, %q, %q, %m {causal, scale = 2.5e-01 : f32} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<8x8xi1>) -> (tensor<2x8x16xf32>, tensor<2x8xf32>)
+  return
+}

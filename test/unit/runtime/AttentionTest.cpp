@@ -483,6 +483,73 @@ TEST_F(Attention, CausalMaskBroadcastOverHeads) {
     EXPECT_NEAR(r.out[c], in.v[c], 1e-6f) << "channel " << c;
 }
 
+/// The reference's mask for AttentionDims::causal (no mask for the kernel:
+/// it decides by position).
+void causalFlag(AttentionDims &a, Inputs &in) {
+  a.causal = true;
+  in.mask.clear();
+  in.fullMask =
+      expandMask(a, [](int64_t, int64_t i, int64_t j) { return j > i; });
+}
+
+TEST_F(Attention, CausalFlagMatchesReference) {
+  // AttentionDims::causal instead of a mask: as long as, shorter than and
+  // longer than the keys, over two batch dims, and with dropout.
+  const std::pair<int64_t, int64_t> cases[] = {{65, 65}, {37, 70}, {70, 37}};
+  unsigned seed = 1300;
+  for (auto [sq, sk] : cases)
+    for (float ratio : {0.0f, 0.2f}) {
+      AttentionDims a = attentionDims(6, sq, sk, 32, 24, 0.2f);
+      a.batchRank = 2;
+      a.batchDims[0] = 2;
+      a.batchDims[1] = 3;
+      a.dropout = ratio;
+      a.stream = 5;
+      SCOPED_TRACE(describe(a) + " dropout=" + std::to_string(ratio));
+      Inputs in = randomInputs(a, seed);
+      seed += 10;
+      causalFlag(a, in);
+      Result r = run(a, in);
+      expectMatches(r, attentionReference(a, in, ctx.seed, ctx.batch));
+      if (sk > sq)
+        for (int64_t h = 0; h < a.batch; ++h)
+          expectNoKeyGradient(r, a, h, sq);
+    }
+}
+
+TEST_F(Attention, SixteenBitCausalFlag) {
+  // AttentionDims::causal in the 16-bit kernels: the register and mma.sync
+  // kernels (d = 64 and 80) and the general ones (d = 144), queries as many
+  // as, fewer and more than the keys, one side past a window of steps (the
+  // register kernels classify 32 steps at a time), with dropout.
+  ctx.seed = 77;
+  ctx.batch = 3;
+  struct Case {
+    int64_t sq, sk, d;
+  };
+  const Case cases[] = {{200, 200, 64}, {200, 200, 80}, {200, 200, 144},
+                        {37, 70, 40},   {130, 75, 64},  {64, 2240, 64},
+                        {2240, 64, 64}};
+  unsigned seed = 1400;
+  for (const Case &c : cases)
+    for (Storage16 storage : storages16()) {
+      AttentionDims a = attentionDims(2, c.sq, c.sk, c.d, c.d, 0.125f);
+      a.dropout = 0.1f;
+      a.stream = 9;
+      SCOPED_TRACE(std::string(storageName(storage)) + " " + describe(a));
+      Inputs in = randomInputs(a, seed);
+      seed += 10;
+      causalFlag(a, in);
+      Inputs16 bits = roundInputs(in, storage);
+      Result r = run16(a, storage, in, bits);
+      expectMatches16(r, attentionReference(a, in, ctx.seed, ctx.batch),
+                      storage);
+      if (c.sk > c.sq)
+        for (int64_t h = 0; h < a.batch; ++h)
+          expectNoKeyGradient(r, a, h, c.sq);
+    }
+}
+
 TEST_F(Attention, PaddingMask) {
   // A [2, 1, 1, S] key padding mask over batch dims {2, 3}: batch entry b
   // attends to its first length[b] keys.

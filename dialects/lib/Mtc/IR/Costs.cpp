@@ -299,21 +299,30 @@ int64_t GatherGradOp::getWorkspaceBytes() {
 static_assert(kMaxAttentionHeadDim == rt::kMaxAttentionHeadDim,
               "the verifier and the fusion pass admit what the kernels take");
 
-/// Attention's scores (B x Sq x Sk) and its two products: Q K^T (2 D flops
-/// per score), P V (2 Dv) and the softmax (5).
-static int64_t attentionScores(Value query, Value key, bool seqMajor) {
-  return numel(query) / shapeOf(query).back() *
-         attentionShape(shapeOf(key), seqMajor).seq;
+/// Attention's scores (B x Sq x Sk, or under `causal` the B x sum over i of
+/// min(i + 1, Sk) that query i sees: the kernels skip the rest) and its two
+/// products: Q K^T (2 D flops per score), P V (2 Dv) and the softmax (5).
+static int64_t attentionScores(Value query, Value key, bool seqMajor,
+                               bool causal) {
+  AttentionShape q = attentionShape(shapeOf(query), seqMajor);
+  int64_t sq = q.seq, sk = attentionShape(shapeOf(key), seqMajor).seq;
+  int64_t perHead = sq * sk;
+  if (causal) {
+    int64_t ramp = std::min(sq, sk); // queries 0 .. ramp-1 see i + 1 keys
+    perHead = ramp * (ramp + 1) / 2 + (sq - ramp) * sk;
+  }
+  return numel(query) / (sq * shapeOf(query).back()) * perHead;
 }
 int64_t AttentionOp::getFlops() {
   int64_t d = shapeOf(getQuery()).back(), dv = shapeOf(getValue()).back();
-  return attentionScores(getQuery(), getKey(), getSeqMajor()) * (2 * d + 2 * dv + 5);
+  return attentionScores(getQuery(), getKey(), getSeqMajor(), getCausal()) *
+         (2 * d + 2 * dv + 5);
 }
 /// The backward as the kernels run it: the scores, probabilities and dO V^T
 /// twice (once for dQ, once for dK and dV), then dQ, dK (2 D each) and dV
 /// (2 Dv).
 int64_t AttentionGradOp::getFlops() {
   int64_t d = shapeOf(getQuery()).back(), dv = shapeOf(getValue()).back();
-  return attentionScores(getQuery(), getKey(), getSeqMajor()) *
+  return attentionScores(getQuery(), getKey(), getSeqMajor(), getCausal()) *
          (2 * (2 * d + 2 * dv + 5) + 4 * d + 2 * dv);
 }

@@ -487,11 +487,10 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
   }
   auto grad = b.create<AttentionGradOp>(
       getLoc(),
-      TypeRange{getQuery().getType(), getKey().getType(),
-                getValue().getType()},
+      TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()},
       dy[0], getQuery(), getKey(), getValue(), getOutput(), getLogsumexp(),
-      getMask(), getScaleAttr(), getDropoutRatioAttr(),
-      getDropoutStreamAttr(), getSeqMajorAttr());
+      getMask(), getScaleAttr(), getDropoutRatioAttr(), getDropoutStreamAttr(),
+      getSeqMajorAttr(), getCausalAttr());
   dx.push_back(grad.getQueryGrad());
   dx.push_back(grad.getKeyGrad());
   dx.push_back(grad.getValueGrad());

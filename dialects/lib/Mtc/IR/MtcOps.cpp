@@ -792,6 +792,8 @@ static LogicalResult verifyAttentionOperands(AttentionLike op) {
   if (q.width > kMaxAttentionHeadDim || v.width > kMaxAttentionHeadDim)
     return op.emitOpError("head dims above ")
            << kMaxAttentionHeadDim << " are not supported";
+  if (op.getCausal() && op.getMask())
+    return op.emitOpError("takes a mask or causal, not both");
   if (Value mask = op.getMask()) {
     SmallVector<int64_t> scores(q.batch);
     scores.push_back(q.seq);

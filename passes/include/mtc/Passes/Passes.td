@@ -186,11 +186,20 @@ def AttentionFusionPass : Pass<"mtc-fuse-attention", "mlir::ModuleOp"> {
     Sq x Sk scores, so neither the forward nor the backward pass holds them.
     Runs before autodiff, so the gradient is `mtc.attention_grad`.
 
+    A mask whose values are known when compiling (constants, and float
+    initializers that only feed comparisons and that nothing updates, like
+    a causal-mask buffer) and that hides exactly the keys after each query
+    (j > i, in every head) becomes the op's `causal` flag: the kernels
+    then read no mask. The initializers read get `mtc.compiled_in`, and
+    the trainer refuses a checkpoint that changes them.
+
     Example: `mtc-opt --mtc-fuse-attention`
   }];
   let dependentDialects = ["::mtc::MtcDialect"];
   let statistics = [
     Statistic<"numFused", "fused-attention", "Attention patterns fused">,
+    Statistic<"numCausal", "causal-attention",
+              "Fused attentions whose mask is causal">,
   ];
 }
 

@@ -363,6 +363,10 @@ struct AttentionDims {
   int64_t heads;
   /// Where the rows of each tensor are.
   AttentionLayouts rows;
+  /// Query i sees keys j <= i only (score (i, j) is -inf where j > i, in
+  /// every head). The mask pointer is then null: the kernels classify the
+  /// chunks of keys by position and read no mask.
+  bool causal = false;
 };
 
 /// The largest head dims (d and dv) the attention kernels take: a tile of

@@ -68,6 +68,9 @@ struct TensorDesc {
   uint64_t bytes;
   int owner; ///< Grad/State/ParamCopy: index in the table of the
              ///< parameter, else -1
+  /// Buffer: the program depends on its initial value (an attention's
+  /// causal mask), so --load refuses a checkpoint with other values.
+  bool compiledIn = false;
 };
 
 /// Where the data of tensor `tensor` (an index in the table) goes in the

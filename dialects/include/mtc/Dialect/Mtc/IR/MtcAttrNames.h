@@ -29,6 +29,10 @@ constexpr llvm::StringLiteral kInit = "mtc.init";
 constexpr llvm::StringLiteral kOwner = "mtc.owner";
 /// Result "update": index of the argument it overwrites in place.
 constexpr llvm::StringLiteral kTied = "mtc.tied";
+/// Argument (a buffer): the compiler read its initial value and compiled
+/// code that depends on it (an attention's causal mask), so the trainer
+/// refuses a checkpoint that gives it other values.
+constexpr llvm::StringLiteral kCompiledIn = "mtc.compiled_in";
 /// Op: created by autodiff (part of the backward pass).
 constexpr llvm::StringLiteral kBackward = "mtc.backward";
 /// Op: runs only on the last micro-batch of an optimizer step.

@@ -934,7 +934,12 @@ def Mtc_AttentionOp : Mtc_DiffOp<"attention", [InferTypeOpAdaptor]> {
     the score matrix (FlashAttention: online softmax). `query` is
     `[..., Sq, D]`, `key` `[..., Sk, D]`, `value` `[..., Sk, Dv]`, all with
     the same leading (batch, head) dims. Where the optional boolean `mask`,
-    broadcast to `[..., Sq, Sk]`, is true the score is -inf. The dropout
+    broadcast to `[..., Sq, Sk]`, is true the score is -inf. With `causal`
+    (and no `mask`) query i sees keys j <= i only: the score is -inf where
+    j > i, in every head. The fusion pass sets it for a mask whose values it
+    knows when it compiles (a constant or an initializer nothing updates)
+    and that is exactly that pattern; the kernels then read no mask and skip
+    the chunks of keys it hides without looking. The dropout
     mask is the one a `mtc.dropout` with `dropout_stream` would draw on the
     `[..., Sq, Sk]` probabilities. Returns the output `[..., Sq, Dv]` and the
     log-sum-exp of each row of scores `[..., Sq]`, which the gradient uses
@@ -968,7 +973,7 @@ def Mtc_AttentionOp : Mtc_DiffOp<"attention", [InferTypeOpAdaptor]> {
                    F32Attr:$scale,
                    DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
                    DefaultValuedAttr<I64Attr, "0">:$dropout_stream,
-                   UnitAttr:$seq_major);
+                   UnitAttr:$seq_major, UnitAttr:$causal);
   let results = (outs Mtc_StorageFloatTensor:$output,
                       Mtc_FloatTensor:$logsumexp);
   let assemblyFormat = "$query `,` $key `,` $value (`,` $mask^)? attr-dict "
@@ -993,7 +998,8 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
     (then the products round P and dS to it). `output` is float32 or, with
     16-bit operands, stored in their format (the fusion pass folds its
     widening conversion into the op). `seq_major` is the forward's: every
-    tensor but the log-sum-exp is then `[..., S, H, D]`. The gradients are float32 or, with
+    tensor but the log-sum-exp is then `[..., S, H, D]`, and `causal` is the
+    forward's too. The gradients are float32 or, with
     16-bit operands, all three stored in their format: summed in float32,
     then rounded as a conversion rounds them (the fusion pass folds the
     narrowing of readers that only narrow them).
@@ -1015,7 +1021,7 @@ def Mtc_AttentionGradOp : Mtc_ComputeOp<"attention_grad"> {
                    Optional<Mtc_BoolTensor>:$mask, F32Attr:$scale,
                    DefaultValuedAttr<F32Attr, "0.0f">:$dropout_ratio,
                    DefaultValuedAttr<I64Attr, "0">:$dropout_stream,
-                   UnitAttr:$seq_major);
+                   UnitAttr:$seq_major, UnitAttr:$causal);
   let results = (outs Mtc_StorageFloatTensor:$query_grad,
                       Mtc_StorageFloatTensor:$key_grad,
                       Mtc_StorageFloatTensor:$value_grad);
