@@ -155,6 +155,10 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
       r.parameterCopyBytes += bytes;
     } else if (role == attr::role::kBuffer) {
       r.bufferBytes += bytes;
+      if (func.getArgAttr(arg.getArgNumber(), attr::kCompiledIn))
+        r.compiledInBuffers.push_back(
+            func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr::kName)
+                .str());
     } else if (role == attr::role::kState) {
       r.optimizerStateBytes += bytes;
     } else if (role == attr::role::kInput) {
@@ -199,6 +203,11 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
     if (isa<ConstantOp>(op))
       for (Value v : op.getResults())
         r.constantBytes += getTensorBytes(v.getType());
+    if (auto attention = dyn_cast<AttentionOp>(op);
+        attention && !op.hasAttr(attr::kRecompute)) {
+      ++r.fusedAttentions;
+      r.causalAttentions += attention.getCausal() ? 1 : 0;
+    }
     if (!forward)
       continue;
     for (Value v : op.getResults()) {
@@ -241,6 +250,17 @@ void mtc::writeReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
   field("backward_flops", r.backwardFlops);
   field("optimizer_flops", r.optimizerFlops);
   field("recompute_flops", r.recomputeFlops);
+  field("fused_attentions", r.fusedAttentions);
+  field("causal_attentions", r.causalAttentions);
+  os << "  \"compiled_in_buffers\": [";
+  for (auto [i, name] : llvm::enumerate(r.compiledInBuffers)) {
+    os << (i ? ", " : "") << '"';
+    for (char c : name)
+      if (c != '"' && c != '\\')
+        os << c;
+    os << '"';
+  }
+  os << "],\n";
   if (r.budgetBytes)
     os << "  \"budget_bytes\": " << *r.budgetBytes << ",\n";
   else
@@ -295,6 +315,15 @@ void mtc::printReportTable(const MemoryReport &r, llvm::raw_ostream &os) {
                      "GFLOP, optimizer %.3g GFLOP, recompute %.3g GFLOP\n",
                      r.forwardFlops * 1e-9, r.backwardFlops * 1e-9,
                      r.optimizerFlops * 1e-9, r.recomputeFlops * 1e-9);
+  if (r.fusedAttentions)
+    os << "attention: " << r.fusedAttentions << " fused, " << r.causalAttentions
+       << " causal"
+       << (r.compiledInBuffers.empty()
+               ? std::string()
+               : " (" + std::to_string(r.compiledInBuffers.size()) +
+                     " mask buffer(s) compiled in; a checkpoint that "
+                     "changes them is refused)")
+       << "\n";
 }
 
 void mtc::writeTimelineSvg(const MemoryReport &r, llvm::raw_ostream &os) {

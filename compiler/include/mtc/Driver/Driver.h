@@ -49,6 +49,11 @@ struct MemoryReport {
   std::optional<uint64_t> budgetBytes;
   int64_t numParameters = 0;
   int64_t parameterElements = 0;
+  /// Fused attention ops of the forward pass, and those whose mask the
+  /// compiler made their causal flag.
+  int64_t fusedAttentions = 0, causalAttentions = 0;
+  /// Buffers whose initial values the step depends on (mtc.compiled_in).
+  std::vector<std::string> compiledInBuffers;
 
   /// Bytes live at each op of the step, by what they hold.
   struct TimelinePoint {
