@@ -288,8 +288,17 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
     buffers.push_back({alignTo(storageBytes(v), alignment), start, end});
   };
 
-  for (BlockArgument arg : body.getArguments())
+  // A buffer whose values the step has built in (a causal mask) and that
+  // neither the step nor the evaluation function reads takes no bytes.
+  for (BlockArgument arg : body.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    func.removeArgAttr(i, attr::kNotInArena);
+    if (isUnreadCompiledIn(arg)) {
+      func.setArgAttr(i, attr::kNotInArena, b.getUnitAttr());
+      continue;
+    }
     addValue(arg, 0, /*persistent=*/true);
+  }
 
   // Update results overwrite their tied argument in place, which is only
   // sound when the update is the argument's last reader.
@@ -385,9 +394,12 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
 
   int64_t arena = placeBuffers(buffers);
 
-  for (BlockArgument arg : body.getArguments())
-    func.setArgAttr(arg.getArgNumber(), attr::kOffset,
-                    b.getI64IntegerAttr(buffers[bufferOf[arg]].offset));
+  for (BlockArgument arg : body.getArguments()) {
+    func.removeArgAttr(arg.getArgNumber(), attr::kOffset);
+    if (bufferOf.count(arg))
+      func.setArgAttr(arg.getArgNumber(), attr::kOffset,
+                      b.getI64IntegerAttr(buffers[bufferOf[arg]].offset));
+  }
   for (Operation &op : body.without_terminator()) {
     if (op.getNumResults() == 0)
       continue;
@@ -417,6 +429,8 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
   llvm::StringMap<int64_t> argOffsets;
   for (BlockArgument arg : trainBody.getArguments()) {
     unsigned i = arg.getArgNumber();
+    if (train.getArgAttr(i, attr::kNotInArena))
+      continue; // read by neither function
     int64_t offset =
         train.getArgAttrOfType<IntegerAttr>(i, attr::kOffset).getInt();
     int64_t bytes = alignTo(getTensorBytes(arg.getType()), alignment);
@@ -441,6 +455,8 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
     auto name = eval.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                   attr::kName);
     auto it = name ? argOffsets.find(name.getValue()) : argOffsets.end();
+    if (it == argOffsets.end() && arg.use_empty())
+      continue; // a compiled-in buffer neither function reads
     if (it == argOffsets.end())
       return eval.emitError("evaluation argument ")
              << arg.getArgNumber() << " has no counterpart in @train_step";

@@ -399,7 +399,10 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
     if (bytes != t.bytes)
       return bug(what + "size " + std::to_string(t.bytes) +
                  " does not match its shape " + shapeString(t.shape, t.rank));
-    if (t.offset > desc.arenaBytes || t.bytes > desc.arenaBytes - t.offset)
+    if (!t.inArena && !t.compiledIn)
+      return bug(what + "only a compiled-in tensor may lie outside the arena");
+    if (t.inArena &&
+        (t.offset > desc.arenaBytes || t.bytes > desc.arenaBytes - t.offset))
       return bug(what + "bytes [" + std::to_string(t.offset) + ", " +
                  std::to_string(t.offset + t.bytes) +
                  ") lie outside the arena of " +
@@ -493,9 +496,9 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
 }
 
 /// Copies tensor `t` of `file` into the arena after checking dtype and shape.
-Status copyTensorIn(Context &ctx, unsigned char *arena, const TensorDesc &t,
-                    const SafetensorsReader &file,
-                    const SafetensorsTensor &entry, const std::string &where) {
+/// Refuses a file entry of another dtype or shape than tensor t's.
+Status checkEntryMatches(const TensorDesc &t, const SafetensorsTensor &entry,
+                         const std::string &where) {
   std::vector<int64_t> expected(t.shape, t.shape + t.rank);
   const char *dtype = safetensorsDTypeName(t.dtype);
   if (entry.dtype != dtype || entry.shape != expected)
@@ -503,7 +506,32 @@ Status copyTensorIn(Context &ctx, unsigned char *arena, const TensorDesc &t,
                          " " + shapeString(entry.shape) +
                          " but the model expects " + dtype + " " +
                          shapeString(expected));
+  return Status::success();
+}
+
+Status copyTensorIn(Context &ctx, unsigned char *arena, const TensorDesc &t,
+                    const SafetensorsReader &file,
+                    const SafetensorsTensor &entry, const std::string &where) {
+  if (Status s = checkEntryMatches(t, entry, where); !s.ok())
+    return s;
   return device::copyToDevice(ctx, arena + t.offset, file.data(entry), t.bytes);
+}
+
+/// The initial value of tensor t embedded in the program (t.bytes bytes).
+Status embeddedValue(const ModelDesc &desc, const TensorDesc &t,
+                     const unsigned char *&data) {
+  SafetensorsReader init;
+  if (Status s = init.parse(desc.initData, desc.initSize,
+                            "initial values embedded in the program");
+      !s.ok())
+    return s;
+  const SafetensorsTensor *entry = init.find(t.name);
+  if (!entry || entry->end - entry->begin != t.bytes)
+    return Status::error("invalid model description (a compiler bug): no "
+                         "initial value of its size for '" +
+                         std::string(t.name) + "'");
+  data = init.data(*entry); // in desc.initData, which outlives the reader
+  return Status::success();
 }
 
 /// Refuses a checkpoint entry (of t's dtype and shape) that gives a
@@ -515,23 +543,18 @@ Status checkCompiledIn(const ModelDesc &desc, const TensorDesc &t,
                        const std::string &where) {
   if (!t.compiledIn)
     return Status::success();
-  SafetensorsReader init;
-  if (Status s = init.parse(desc.initData, desc.initSize,
-                            "initial values embedded in the program");
-      !s.ok())
+  if (Status s = checkEntryMatches(t, entry, where); !s.ok())
     return s;
-  const SafetensorsTensor *compiled = init.find(t.name);
-  if (!compiled)
-    return Status::error("invalid model description (a compiler bug): no "
-                         "initial value for '" +
-                         std::string(t.name) + "'");
-  if (std::memcmp(file.data(entry), init.data(*compiled), t.bytes) != 0)
+  const unsigned char *compiled = nullptr;
+  if (Status s = embeddedValue(desc, t, compiled); !s.ok())
+    return s;
+  if (std::memcmp(file.data(entry), compiled, t.bytes) != 0)
     return Status::error(
         where + ": buffer '" + t.name +
-        "' differs from the values the trainer was compiled with; the "
-        "compiler read them (as an attention's causal mask) and the step "
-        "does not read this buffer, so compile the model again with these "
-        "values");
+        "' differs from the values the trainer was compiled with: the "
+        "compiler built them into the step (as an attention's causal "
+        "mask), which does not read this buffer; compile the model again "
+        "with these values");
   return Status::success();
 }
 
@@ -666,8 +689,9 @@ Status loadInitialValues(Context &ctx, const ModelDesc &desc,
       return s;
   for (int i = 0; i < desc.numTensors; ++i) {
     const TensorDesc &t = desc.tensors[i];
-    if (t.role != Role::Param && t.role != Role::Buffer &&
-        t.role != Role::Constant)
+    if ((t.role != Role::Param && t.role != Role::Buffer &&
+         t.role != Role::Constant) ||
+        !t.inArena)
       continue;
     const SafetensorsTensor *entry = init.find(t.name);
     if (!entry)
@@ -751,10 +775,17 @@ Status writeTensors(Context &ctx, const ModelDesc &desc, unsigned char *arena,
     if (!wanted)
       continue;
     buffers.emplace_back(t.bytes);
-    if (Status s = device::copyToHost(ctx, buffers.back().data(),
-                                      arena + t.offset, t.bytes);
-        !s.ok())
+    if (!t.inArena) {
+      // A compiled-in buffer: its values are the embedded ones.
+      const unsigned char *data = nullptr;
+      if (Status s = embeddedValue(desc, t, data); !s.ok())
+        return s;
+      std::memcpy(buffers.back().data(), data, t.bytes);
+    } else if (Status s = device::copyToHost(ctx, buffers.back().data(),
+                                             arena + t.offset, t.bytes);
+               !s.ok()) {
       return s;
+    }
     if (grads && gradUnscale != 1.0f) {
       // Loss-scaled gradients, reported as the gradients of the loss.
       if (Status s = device::synchronize(ctx); !s.ok())
@@ -1104,7 +1135,9 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
                    " of the model)");
         return kExitFailure;
       }
-      if (Status s = copyTensorIn(ctx, arena, t, checkpoint, *entry, where);
+      if (Status s =
+              t.inArena ? copyTensorIn(ctx, arena, t, checkpoint, *entry, where)
+                        : Status::success();
           !s.ok()) {
         printError(s.message());
         return kExitFailure;
@@ -1333,9 +1366,17 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
         printError("invalid export table (a compiler bug)");
         return kExitFailure;
       }
-      if (Status s = device::copyToHost(ctx, &image[w.offset],
-                                        arena + t.offset, t.bytes);
-          !s.ok()) {
+      Status s = Status::success();
+      if (t.inArena) {
+        s = device::copyToHost(ctx, &image[w.offset], arena + t.offset,
+                               t.bytes);
+      } else {
+        const unsigned char *data = nullptr; // a compiled-in buffer
+        s = embeddedValue(desc, t, data);
+        if (s.ok())
+          std::memcpy(&image[w.offset], data, t.bytes);
+      }
+      if (!s.ok()) {
         printError(s.message());
         return kExitFailure;
       }

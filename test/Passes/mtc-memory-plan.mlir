@@ -210,3 +210,36 @@ func.func @train_step(%x: tensor<8x8xf32> {mtc.name = "x", mtc.role = "input"}, 
   %gc = mtc.matmul %c16, %w {mtc.native_16bit_gemm} : (tensor<8x8xbf16>, tensor<8x8xbf16>) -> tensor<8x8xf32>
   return %ga, %gb, %gc : tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>
 }
+
+// -----
+
+// Compiled-in buffers (a causal mask the attention now takes as a flag): one
+// that neither function reads gets no offset and no bytes; one the
+// evaluation function still reads, and one the step reads, keep theirs.
+// The arena holds the parameter, the two read buffers, the product and the
+// loss: five slots of 64 bytes, not six.
+// CHECK: %{{.+}}: tensor<16xf32> {mtc.compiled_in, mtc.name = "unread", mtc.not_in_arena, mtc.role = "buffer"}
+// CHECK-SAME: %{{.+}}: tensor<16xf32> {mtc.compiled_in, mtc.name = "eval_reads", mtc.offset = {{[0-9]+}} : i64, mtc.role = "buffer"}
+// CHECK-SAME: %{{.+}}: tensor<16xf32> {mtc.compiled_in, mtc.name = "step_reads", mtc.offset = {{[0-9]+}} : i64, mtc.role = "buffer"}
+// CHECK-SAME: mtc.arena_size = 320 : i64
+// CHECK: func.func @eval_step
+// CHECK-SAME: %{{.+}}: tensor<16xf32> {mtc.name = "unread", mtc.role = "param"}
+// CHECK-SAME: %{{.+}}: tensor<16xf32> {mtc.name = "eval_reads", mtc.offset = {{[0-9]+}} : i64, mtc.role = "param"}
+func.func @train_step(%p: tensor<16xf32> {mtc.name = "p", mtc.role = "param"},
+    %a: tensor<16xf32> {mtc.compiled_in, mtc.name = "unread", mtc.role = "buffer"},
+    %b: tensor<16xf32> {mtc.compiled_in, mtc.name = "eval_reads", mtc.role = "buffer"},
+    %c: tensor<16xf32> {mtc.compiled_in, mtc.name = "step_reads", mtc.role = "buffer"})
+    -> (tensor<f32> {mtc.role = "loss"}) {
+  %0 = mtc.mul %p, %c : (tensor<16xf32>, tensor<16xf32>) -> tensor<16xf32>
+  %1 = mtc.reduce_sum %0 {axes = array<i64: 0>, keepdims = false} : (tensor<16xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}
+func.func @eval_step(%p: tensor<16xf32> {mtc.name = "p", mtc.role = "param"},
+    %a: tensor<16xf32> {mtc.name = "unread", mtc.role = "param"},
+    %b: tensor<16xf32> {mtc.name = "eval_reads", mtc.role = "param"},
+    %c: tensor<16xf32> {mtc.name = "step_reads", mtc.role = "param"})
+    -> (tensor<f32> {mtc.role = "eval_loss"}) {
+  %0 = mtc.mul %p, %b : (tensor<16xf32>, tensor<16xf32>) -> tensor<16xf32>
+  %1 = mtc.reduce_sum %0 {axes = array<i64: 0>, keepdims = false} : (tensor<16xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}

@@ -1710,7 +1710,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
   DenseMap<unsigned, int> tableIndexOfArg;
   llvm::StringMap<int> weightIndex;
   auto entry = [&](StringRef name, StringRef role, Value v, int64_t offset,
-                   int owner, bool compiledIn = false) {
+                   int owner, bool compiledIn = false, bool inArena = true) {
     ArrayRef<int64_t> shape = shapeOf(v);
     SmallVector<int64_t> padded(shape);
     padded.resize(8, 0);
@@ -1722,7 +1722,7 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
                             : "DType::I64")
       << ", " << shape.size() << ", {" << list(padded) << "}, " << offset
       << "ull, " << getTensorBytes(v.getType()) << "ull, " << owner
-      << (compiledIn ? ", true" : "") << "},\n";
+      << (compiledIn ? ", true" : "") << (inArena ? "" : ", false") << "},\n";
     return numTensors++;
   };
   int64_t batch = 0;
@@ -1735,9 +1735,10 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
     int owner = -1;
     if (auto o = func.getArgAttrOfType<IntegerAttr>(i, attr::kOwner))
       owner = tableIndexOfArg.lookup(o.getInt());
+    bool inArena = !func.getArgAttr(i, attr::kNotInArena);
     tableIndexOfArg[i] =
-        entry(name, roleEnum(role), arg, offsetOf(arg), owner,
-              func.getArgAttr(i, attr::kCompiledIn) != nullptr);
+        entry(name, roleEnum(role), arg, inArena ? offsetOf(arg) : 0, owner,
+              func.getArgAttr(i, attr::kCompiledIn) != nullptr, inArena);
     if (role == attr::role::kParam || role == attr::role::kBuffer)
       weightIndex[name] = tableIndexOfArg[i];
     if (role == attr::role::kInput && !inference) {

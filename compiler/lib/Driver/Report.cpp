@@ -47,6 +47,8 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
   };
   using P = MemoryReport::TimelinePoint;
   for (BlockArgument arg : body.getArguments()) {
+    if (func.getArgAttr(arg.getArgNumber(), attr::kNotInArena))
+      continue;
     auto role = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                   attr::kRole);
     StringRef rv = role ? role.getValue() : "";
@@ -154,11 +156,14 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
     } else if (role == attr::role::kParamCopy) {
       r.parameterCopyBytes += bytes;
     } else if (role == attr::role::kBuffer) {
-      r.bufferBytes += bytes;
       if (func.getArgAttr(arg.getArgNumber(), attr::kCompiledIn))
         r.compiledInBuffers.push_back(
             func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr::kName)
                 .str());
+      if (func.getArgAttr(arg.getArgNumber(), attr::kNotInArena))
+        r.compiledInOnlyBytes += bytes;
+      else
+        r.bufferBytes += bytes;
     } else if (role == attr::role::kState) {
       r.optimizerStateBytes += bytes;
     } else if (role == attr::role::kInput) {
@@ -252,6 +257,7 @@ void mtc::writeReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
   field("recompute_flops", r.recomputeFlops);
   field("fused_attentions", r.fusedAttentions);
   field("causal_attentions", r.causalAttentions);
+  field("compiled_in_bytes", r.compiledInOnlyBytes);
   os << "  \"compiled_in_buffers\": [";
   for (auto [i, name] : llvm::enumerate(r.compiledInBuffers)) {
     os << (i ? ", " : "") << '"';
@@ -298,6 +304,8 @@ void mtc::printReportTable(const MemoryReport &r, llvm::raw_ostream &os) {
   row("gradients", r.gradientBytes);
   row("optimizer state", r.optimizerStateBytes);
   row("buffers", r.bufferBytes);
+  if (r.compiledInOnlyBytes)
+    row("buffers compiled in", r.compiledInOnlyBytes);
   row("inputs (one batch)", r.inputBytes);
   row("activations (peak)", r.activationPeakBytes);
   row("kernel scratch (peak)", r.workspacePeakBytes);

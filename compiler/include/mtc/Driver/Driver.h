@@ -36,6 +36,9 @@ struct MemoryReport {
   /// 16-bit copies of parameters kept beside them (--precision bf16/fp16).
   uint64_t parameterCopyBytes = 0;
   uint64_t bufferBytes = 0;
+  /// Buffers the step has built in and reads no more: not in the arena
+  /// (the program's initial-value data holds them).
+  uint64_t compiledInOnlyBytes = 0;
   uint64_t inputBytes = 0;
   uint64_t gradientBytes = 0;
   uint64_t optimizerStateBytes = 0;

@@ -9,6 +9,8 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/STLExtras.h"
 
 using namespace mlir;
@@ -31,6 +33,23 @@ int64_t mtc::getTensorBytes(Type type) {
     return 0;
   int64_t bits = tensor.getElementType().getIntOrFloatBitWidth();
   return tensor.getNumElements() * ((bits + 7) / 8);
+}
+
+bool mtc::isUnreadCompiledIn(BlockArgument arg) {
+  auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
+  if (!func || !arg.use_empty() ||
+      !func.getArgAttr(arg.getArgNumber(), attr::kCompiledIn))
+    return false;
+  auto eval = dyn_cast_or_null<FunctionOpInterface>(
+      SymbolTable::lookupNearestSymbolFrom(
+          func, StringAttr::get(func->getContext(), attr::kEvalFunction)));
+  if (!eval || eval.isExternal())
+    return true;
+  Attribute name = func.getArgAttr(arg.getArgNumber(), attr::kName);
+  return llvm::none_of(eval.getArguments(), [&](BlockArgument e) {
+    return eval.getArgAttr(e.getArgNumber(), attr::kName) == name &&
+           !e.use_empty();
+  });
 }
 
 void mtc::eraseDeadPureOps(Block &block) {

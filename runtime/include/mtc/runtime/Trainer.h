@@ -71,6 +71,10 @@ struct TensorDesc {
   /// Buffer: the program depends on its initial value (an attention's
   /// causal mask), so --load refuses a checkpoint with other values.
   bool compiledIn = false;
+  /// False for a compiled-in buffer the step no longer reads: it has no
+  /// bytes in the arena (offset is meaningless) and its values are the
+  /// embedded initial ones (saved, exported and checked from there).
+  bool inArena = true;
 };
 
 /// Where the data of tensor `tensor` (an index in the table) goes in the

@@ -33,6 +33,10 @@ constexpr llvm::StringLiteral kTied = "mtc.tied";
 /// code that depends on it (an attention's causal mask), so the trainer
 /// refuses a checkpoint that gives it other values.
 constexpr llvm::StringLiteral kCompiledIn = "mtc.compiled_in";
+/// Argument (a compiled-in buffer): no op of the step or of the evaluation
+/// function reads it, so the memory plan gives it no bytes of the arena; the
+/// trainer keeps its values in the program's initial-value data.
+constexpr llvm::StringLiteral kNotInArena = "mtc.not_in_arena";
 /// Op: created by autodiff (part of the backward pass).
 constexpr llvm::StringLiteral kBackward = "mtc.backward";
 /// Op: runs only on the last micro-batch of an optimizer step.

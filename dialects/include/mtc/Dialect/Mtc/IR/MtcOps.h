@@ -28,6 +28,12 @@ int64_t getNumElements(mlir::Type type);
 /// last to first so that chains of dead ops go too.
 void eraseDeadPureOps(mlir::Block &block);
 
+/// Whether `arg`, an argument of the training step, is a buffer whose
+/// values the step has built in (mtc.compiled_in) and that neither the step
+/// nor the evaluation function (its argument of the same name) reads: the
+/// arena need not hold it.
+bool isUnreadCompiledIn(mlir::BlockArgument arg);
+
 /// NumPy broadcast of two shapes; failure when they are incompatible.
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
