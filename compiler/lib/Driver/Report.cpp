@@ -149,6 +149,14 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
         func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr::kRole)
             .getValue();
     uint64_t bytes = getTensorBytes(arg.getType());
+    unsigned i = arg.getArgNumber();
+    if (func.getArgAttr(i, attr::kCompiledIn))
+      r.compiledInBuffers.push_back(
+          func.getArgAttrOfType<StringAttr>(i, attr::kName).str());
+    if (func.getArgAttr(i, attr::kNotInArena)) {
+      r.compiledInOnlyBytes += bytes;
+      continue;
+    }
     if (role == attr::role::kParam) {
       r.parameterBytes += bytes;
       r.numParameters++;
@@ -156,14 +164,7 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
     } else if (role == attr::role::kParamCopy) {
       r.parameterCopyBytes += bytes;
     } else if (role == attr::role::kBuffer) {
-      if (func.getArgAttr(arg.getArgNumber(), attr::kCompiledIn))
-        r.compiledInBuffers.push_back(
-            func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr::kName)
-                .str());
-      if (func.getArgAttr(arg.getArgNumber(), attr::kNotInArena))
-        r.compiledInOnlyBytes += bytes;
-      else
-        r.bufferBytes += bytes;
+      r.bufferBytes += bytes;
     } else if (role == attr::role::kState) {
       r.optimizerStateBytes += bytes;
     } else if (role == attr::role::kInput) {

@@ -36,7 +36,7 @@ struct MemoryReport {
   /// 16-bit copies of parameters kept beside them (--precision bf16/fp16).
   uint64_t parameterCopyBytes = 0;
   uint64_t bufferBytes = 0;
-  /// Buffers the step has built in and reads no more: not in the arena
+  /// Compiled-in initializers the step reads no more: not in the arena
   /// (the program's initial-value data holds them).
   uint64_t compiledInOnlyBytes = 0;
   uint64_t inputBytes = 0;
@@ -55,7 +55,8 @@ struct MemoryReport {
   /// Fused attention ops of the forward pass, and those whose mask the
   /// compiler made their causal flag.
   int64_t fusedAttentions = 0, causalAttentions = 0;
-  /// Buffers whose initial values the step depends on (mtc.compiled_in).
+  /// Initializers whose values the step depends on (mtc.compiled_in: the
+  /// buffers of causal masks; parameters in a --forward-only program).
   std::vector<std::string> compiledInBuffers;
 
   /// Bytes live at each op of the step, by what they hold.
