@@ -32,6 +32,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <functional>
 
@@ -427,10 +428,14 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
   // What the training step occupies: persistent regions and every region.
   SmallVector<Region> persistent, everything;
   llvm::StringMap<int64_t> argOffsets;
+  llvm::StringSet<> notInArena; // read by neither function
   for (BlockArgument arg : trainBody.getArguments()) {
     unsigned i = arg.getArgNumber();
-    if (train.getArgAttr(i, attr::kNotInArena))
-      continue; // read by neither function
+    if (train.getArgAttr(i, attr::kNotInArena)) {
+      if (auto name = train.getArgAttrOfType<StringAttr>(i, attr::kName))
+        notInArena.insert(name.getValue());
+      continue;
+    }
     int64_t offset =
         train.getArgAttrOfType<IntegerAttr>(i, attr::kOffset).getInt();
     int64_t bytes = alignTo(getTensorBytes(arg.getType()), alignment);
@@ -455,8 +460,8 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
     auto name = eval.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                   attr::kName);
     auto it = name ? argOffsets.find(name.getValue()) : argOffsets.end();
-    if (it == argOffsets.end() && arg.use_empty())
-      continue; // a compiled-in buffer neither function reads
+    if (name && notInArena.contains(name.getValue()))
+      continue; // unread here too (isUnreadCompiledIn)
     if (it == argOffsets.end())
       return eval.emitError("evaluation argument ")
              << arg.getArgNumber() << " has no counterpart in @train_step";
