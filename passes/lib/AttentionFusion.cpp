@@ -217,7 +217,7 @@ std::optional<std::vector<double>> elementValues(ElementsAttr attr) {
 }
 
 /// `t`'s values broadcast (NumPy rules) to `shape`.
-std::vector<double> broadcastTo(const KnownTensor &t, ArrayRef<int64_t> shape) {
+std::vector<double> broadcastTo(KnownTensor t, ArrayRef<int64_t> shape) {
   int64_t rank = shape.size(), offset = rank - t.shape.size();
   // t's stride along each dim of `shape` (0 where it is broadcast).
   SmallVector<int64_t> strides(rank, 0);
@@ -229,6 +229,12 @@ std::vector<double> broadcastTo(const KnownTensor &t, ArrayRef<int64_t> shape) {
   int64_t total = 1;
   for (int64_t extent : shape)
     total *= extent;
+  // The common cases, without index arithmetic: as many elements (only
+  // leading 1s differ) or one.
+  if (static_cast<int64_t>(t.values.size()) == total)
+    return std::move(t.values);
+  if (t.values.size() == 1)
+    return std::vector<double>(total, t.values.front());
   std::vector<double> out(total);
   for (int64_t n = 0; n < total; ++n) {
     int64_t rest = n, at = 0;
@@ -318,14 +324,12 @@ std::optional<KnownTensor> knownValue(Value v,
     StringRef predicate = compare.getPredicate();
     if (!rhs || (predicate != "eq" && predicate != "lt" && predicate != "gt"))
       return std::nullopt;
-    std::vector<double> a = broadcastTo(*lhs, out.shape),
-                        b = broadcastTo(*rhs, out.shape);
-    for (size_t n = 0; n < a.size(); ++n) {
-      bool y = predicate == "eq"   ? a[n] == b[n]
-               : predicate == "lt" ? a[n] < b[n]
-                                   : a[n] > b[n];
-      out.values.push_back(y ? 1.0 : 0.0);
-    }
+    std::vector<double> a = broadcastTo(std::move(*lhs), out.shape),
+                        b = broadcastTo(std::move(*rhs), out.shape);
+    const bool eq = predicate == "eq", lt = predicate == "lt";
+    for (size_t n = 0; n < a.size(); ++n) // in place: a holds the result
+      a[n] = (eq ? a[n] == b[n] : lt ? a[n] < b[n] : a[n] > b[n]) ? 1.0 : 0.0;
+    out.values = std::move(a);
     return out;
   }
   if (auto slice = dyn_cast_or_null<SliceOp>(op)) {
@@ -351,7 +355,7 @@ std::optional<KnownTensor> knownValue(Value v,
     if (!input)
       return std::nullopt;
     out.values = isa<ReshapeOp>(op) ? std::move(input->values)
-                                    : broadcastTo(*input, out.shape);
+                                    : broadcastTo(std::move(*input), out.shape);
     return out;
   }
   return std::nullopt;
@@ -363,11 +367,13 @@ bool isCausal(const KnownTensor &m, int64_t sq, int64_t sk) {
   int64_t rank = m.shape.size();
   if (rank < 2 || m.shape[rank - 2] != sq || m.shape[rank - 1] != sk)
     return false;
-  for (int64_t n = 0, total = m.values.size(); n < total; ++n) {
-    int64_t j = n % sk, i = n / sk % sq;
-    if ((m.values[n] != 0.0) != (j > i))
-      return false;
-  }
+  const double *at = m.values.data();
+  for (int64_t head = 0, heads = m.values.size() / (sq * sk); head < heads;
+       ++head)
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t j = 0; j < sk; ++j)
+        if ((*at++ != 0.0) != (j > i))
+          return false;
   return true;
 }
 
