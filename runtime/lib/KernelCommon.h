@@ -55,35 +55,56 @@ MTC_HOST_DEVICE inline int64_t avgPoolDivisor(const Pool2dParams &p, int64_t oy,
          tapsInRange(wStart, p.kw, p.dilationW, -p.padLeft, p.w + padRight);
 }
 
+/// The taps [*first, *last) of a window along one dim, starting at `start`
+/// with `taps` taps `dilation` apart, that fall inside [0, size).
+MTC_HOST_DEVICE inline void tapsInside(int64_t start, int64_t taps,
+                                       int64_t dilation, int64_t size,
+                                       int64_t *first, int64_t *last) {
+  // Undilated windows (the common case) need no division.
+  *first = start >= 0      ? 0
+           : dilation == 1 ? -start
+                           : (-start + dilation - 1) / dilation;
+  const int64_t end = size - start <= 0 ? 0
+                      : dilation == 1
+                          ? size - start
+                          : (size - start + dilation - 1) / dilation;
+  *last = end < taps ? end : taps;
+  if (*first > *last)
+    *first = *last;
+}
+
 /// Row-major index (iy * w + ix) of the maximum of window (oy, ox) of one
 /// plane, or -1 when no tap lies inside the input. Padded cells never win;
 /// ties keep the first tap in row-major window order, and a NaN wins over
-/// numbers (the first NaN), as in PyTorch.
+/// numbers (the first NaN), as in PyTorch. The taps inside the input are
+/// found first, so the loop has no bounds test, and it has no branch on the
+/// data either: a larger number replaces the best by selects, and the
+/// first NaN is tracked on the side.
 MTC_HOST_DEVICE inline int64_t maxPoolArgmax(const Pool2dParams &p,
                                              const float *plane, int64_t oy,
                                              int64_t ox) {
-  int64_t hStart = oy * p.strideH - p.padTop;
-  int64_t wStart = ox * p.strideW - p.padLeft;
-  int64_t best = -1;
-  float bestValue = 0.0f;
-  for (int64_t i = 0; i < p.kh; ++i) {
-    int64_t iy = hStart + i * p.dilationH;
-    if (iy < 0 || iy >= p.h)
-      continue;
-    for (int64_t j = 0; j < p.kw; ++j) {
-      int64_t ix = wStart + j * p.dilationW;
-      if (ix < 0 || ix >= p.w)
-        continue;
-      float v = plane[iy * p.w + ix];
-      bool bestIsNaN = bestValue != bestValue;
-      bool isNaN = v != v;
-      if (best < 0 || (!bestIsNaN && (v > bestValue || isNaN))) {
-        best = iy * p.w + ix;
-        bestValue = v;
-      }
+  const int64_t hStart = oy * p.strideH - p.padTop;
+  const int64_t wStart = ox * p.strideW - p.padLeft;
+  int64_t i0, i1, j0, j1;
+  tapsInside(hStart, p.kh, p.dilationH, p.h, &i0, &i1);
+  tapsInside(wStart, p.kw, p.dilationW, p.w, &j0, &j1);
+  if (i0 == i1 || j0 == j1)
+    return -1;
+  int64_t best = (hStart + i0 * p.dilationH) * p.w + wStart + j0 * p.dilationW;
+  int64_t firstNaN = -1;
+  float bestValue = plane[best];
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t rowAt = (hStart + i * p.dilationH) * p.w + wStart;
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t at = rowAt + j * p.dilationW;
+      const float v = plane[at];
+      const bool larger = v > bestValue; // false for a NaN on either side
+      best = larger ? at : best;
+      bestValue = larger ? v : bestValue;
+      firstNaN = v != v && firstNaN < 0 ? at : firstNaN;
     }
   }
-  return best;
+  return firstNaN >= 0 ? firstNaN : best;
 }
 
 /// reduceSum after dropping unit dims and merging neighbouring dims of the

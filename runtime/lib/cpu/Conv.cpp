@@ -28,27 +28,26 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 namespace mtc::rt {
 
 namespace {
 
-/// col[r, oy * ow + ox] = x[ci, iy, ix] with r = (ci * kh + i) * kw + j,
-/// iy = oy * strideH - padTop + i * dilationH (likewise ix), or 0 where the
-/// tap falls into padding; col's rows are `ld` apart. `x` points at the
-/// group's first channel; T is float or uint16_t (bfloat16 when Bf16, else
-/// float16).
+/// col[r, j * pixels + oy * ow + ox] = x[j, ci, iy, ix] for the `count`
+/// images j of `x` (which points at the group's first channel of the first
+/// image), with r = (ci * kh + i) * kw + j, iy = oy * strideH - padTop +
+/// i * dilationH (likewise ix), or 0 where the tap falls into padding;
+/// col's rows are `ld` apart. T is float or uint16_t (bfloat16 when Bf16,
+/// else float16). Threads take rows of col, each over every image: small
+/// feature maps (a few pixels an image) still make long rows.
 template <typename T, bool Bf16>
 void im2colOf(const Conv2dParams &p, const ConvShape &s, const T *x,
-              float *col, int64_t ld) {
-  const bool parallel = s.patch * s.pixels >= cpu::kParallelGrain;
+              int64_t count, float *col, int64_t ld) {
+  const bool parallel = s.patch * count * s.pixels >= cpu::kParallelGrain;
   cpu::parallelFor(0, s.patch, parallel, [&](int64_t r) {
     int64_t ci = r / (p.kh * p.kw);
     int64_t i = (r / p.kw) % p.kh;
     int64_t j = r % p.kw;
-    const T *plane = x + ci * s.inPlane;
-    float *dst = col + r * ld;
     // The outputs whose tap lands inside the input: [ox0, ox1) of the rows
     // [oy0, oy1); the others read padding.
     int64_t oy0, oy1, ox0, ox1;
@@ -56,17 +55,19 @@ void im2colOf(const Conv2dParams &p, const ConvShape &s, const T *x,
                   offX = j * p.dilationW - p.padLeft;
     tapRange(p.oh, p.h, p.strideH, offY, &oy0, &oy1);
     tapRange(p.ow, p.w, p.strideW, offX, &ox0, &ox1);
-    for (int64_t oy = 0; oy < p.oh; ++oy) {
-      float *row = dst + oy * p.ow;
-      if (oy < oy0 || oy >= oy1) {
-        std::fill(row, row + p.ow, 0.0f);
-        continue;
+    for (int64_t image = 0; image < count; ++image) {
+      const T *plane = x + (image * p.c + ci) * s.inPlane;
+      float *dst = col + r * ld + image * s.pixels;
+      std::fill(dst, dst + oy0 * p.ow, 0.0f);
+      for (int64_t oy = oy0; oy < oy1; ++oy) {
+        float *row = dst + oy * p.ow;
+        const T *src = plane + (oy * p.strideH + offY) * p.w + offX;
+        std::fill(row, row + ox0, 0.0f);
+        for (int64_t ox = ox0; ox < ox1; ++ox)
+          row[ox] = storedToFloat(src[ox * p.strideW], Bf16);
+        std::fill(row + ox1, row + p.ow, 0.0f);
       }
-      const T *src = plane + (oy * p.strideH + offY) * p.w;
-      std::fill(row, row + ox0, 0.0f);
-      for (int64_t ox = ox0; ox < ox1; ++ox)
-        row[ox] = storedToFloat(src[ox * p.strideW + offX], Bf16);
-      std::fill(row + ox1, row + p.ow, 0.0f);
+      std::fill(dst + oy1 * p.ow, dst + s.pixels, 0.0f);
     }
   });
 }
@@ -74,14 +75,12 @@ void im2colOf(const Conv2dParams &p, const ConvShape &s, const T *x,
 void im2col(Context &, const Conv2dParams &p, const ConvShape &s,
             const Operand &x, int64_t first, int64_t count, int64_t g,
             float *col) {
-  for (int64_t j = 0; j < count; ++j) {
-    int64_t offset = ((first + j) * p.c + g * s.cg) * s.inPlane;
-    withStorage(x, [&](auto t, auto bf16) {
-      using T = decltype(t);
-      im2colOf<T, bf16()>(p, s, static_cast<const T *>(x.data) + offset,
-                          col + j * s.pixels, count * s.pixels);
-    });
-  }
+  int64_t offset = (first * p.c + g * s.cg) * s.inPlane;
+  withStorage(x, [&](auto t, auto bf16) {
+    using T = decltype(t);
+    im2colOf<T, bf16()>(p, s, static_cast<const T *>(x.data) + offset, count,
+                        col, count * s.pixels);
+  });
 }
 
 void gemmOf(Context &ctx, Storage16, bool transA, bool transB, int64_t m,
@@ -124,24 +123,102 @@ void scatterGroup(Context &, const Conv2dParams &p, const ConvShape &s,
   });
 }
 
-/// Calls f(tap, oy, at, ox0, ox1) for every tap (i * kw + j) and output row
-/// oy it reaches: the outputs [ox0, ox1) of the row read input element
-/// at + ox * strideW of their channel's plane.
-template <typename F>
-void forEachTapRow(const Conv2dParams &p, F &&f) {
-  for (int64_t i = 0; i < p.kh; ++i) {
-    int64_t oy0, oy1;
-    const int64_t offY = i * p.dilationH - p.padTop;
-    tapRange(p.oh, p.h, p.strideH, offY, &oy0, &oy1);
-    for (int64_t j = 0; j < p.kw; ++j) {
-      int64_t ox0, ox1;
-      const int64_t offX = j * p.dilationW - p.padLeft;
-      tapRange(p.ow, p.w, p.strideW, offX, &ox0, &ox1);
-      for (int64_t oy = oy0; oy < oy1; ++oy)
-        f(i * p.kw + j, oy, (oy * p.strideH + offY) * p.w + offX, ox0, ox1);
+/// The outputs [lo, hi) along one dim that kernel index t reaches, and its
+/// offset t * dilation - pad into the input.
+struct TapSpan {
+  int64_t lo, hi, off;
+};
+
+TapSpan tapSpan(int64_t t, int64_t dilation, int64_t pad, int64_t out,
+                int64_t in, int64_t stride) {
+  TapSpan s;
+  s.off = t * dilation - pad;
+  tapRange(out, in, stride, s.off, &s.lo, &s.hi);
+  return s;
+}
+
+/// The spans of a convolution's kernel rows and columns, and the output
+/// rows each tap reaches, worked out once per call: their divisions and
+/// loops would otherwise run for every plane, which on small feature maps
+/// costs more than the arithmetic. What does not fit the fixed tables
+/// (kernels wider than kMaxSide, more than kMaxRows rows: large maps, where
+/// a plane's arithmetic dwarfs this) is worked out as it goes.
+class TapSpans {
+public:
+  explicit TapSpans(const Conv2dParams &p)
+      : p(p), spansCached(p.kh <= kMaxSide && p.kw <= kMaxSide) {
+    if (!spansCached)
+      return;
+    for (int64_t i = 0; i < p.kh; ++i)
+      spanRows[i] = rowSpan(i);
+    for (int64_t j = 0; j < p.kw; ++j)
+      spanCols[j] = colSpan(j);
+    rowCount = 0;
+    walkRows([&](const TapRow &r) {
+      if (rowCount < kMaxRows)
+        rows[rowCount] = r;
+      ++rowCount;
+    });
+  }
+
+  /// f(tap, y, x) for every tap (i * kw + j) in order, with the spans of
+  /// its kernel row and column.
+  template <typename F> void forEachTap(F &&f) const {
+    for (int64_t i = 0; i < p.kh; ++i) {
+      const TapSpan y = spansCached ? spanRows[i] : rowSpan(i);
+      for (int64_t j = 0; j < p.kw; ++j)
+        f(i * p.kw + j, y, spansCached ? spanCols[j] : colSpan(j));
     }
   }
-}
+
+  /// Where output row oy of a tap with spans y and x reads: its outputs
+  /// [x.lo, x.hi) read input element at + ox * strideW of their channel's
+  /// plane.
+  int64_t rowAt(int64_t oy, const TapSpan &y, const TapSpan &x) const {
+    return (oy * p.strideH + y.off) * p.w + x.off;
+  }
+
+  /// f(tap, oy, at, ox0, ox1) for every tap and output row oy it reaches
+  /// (ox0 < ox1), in tap order (see rowAt).
+  template <typename F> void forEachRow(F &&f) const {
+    if (spansCached && rowCount <= kMaxRows) {
+      for (int64_t r = 0; r < rowCount; ++r)
+        f(rows[r].tap, rows[r].oy, rows[r].at, rows[r].ox0, rows[r].ox1);
+      return;
+    }
+    walkRows([&](const TapRow &r) { f(r.tap, r.oy, r.at, r.ox0, r.ox1); });
+  }
+
+private:
+  static constexpr int64_t kMaxSide = 16;
+  static constexpr int64_t kMaxRows = 256;
+
+  struct TapRow {
+    int64_t tap, oy, at, ox0, ox1;
+  };
+
+  TapSpan rowSpan(int64_t i) const {
+    return tapSpan(i, p.dilationH, p.padTop, p.oh, p.h, p.strideH);
+  }
+  TapSpan colSpan(int64_t j) const {
+    return tapSpan(j, p.dilationW, p.padLeft, p.ow, p.w, p.strideW);
+  }
+
+  template <typename F> void walkRows(F &&f) const {
+    forEachTap([&](int64_t tap, const TapSpan &y, const TapSpan &x) {
+      if (x.lo == x.hi)
+        return;
+      for (int64_t oy = y.lo; oy < y.hi; ++oy)
+        f(TapRow{tap, oy, rowAt(oy, y, x), x.lo, x.hi});
+    });
+  }
+
+  const Conv2dParams &p;
+  const bool spansCached;
+  TapSpan spanRows[kMaxSide], spanCols[kMaxSide];
+  int64_t rowCount = 0;
+  TapRow rows[kMaxRows];
+};
 
 /// The adjoint of im2col for `count` images: dx[j, ci, iy, ix] is the sum
 /// of col[r, j * pixels + pixel] over the taps that read (ci, iy, ix).
@@ -150,11 +227,12 @@ void col2imGroup(Context &, const Conv2dParams &p, const ConvShape &s,
                  const float *col, int64_t count, float *dx) {
   const int64_t ld = count * s.pixels;
   const bool parallel = s.patch * ld >= cpu::kParallelGrain;
+  const TapSpans spans(p);
   cpu::parallelFor(0, count * s.cg, parallel, [&](int64_t item) {
     const int64_t image = item / s.cg, ci = item % s.cg;
     float *plane = dx + image * p.c * s.inPlane + ci * s.inPlane;
     std::fill(plane, plane + s.inPlane, 0.0f);
-    forEachTapRow(p, [&](int64_t tap, int64_t oy, int64_t at, int64_t ox0,
+    spans.forEachRow([&](int64_t tap, int64_t oy, int64_t at, int64_t ox0,
                          int64_t ox1) {
       const float *src =
           col + (ci * p.kh * p.kw + tap) * ld + image * s.pixels + oy * p.ow;
@@ -177,18 +255,19 @@ void depthwiseForward(const Conv2dParams &p, const ConvShape &s, const T *x,
                       const T *w, float *y) {
   const int64_t taps = p.kh * p.kw;
   const bool parallel = p.n * p.k * s.pixels * taps >= cpu::kParallelGrain;
+  const TapSpans spans(p);
   cpu::parallelFor(0, p.n * p.k, parallel, [&](int64_t plane) {
     const int64_t n = plane / p.k, k = plane % p.k;
     const T *in = x + (n * p.c + k / s.kg) * s.inPlane;
     float *out = y + plane * s.pixels;
     std::fill(out, out + s.pixels, 0.0f);
-    forEachTapRow(p, [&](int64_t tap, int64_t oy, int64_t at, int64_t ox0,
-                         int64_t ox1) {
-      const float weight = storedToFloat(w[k * taps + tap], Bf16);
-      float *o = out + oy * p.ow;
-      for (int64_t ox = ox0; ox < ox1; ++ox)
-        o[ox] += weight * storedToFloat(in[at + ox * p.strideW], Bf16);
-    });
+    spans.forEachRow(
+        [&](int64_t tap, int64_t oy, int64_t at, int64_t ox0, int64_t ox1) {
+          const float weight = storedToFloat(w[k * taps + tap], Bf16);
+          float *o = out + oy * p.ow;
+          for (int64_t ox = ox0; ox < ox1; ++ox)
+            o[ox] += weight * storedToFloat(in[at + ox * p.strideW], Bf16);
+        });
   });
 }
 
@@ -199,48 +278,50 @@ void depthwiseBackwardData(const Conv2dParams &p, const ConvShape &s,
                            const T *dy, const T *w, float *dx) {
   const int64_t taps = p.kh * p.kw;
   const bool parallel = p.n * p.k * s.pixels * taps >= cpu::kParallelGrain;
+  const TapSpans spans(p);
   cpu::parallelFor(0, p.n * p.c, parallel, [&](int64_t plane) {
     const int64_t n = plane / p.c, c = plane % p.c;
     float *in = dx + plane * s.inPlane;
     std::fill(in, in + s.inPlane, 0.0f);
     for (int64_t k = c * s.kg; k < (c + 1) * s.kg; ++k) {
       const T *out = dy + (n * p.k + k) * s.pixels;
-      forEachTapRow(p, [&](int64_t tap, int64_t oy, int64_t at, int64_t ox0,
-                           int64_t ox1) {
-        const float weight = storedToFloat(w[k * taps + tap], Bf16);
-        const T *g = out + oy * p.ow;
-        for (int64_t ox = ox0; ox < ox1; ++ox)
-          in[at + ox * p.strideW] += weight * storedToFloat(g[ox], Bf16);
-      });
+      spans.forEachRow(
+          [&](int64_t tap, int64_t oy, int64_t at, int64_t ox0, int64_t ox1) {
+            const float weight = storedToFloat(w[k * taps + tap], Bf16);
+            const T *g = out + oy * p.ow;
+            for (int64_t ox = ox0; ox < ox1; ++ox)
+              in[at + ox * p.strideW] += weight * storedToFloat(g[ox], Bf16);
+          });
     }
   });
 }
 
 /// dw[k, tap] = sum over images and output pixels of dy[n, k] * x[n, k /
-/// kg] shifted, row sums in float added in double: threads own output
-/// channels.
+/// kg] shifted, row sums in float added in double, image by image: threads
+/// own output channels.
 template <typename T, bool Bf16>
 void depthwiseBackwardFilter(const Conv2dParams &p, const ConvShape &s,
                              const T *x, const T *dy, float *dw) {
   const int64_t taps = p.kh * p.kw;
   const bool parallel = p.n * p.k * s.pixels * taps >= cpu::kParallelGrain;
+  const TapSpans spans(p);
   cpu::parallelFor(0, p.k, parallel, [&](int64_t k) {
-    std::vector<double> sums(taps, 0.0);
-    for (int64_t n = 0; n < p.n; ++n) {
-      const T *in = x + (n * p.c + k / s.kg) * s.inPlane;
-      const T *out = dy + (n * p.k + k) * s.pixels;
-      forEachTapRow(p, [&](int64_t tap, int64_t oy, int64_t at, int64_t ox0,
-                           int64_t ox1) {
-        const T *g = out + oy * p.ow;
-        float partial = 0.0f;
-        for (int64_t ox = ox0; ox < ox1; ++ox)
-          partial += storedToFloat(g[ox], Bf16) *
-                     storedToFloat(in[at + ox * p.strideW], Bf16);
-        sums[tap] += partial;
-      });
-    }
-    for (int64_t tap = 0; tap < taps; ++tap)
-      dw[k * taps + tap] = static_cast<float>(sums[tap]);
+    spans.forEachTap([&](int64_t tap, const TapSpan &ys, const TapSpan &xs) {
+      double sum = 0.0;
+      for (int64_t n = 0; n < p.n; ++n) {
+        const T *in = x + (n * p.c + k / s.kg) * s.inPlane;
+        const T *out = dy + (n * p.k + k) * s.pixels;
+        for (int64_t oy = ys.lo; oy < ys.hi; ++oy) {
+          const T *g = out + oy * p.ow, *src = in + spans.rowAt(oy, ys, xs);
+          float partial = 0.0f;
+          for (int64_t ox = xs.lo; ox < xs.hi; ++ox)
+            partial += storedToFloat(g[ox], Bf16) *
+                       storedToFloat(src[ox * p.strideW], Bf16);
+          sum += partial;
+        }
+      }
+      dw[k * taps + tap] = static_cast<float>(sum);
+    });
   });
 }
 

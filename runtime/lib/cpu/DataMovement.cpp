@@ -11,9 +11,10 @@
 
 #include "mtc/runtime/Kernels.h"
 
+#include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 
 namespace mtc::rt {
 
@@ -24,6 +25,11 @@ struct Same {
   template <typename T> T operator()(T v) const { return v; }
 };
 
+/// Elements of a row a copy task takes at most: rows longer than this
+/// (a copy of few rows, such as a rank-1 gather over a large tensor) are
+/// split so that every thread gets a share.
+constexpr int64_t kCopyChunk = 1 << 14;
+
 /// Copies `shape` elements, storing convert(source element).
 template <typename S, typename T, typename Convert>
 void stridedCopyImpl(int rank, const int64_t *shape, const S *src,
@@ -33,16 +39,20 @@ void stridedCopyImpl(int rank, const int64_t *shape, const S *src,
     dst[0] = convert(src[0]);
     return;
   }
-  // Rows along the last dim; each row is independent.
+  // Rows along the last dim, split into chunks of at most kCopyChunk
+  // elements; each chunk is independent.
   int64_t inner = shape[rank - 1];
   int64_t rows = 1;
   for (int i = 0; i < rank - 1; ++i)
     rows *= shape[i];
   int64_t srcInner = srcStrides[rank - 1];
   int64_t dstInner = dstStrides[rank - 1];
+  const int64_t chunks = (inner + kCopyChunk - 1) / kCopyChunk;
   const bool parallel = rows * inner >= cpu::kParallelGrain;
-  cpu::parallelFor(0, rows, parallel, [&](int64_t row) {
-    int64_t srcAt = 0, dstAt = 0, rest = row;
+  cpu::parallelFor(0, rows * chunks, parallel, [&](int64_t task) {
+    const int64_t row = task / chunks, first = task % chunks * kCopyChunk;
+    const int64_t count = std::min(kCopyChunk, inner - first);
+    int64_t srcAt = first * srcInner, dstAt = first * dstInner, rest = row;
     for (int i = rank - 2; i >= 0; --i) {
       int64_t idx = rest % shape[i];
       rest /= shape[i];
@@ -53,10 +63,10 @@ void stridedCopyImpl(int rank, const int64_t *shape, const S *src,
     T *t = dst + dstAt;
     if constexpr (std::is_same_v<S, T>)
       if (srcInner == 1 && dstInner == 1) {
-        std::memcpy(t, s, sizeof(T) * inner);
+        std::memcpy(t, s, sizeof(T) * count);
         return;
       }
-    for (int64_t j = 0; j < inner; ++j)
+    for (int64_t j = 0; j < count; ++j)
       t[j * dstInner] = convert(s[j * srcInner]);
   });
 }
@@ -90,9 +100,20 @@ void widen16(Context &, Storage16 storage, const uint16_t *x, int64_t n,
 }
 
 void fill(Context &, float *y, int64_t n, float value) {
-  const bool parallel = n >= cpu::kParallelGrain;
-  cpu::parallelFor(0, n, parallel, [&](int64_t i) {
-    y[i] = value;
+  if (n <= 0)
+    return;
+  // Zero (+0.0, all bits clear; the gradients padded around a slice) goes
+  // through memset, which writes large blocks about twice as fast as a
+  // store loop; each thread clears a contiguous share.
+  const bool zero = floatBits(value) == 0;
+  const int64_t chunks = (n + kCopyChunk - 1) / kCopyChunk;
+  cpu::parallelFor(0, chunks, n >= cpu::kParallelGrain, [&](int64_t c) {
+    float *first = y + c * kCopyChunk;
+    const int64_t count = std::min(kCopyChunk, n - c * kCopyChunk);
+    if (zero)
+      std::memset(first, 0, sizeof(float) * count);
+    else
+      std::fill(first, first + count, value);
   });
 }
 

@@ -109,6 +109,51 @@ void withActivation(const NormActivation &a, Body body) {
 
 } // namespace
 
+namespace {
+
+/// The batch norm loops' tasks take kMaxChannelBlock channels at most, and
+/// as few as cover about kNormTaskElements elements: on small feature maps
+/// (a few elements a row) a task per channel or per row would cost more in
+/// loop and thread overhead than in arithmetic.
+constexpr int64_t kMaxChannelBlock = 64;
+constexpr int64_t kNormTaskElements = 4096;
+
+/// Channels per task for channels of n rows of `inner` elements.
+int64_t channelBlock(int64_t n, int64_t inner) {
+  const int64_t perChannel = std::max<int64_t>(1, n * inner);
+  return std::clamp<int64_t>(kNormTaskElements / perChannel, 1,
+                             kMaxChannelBlock);
+}
+
+/// body(first, last) over the channel blocks of [0, c), across threads
+/// when `parallel`.
+template <typename Body>
+void forEachChannelBlock(int64_t c, int64_t block, bool parallel, Body &&body) {
+  cpu::parallelFor(0, (c + block - 1) / block, parallel, [&](int64_t b) {
+    body(b * block, std::min(c, (b + 1) * block));
+  });
+}
+
+/// body(row, ch) over the rows [0, n * c) in memory order, runs of rows
+/// covering about kNormTaskElements elements to a task.
+template <typename Body>
+void forEachRow(int64_t n, int64_t c, int64_t inner, bool parallel,
+                Body &&body) {
+  const int64_t rows = n * c;
+  const int64_t run =
+      std::max<int64_t>(1, kNormTaskElements / std::max<int64_t>(1, inner));
+  cpu::parallelFor(0, (rows + run - 1) / run, parallel, [&](int64_t t) {
+    const int64_t first = t * run, last = std::min(rows, first + run);
+    int64_t ch = first % c;
+    for (int64_t row = first; row < last; ++row) {
+      body(row, ch);
+      ch = ch + 1 == c ? 0 : ch + 1;
+    }
+  });
+}
+
+} // namespace
+
 void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
                            const float *x, const float *scale,
                            const float *bias, float *runningMean,
@@ -119,40 +164,48 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
   const bool parallel = m * c >= cpu::kParallelGrain;
   withActivation(act, [&](auto kind) {
     constexpr NormActivationKind K = decltype(kind)::value;
-    cpu::parallelFor(0, c, parallel, [&](int64_t ch) {
-      double sum = 0.0;
-      for (int64_t img = 0; img < n; ++img) {
-        const float *src = x + (img * c + ch) * inner;
-        sum += cpu::sumTerms(inner, [&](int64_t j) { return src[j]; });
-      }
-      // An empty batch has no statistics; keep the running ones and let
-      // invstd be that of a zero variance.
-      double mean = m > 0 ? sum / static_cast<double>(m) : 0.0;
-      double squaredDevSum = 0.0;
-      for (int64_t img = 0; img < n; ++img) {
-        const float *src = x + (img * c + ch) * inner;
-        squaredDevSum += cpu::sumTerms(inner, [&](int64_t j) {
-          double dev = src[j] - mean;
-          return dev * dev;
+    // Each channel's sums run over its images in order, a row's elements
+    // in sumTerms's order; a task takes a block of channels image by image.
+    forEachChannelBlock(
+        c, channelBlock(n, inner), parallel, [&](int64_t c0, int64_t c1) {
+          double sum[kMaxChannelBlock] = {}, mean[kMaxChannelBlock],
+                 squaredDevSum[kMaxChannelBlock] = {};
+          for (int64_t img = 0; img < n; ++img)
+            for (int64_t ch = c0; ch < c1; ++ch) {
+              const float *src = x + (img * c + ch) * inner;
+              sum[ch - c0] +=
+                  cpu::sumTerms(inner, [&](int64_t j) { return src[j]; });
+            }
+          // An empty batch has no statistics; keep the running ones and let
+          // invstd be that of a zero variance.
+          for (int64_t ch = c0; ch < c1; ++ch)
+            mean[ch - c0] = m > 0 ? sum[ch - c0] / static_cast<double>(m) : 0.0;
+          for (int64_t img = 0; img < n; ++img)
+            for (int64_t ch = c0; ch < c1; ++ch) {
+              const float *src = x + (img * c + ch) * inner;
+              const double mu = mean[ch - c0];
+              squaredDevSum[ch - c0] += cpu::sumTerms(inner, [&](int64_t j) {
+                double dev = src[j] - mu;
+                return dev * dev;
+              });
+            }
+          for (int64_t ch = c0; ch < c1; ++ch) {
+            const double sq = squaredDevSum[ch - c0];
+            savedMean[ch] = static_cast<float>(mean[ch - c0]);
+            savedInvstd[ch] =
+                inverseStd(m > 0 ? sq / static_cast<double>(m) : 0.0, eps);
+            if (m > 0 && runningMean && runningVar)
+              updateBatchNormRunningStats(runningMean[ch], runningVar[ch],
+                                          mean[ch - c0], sq, m, momentum);
+          }
         });
-      }
-      float meanF = static_cast<float>(mean);
-      float invstd = inverseStd(
-          m > 0 ? squaredDevSum / static_cast<double>(m) : 0.0, eps);
-      savedMean[ch] = meanF;
-      savedInvstd[ch] = invstd;
-      if (m > 0 && runningMean && runningVar)
-        updateBatchNormRunningStats(runningMean[ch], runningVar[ch], mean,
-                                    squaredDevSum, m, momentum);
-    });
     // The normalization in a second pass over the rows in memory order, so
     // each thread writes the contiguous block of images its share of a
     // following elementwise loop or convolution reads.
-    cpu::parallelFor(0, n * c, parallel, [&](int64_t row) {
-      const int64_t ch = row % c;
+    const NormActivation a = act;
+    forEachRow(n, c, inner, parallel, [&](int64_t row, int64_t ch) {
       const float meanF = savedMean[ch], invstd = savedInvstd[ch];
       const float gamma = scale[ch], beta = bias[ch];
-      const NormActivation a = act;
       const float *src = x + row * inner;
       float *dst = y + row * inner;
 #pragma omp simd
@@ -174,63 +227,75 @@ void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
     act = NormActivation{};
   withActivation(act, [&](auto kind) {
     constexpr NormActivationKind K = decltype(kind)::value;
-    cpu::parallelFor(0, c, parallel, [&](int64_t ch) {
-      const float mean = savedMean[ch], invstd = savedInvstd[ch];
-      // With an activation, its gradient goes into dx first, in a pass
-      // that vectorizes, as its own kernel would write it; the two passes
-      // below read it there. Element j depends on dy[j] and actOut[j] alone,
-      // so dx may still share storage with dy.
-      const float *gradient = dy;
-      if constexpr (K != NormActivationKind::None) {
-        const NormActivation a = act;
-        for (int64_t img = 0; img < n; ++img) {
-          const int64_t base = (img * c + ch) * inner;
+    forEachChannelBlock(
+        c, channelBlock(n, inner), parallel, [&](int64_t c0, int64_t c1) {
+          // With an activation, its gradient goes into dx first, in a pass
+          // that vectorizes, as its own kernel would write it; the two passes
+          // below read it there. Element j depends on dy[j] and actOut[j]
+          // alone, so dx may still share storage with dy.
+          const float *gradient = dy;
+          if constexpr (K != NormActivationKind::None) {
+            const NormActivation a = act;
+            for (int64_t img = 0; img < n; ++img) {
+              const int64_t base = (img * c + c0) * inner,
+                            count = (c1 - c0) * inner;
 #pragma omp simd
-          for (int64_t j = 0; j < inner; ++j)
-            dx[base + j] =
-                activationGradAs<K>(dy[base + j], actOut[base + j], a);
-        }
-        gradient = dx;
-      }
-      double sumDy = 0.0, sumDyXhat = 0.0;
-      for (int64_t img = 0; img < n; ++img) {
-        const int64_t base = (img * c + ch) * inner;
-        const float *grad = gradient + base, *src = x + base;
-        // Both sums in one pass over the row, each in sumTerms's order.
-        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-        double b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;
-        auto add = [&](int64_t j, double &sa, double &sb) {
-          const float g = grad[j];
-          sa += g;
-          sb += static_cast<double>(g) * ((src[j] - mean) * invstd);
-        };
-        int64_t j = 0;
-        for (; j + 4 <= inner; j += 4) {
-          add(j, a0, b0);
-          add(j + 1, a1, b1);
-          add(j + 2, a2, b2);
-          add(j + 3, a3, b3);
-        }
-        for (; j < inner; ++j)
-          add(j, a0, b0);
-        sumDy += (a0 + a1) + (a2 + a3);
-        sumDyXhat += (b0 + b1) + (b2 + b3);
-      }
-      dbias[ch] = static_cast<float>(sumDy);
-      dscale[ch] = static_cast<float>(sumDyXhat);
-      // From the rounded sums, as the CUDA kernel (which reads them back
-      // from dscale/dbias) does.
-      NormBackwardFactors f = normBackwardFactors(
-          dbias[ch], dscale[ch], m, static_cast<double>(invstd) * scale[ch]);
-      for (int64_t img = 0; img < n; ++img) {
-        const int64_t base = (img * c + ch) * inner;
-        const float *grad = gradient + base, *src = x + base;
-        float *dst = dx + base;
+              for (int64_t j = 0; j < count; ++j)
+                dx[base + j] =
+                    activationGradAs<K>(dy[base + j], actOut[base + j], a);
+            }
+            gradient = dx;
+          }
+          // Each channel's sums over its images in order, both in one pass
+          // over each row, in sumTerms's order.
+          double sumDy[kMaxChannelBlock] = {}, sumDyXhat[kMaxChannelBlock] = {};
+          for (int64_t img = 0; img < n; ++img)
+            for (int64_t ch = c0; ch < c1; ++ch) {
+              const int64_t base = (img * c + ch) * inner;
+              const float *grad = gradient + base, *src = x + base;
+              const float mean = savedMean[ch], invstd = savedInvstd[ch];
+              double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+              double b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;
+              auto add = [&](int64_t j, double &sa, double &sb) {
+                const float g = grad[j];
+                sa += g;
+                sb += static_cast<double>(g) * ((src[j] - mean) * invstd);
+              };
+              int64_t j = 0;
+              for (; j + 4 <= inner; j += 4) {
+                add(j, a0, b0);
+                add(j + 1, a1, b1);
+                add(j + 2, a2, b2);
+                add(j + 3, a3, b3);
+              }
+              for (; j < inner; ++j)
+                add(j, a0, b0);
+              sumDy[ch - c0] += (a0 + a1) + (a2 + a3);
+              sumDyXhat[ch - c0] += (b0 + b1) + (b2 + b3);
+            }
+          NormBackwardFactors factors[kMaxChannelBlock];
+          for (int64_t ch = c0; ch < c1; ++ch) {
+            dbias[ch] = static_cast<float>(sumDy[ch - c0]);
+            dscale[ch] = static_cast<float>(sumDyXhat[ch - c0]);
+            // From the rounded sums, as the CUDA kernel (which reads them back
+            // from dscale/dbias) does.
+            factors[ch - c0] = normBackwardFactors(
+                dbias[ch], dscale[ch], m,
+                static_cast<double>(savedInvstd[ch]) * scale[ch]);
+          }
+          for (int64_t img = 0; img < n; ++img)
+            for (int64_t ch = c0; ch < c1; ++ch) {
+              const int64_t base = (img * c + ch) * inner;
+              const float *grad = gradient + base, *src = x + base;
+              float *dst = dx + base;
+              const float mean = savedMean[ch], invstd = savedInvstd[ch];
+              const NormBackwardFactors f = factors[ch - c0];
 #pragma omp simd
-        for (int64_t j = 0; j < inner; ++j)
-          dst[j] = normBackwardElement(grad[j], (src[j] - mean) * invstd, f);
-      }
-    });
+              for (int64_t j = 0; j < inner; ++j)
+                dst[j] =
+                    normBackwardElement(grad[j], (src[j] - mean) * invstd, f);
+            }
+        });
   });
 }
 

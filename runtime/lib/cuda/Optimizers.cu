@@ -108,10 +108,11 @@ __global__ void sgdMultiKernel(Tensors<SgdTensor> tensors, SgdScalars s,
 }
 
 /// Launches `kernel` over the tensors kMultiTensors at a time, each tensor
-/// with blocks of its own (see Tensors).
-template <typename Tensor, typename Kernel, typename... Args>
-void launchMulti(Context &ctx, const Tensor *tensors, int count,
-                 Kernel kernel, const char *name, Args... args) {
+/// with blocks of its own (see Tensors), a thread for every kPerThread
+/// elements.
+template <int kPerThread, typename Tensor, typename Kernel, typename... Args>
+void launchMulti(Context &ctx, const Tensor *tensors, int count, Kernel kernel,
+                 const char *name, Args... args) {
   for (int first = 0; first < count; first += kMultiTensors) {
     const int n = std::min(kMultiTensors, count - first);
     Tensors<Tensor> chunk = {};
@@ -120,9 +121,10 @@ void launchMulti(Context &ctx, const Tensor *tensors, int count,
     for (int t = 0; t < n; ++t) {
       chunk.t[t] = tensors[first + t];
       chunk.firstBlock[t] = static_cast<int>(blocks);
-      const int64_t elements = std::max<int64_t>(chunk.t[t].n, 0);
+      const int64_t threads =
+          (std::max<int64_t>(chunk.t[t].n, 0) + kPerThread - 1) / kPerThread;
       blocks += std::min(kMultiBlocksPerTensor,
-                         (elements + cuda::kBlock - 1) / cuda::kBlock);
+                         (threads + cuda::kBlock - 1) / cuda::kBlock);
     }
     chunk.firstBlock[n] = static_cast<int>(blocks);
     if (blocks == 0)
@@ -133,7 +135,25 @@ void launchMulti(Context &ctx, const Tensor *tensors, int count,
   }
 }
 
-/// Each block updates its part of one tensor (see Tensors).
+/// Whether every array of `t` may be moved four elements at a time: the
+/// float arrays on 16 bytes, the 16-bit copy (if any) on 8.
+__device__ inline bool inVectors(const AdamwTensor &t) {
+  auto on = [](const void *p, unsigned bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  return on(t.param, 16) && on(t.grad, 16) && on(t.expAvg, 16) &&
+         on(t.expAvgSq, 16) && (!t.param16 || on(t.param16, 8));
+}
+
+/// The 16-bit copy of a parameter value, rounded as a conversion rounds it.
+__device__ inline uint16_t copyOf(float p, bool bf16) {
+  return bf16 ? floatToBf16(p) : floatToHalf(p);
+}
+
+/// Each block updates its part of one tensor (see Tensors): four elements
+/// a thread at a time as vectors where the arrays allow (each element by
+/// the same arithmetic as alone), then the elements past the last whole
+/// vector one by one.
 __global__ void adamwMultiKernel(AdamwTensors tensors,
                                  AdamwHyperparameters h, const float *status,
                                  const StepCounters *counters) {
@@ -145,19 +165,31 @@ __global__ void adamwMultiKernel(AdamwTensors tensors,
   const AdamwTensor &t = tensors.t[b.tensor];
   const int64_t start = b.block * blockDim.x + threadIdx.x,
                 stride = b.blocks * blockDim.x;
-  if (!t.param16) {
-    for (int64_t i = start; i < t.n; i += stride)
-      adamwElement(t.param[i], t.grad[i] * unscale, t.expAvg[i], t.expAvgSq[i],
-                   s);
-    return;
-  }
-  // And the parameter's 16-bit copy, rounded as a conversion rounds it.
   const bool bf16 = t.storage == Storage16::Bf16;
-  for (int64_t i = start; i < t.n; i += stride) {
+  const int64_t vectors = inVectors(t) ? t.n / 4 : 0;
+  for (int64_t i = start; i < vectors; i += stride) {
+    float4 p = reinterpret_cast<const float4 *>(t.param)[i];
+    const float4 g = reinterpret_cast<const float4 *>(t.grad)[i];
+    float4 m = reinterpret_cast<const float4 *>(t.expAvg)[i];
+    float4 v = reinterpret_cast<const float4 *>(t.expAvgSq)[i];
+    adamwElement(p.x, g.x * unscale, m.x, v.x, s);
+    adamwElement(p.y, g.y * unscale, m.y, v.y, s);
+    adamwElement(p.z, g.z * unscale, m.z, v.z, s);
+    adamwElement(p.w, g.w * unscale, m.w, v.w, s);
+    reinterpret_cast<float4 *>(t.param)[i] = p;
+    reinterpret_cast<float4 *>(t.expAvg)[i] = m;
+    reinterpret_cast<float4 *>(t.expAvgSq)[i] = v;
+    if (t.param16)
+      reinterpret_cast<ushort4 *>(t.param16)[i] =
+          make_ushort4(copyOf(p.x, bf16), copyOf(p.y, bf16), copyOf(p.z, bf16),
+                       copyOf(p.w, bf16));
+  }
+  for (int64_t i = vectors * 4 + start; i < t.n; i += stride) {
     float p = t.param[i];
     adamwElement(p, t.grad[i] * unscale, t.expAvg[i], t.expAvgSq[i], s);
     t.param[i] = p;
-    t.param16[i] = bf16 ? floatToBf16(p) : floatToHalf(p);
+    if (t.param16)
+      t.param16[i] = copyOf(p, bf16);
   }
 }
 
@@ -223,16 +255,16 @@ void sgdUpdateMulti(Context &ctx, const SgdTensor *tensors, int count,
                     bool nesterov, const float *gradStatus) {
   SgdScalars s{static_cast<float>(lr), static_cast<float>(momentum),
                static_cast<float>(weightDecay), nesterov, false};
-  launchMulti(ctx, tensors, count, sgdMultiKernel, "sgdMultiKernel", s,
-              gradStatus, cuda::stepCounters(ctx));
+  launchMulti<1>(ctx, tensors, count, sgdMultiKernel, "sgdMultiKernel", s,
+                 gradStatus, cuda::stepCounters(ctx));
 }
 
 void adamwUpdateMulti(Context &ctx, const AdamwTensor *tensors, int count,
                       double lr, double beta1, double beta2, double eps,
                       double weightDecay, const float *gradStatus) {
   const AdamwHyperparameters h{lr, beta1, beta2, eps, weightDecay};
-  launchMulti(ctx, tensors, count, adamwMultiKernel, "adamwMultiKernel", h,
-              gradStatus, cuda::stepCounters(ctx));
+  launchMulti<4>(ctx, tensors, count, adamwMultiKernel, "adamwMultiKernel", h,
+                 gradStatus, cuda::stepCounters(ctx));
 }
 
 void gradCheckBegin(Context &ctx, const float *lossScale, float *status) {

@@ -564,14 +564,17 @@ TEST_F(Kernels, MaxPoolTiesAndPadding) {
 // input in row-major window order, the first of equal values, the first NaN
 // over any number, -inf for a window in padding; the gradient to the winner,
 // summed in output order. Rows wider than the kernel's span of outputs,
-// ties, NaNs, strides, dilations and padding on both axes.
+// ties, NaNs, strides, dilations, padding on both axes, and windows with
+// no tap inside the input.
 TEST_F(Kernels, MaxPoolMatchesTheDefinition) {
   struct Case {
     int64_t h, w, kh, kw, sh, sw, pt, pl, dh, dw;
   };
+  // The last case's first and last rows of windows lie wholly in padding.
   for (const Case &c : {Case{5, 600, 3, 2, 1, 2, 1, 1, 1, 2},
                         Case{7, 9, 3, 3, 2, 2, 1, 1, 1, 1},
-                        Case{4, 300, 2, 3, 2, 1, 0, 2, 2, 1}}) {
+                        Case{4, 300, 2, 3, 2, 1, 0, 2, 2, 1},
+                        Case{3, 8, 1, 2, 1, 1, 1, 0, 1, 1}}) {
     Pool2dParams p{};
     p.n = 2, p.c = 3, p.h = c.h, p.w = c.w;
     p.kh = c.kh, p.kw = c.kw;
@@ -1087,6 +1090,52 @@ TEST_F(Kernels, StridedCopyTransposes) {
   expectNear(download(y, 6), std::vector<float>(6, 2.5f));
 }
 
+// Copies whose rows are long enough to be split across threads: a [3,
+// 40000] transpose, a rank-1 gather of every 9th element (a 3x3 kernel's
+// centre taps) and its scatter back into a zero-filled gradient; and fills
+// of zero (+0.0, cleared as bytes) and of -0.0 over more than one chunk.
+TEST_F(Kernels, StridedCopySplitsLongRows) {
+  const int64_t cols = 40000, taps = 50000;
+  std::vector<float> xv(3 * cols);
+  for (int64_t i = 0; i < 3 * cols; ++i)
+    xv[i] = float(i % 1013) - 500.0f;
+  float *x = upload(xv);
+  float *t = upload(std::vector<float>(3 * cols, 0.0f), 1);
+  const int64_t shape[2] = {cols, 3}, src[2] = {1, cols}, dst[2] = {3, 1};
+  stridedCopy(ctx, 2, shape, x, 0, src, t, 0, dst, 4);
+  const std::vector<float> tGot = download(t, 3 * cols + 1);
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < 3; ++r)
+      ASSERT_EQ(tGot[c * 3 + r], xv[r * cols + c]) << c << ", " << r;
+  EXPECT_EQ(tGot[3 * cols], kSentinel);
+
+  std::vector<float> kernel(9 * taps);
+  for (int64_t i = 0; i < 9 * taps; ++i)
+    kernel[i] = float(i);
+  float *w = upload(kernel), *centre = upload(std::vector<float>(taps), 1);
+  const int64_t one[1] = {taps}, every9[1] = {9}, unit[1] = {1};
+  stridedCopy(ctx, 1, one, w, 4, every9, centre, 0, unit, 4);
+  const std::vector<float> centreGot = download(centre, taps + 1);
+  for (int64_t i = 0; i < taps; ++i)
+    ASSERT_EQ(centreGot[i], float(9 * i + 4)) << "at " << i;
+  EXPECT_EQ(centreGot[taps], kSentinel);
+
+  float *grad = upload(std::vector<float>(9 * taps, 7.0f), 1);
+  fill(ctx, grad, 9 * taps, 0.0f);
+  stridedCopy(ctx, 1, one, centre, 0, unit, grad, 4, every9, 4);
+  const std::vector<float> gradGot = download(grad, 9 * taps + 1);
+  for (int64_t i = 0; i < 9 * taps; ++i) {
+    ASSERT_EQ(gradGot[i], i % 9 == 4 ? float(i) : 0.0f) << "at " << i;
+    ASSERT_FALSE(std::signbit(gradGot[i])) << "at " << i;
+  }
+  EXPECT_EQ(gradGot[9 * taps], kSentinel);
+  fill(ctx, grad, 9 * taps, -0.0f);
+  const std::vector<float> negZero = download(grad, 9 * taps + 1);
+  for (int64_t i = 0; i < 9 * taps; ++i)
+    ASSERT_TRUE(negZero[i] == 0.0f && std::signbit(negZero[i])) << i;
+  EXPECT_EQ(negZero[9 * taps], kSentinel);
+}
+
 TEST_F(Kernels, StridedCopyTo16RoundsEachElement) {
   // A [2, 3] transpose with an offset into the source, stored in 16 bits:
   // bf16 rounds 1 + 2^-8 (a tie) to even (1) and 1 + 3 * 2^-8 up; fp16
@@ -1147,21 +1196,26 @@ TEST_F(Kernels, AdamwMultiMatchesOneUpdatePerTensor) {
   std::vector<std::vector<float>> initial;
   for (int t = 0; t < count; ++t) {
     // Tensor 4 is empty; tensor 9 (with an fp16 copy) takes more blocks than
-    // one tensor gets (4096 of 256 threads on CUDA), which then stride.
-    const int64_t n = t == 4   ? 0
-                      : t == 9 ? 1100000
-                               : 1 + (t * 37) % 300;
-    std::vector<float> p(n), g(n), m(n), v(n);
+    // one tensor gets (4096 of 256 threads on CUDA, four elements a
+    // thread), which then stride. Tensor 7's arrays (and its fp16 copy)
+    // start one element into their allocations: too far off for CUDA's
+    // 4-element vectors.
+    const int64_t n = t == 4 ? 0 : t == 9 ? 4200001 : 1 + (t * 37) % 300;
+    const int64_t skip = t == 7 ? 1 : 0;
+    std::vector<float> p(n + skip), g(n + skip), m(n + skip), v(n + skip);
     for (int64_t i = 0; i < n; ++i) {
-      p[i] = std::sin(0.3f * float(t * 1000 + i));
-      g[i] = std::cos(0.7f * float(t * 1000 + i));
-      m[i] = 0.01f * g[i];
-      v[i] = 0.001f * g[i] * g[i];
+      p[i + skip] = std::sin(0.3f * float(t * 1000 + i));
+      g[i + skip] = std::cos(0.7f * float(t * 1000 + i));
+      m[i + skip] = 0.01f * g[i + skip];
+      v[i + skip] = 0.001f * g[i + skip] * g[i + skip];
     }
     for (auto *set : {&multi, &single})
-      set->push_back({n, upload(p), upload(g), upload(m), upload(v)});
-    if (t % 3 == 0) {
-      multi.back().param16 = upload(std::vector<uint16_t>(n, 0x7fc1), 1);
+      set->push_back({n, upload(p) + skip, upload(g) + skip, upload(m) + skip,
+                      upload(v) + skip});
+    p.erase(p.begin(), p.begin() + skip);
+    if (t % 3 == 0 || t == 7) {
+      multi.back().param16 =
+          upload(std::vector<uint16_t>(n + skip, 0x7fc1), 1) + skip;
       multi.back().storage = t % 2 ? Storage16::F16 : Storage16::Bf16;
     }
     initial.push_back(p);
@@ -1237,6 +1291,70 @@ TEST_F(Kernels, SgdMultiMatchesOneUpdatePerTensor) {
       }
     }
   }
+}
+
+// AdamW and SGD (Nesterov momentum, weight decay) over tensors long enough
+// to be split across threads in chunks, with vector bodies and a scalar
+// tail, against PyTorch's update rules written out in double: two steps,
+// the gradients unscaled by a loss-scaling status. The bf16 copy holds
+// each new parameter rounded as a conversion rounds it.
+TEST_F(Kernels, OptimizerUpdatesMatchTheDefinition) {
+  const int64_t n = 3 * 16384 + 37;
+  const double lr = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = 0.1,
+               momentum = 0.9;
+  std::vector<float> p0(n), g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p0[i] = std::sin(0.37f * float(i));
+    g[i] = std::cos(0.11f * float(i)) * (i % 7 == 0 ? 1e-3f : 1.0f);
+  }
+  // The gradients as stored are twice the true ones; the status unscales.
+  std::vector<float> g2(n);
+  for (int64_t i = 0; i < n; ++i)
+    g2[i] = 2.0f * g[i];
+  float *status = upload<float>({0.5f, 0.0f});
+
+  float *p = upload(p0), *grad = upload(g2);
+  float *m = upload(std::vector<float>(n, 0.0f));
+  float *v = upload(std::vector<float>(n, 0.0f));
+  AdamwTensor t{n, p, grad, m, v};
+  t.param16 = upload(std::vector<uint16_t>(n, 0), 1);
+  t.storage = Storage16::Bf16;
+  std::vector<double> pr(p0.begin(), p0.end()), mr(n, 0.0), vr(n, 0.0);
+  for (int64_t step = 1; step <= 2; ++step) {
+    ctx.optimizerStep = step;
+    adamwUpdateMulti(ctx, &t, 1, lr, beta1, beta2, eps, wd, status);
+    const double bc1 = 1.0 - std::pow(beta1, double(step)),
+                 bc2 = 1.0 - std::pow(beta2, double(step));
+    for (int64_t i = 0; i < n; ++i) {
+      pr[i] *= 1.0 - lr * wd;
+      mr[i] = beta1 * mr[i] + (1.0 - beta1) * g[i];
+      vr[i] = beta2 * vr[i] + (1.0 - beta2) * double(g[i]) * g[i];
+      pr[i] -= lr / bc1 * mr[i] / (std::sqrt(vr[i]) / std::sqrt(bc2) + eps);
+    }
+  }
+  const std::vector<float> pGot = download(p, n);
+  expectRelNear(pGot, pr, 1e-6, 1e-7);
+  expectRelNear(download(m, n), mr, 1e-6, 1e-12);
+  expectRelNear(download(v, n), vr, 1e-6, 1e-15);
+  const std::vector<uint16_t> copy = download(t.param16, n + 1);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(copy[i], floatToBf16(pGot[i])) << "at " << i;
+  EXPECT_EQ(copy[n], static_cast<uint16_t>(kSentinel));
+
+  float *q = upload(p0), *gq = upload(g2);
+  float *buf = upload(std::vector<float>(n, 0.0f));
+  std::vector<double> qr(p0.begin(), p0.end()), br(n, 0.0);
+  for (int64_t step = 1; step <= 2; ++step) {
+    ctx.optimizerStep = step;
+    sgdUpdate(ctx, n, q, gq, buf, lr, momentum, wd, true, status);
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = g[i] + wd * qr[i];
+      br[i] = step == 1 ? d : momentum * br[i] + d;
+      qr[i] -= lr * (d + momentum * br[i]);
+    }
+  }
+  expectRelNear(download(q, n), qr, 1e-6, 1e-7);
+  expectRelNear(download(buf, n), br, 1e-6, 1e-7);
 }
 
 #ifdef MTC_RUNTIME_CUDA

@@ -216,8 +216,11 @@ BatchNormReference batchNormReference(
 
 TEST_F(Kernels, BatchNormMatchesReference) {
   // inner below and above a CUDA block (two ways of walking a channel); an
-  // offset mean checks that the variance does not cancel.
-  const int64_t shapes[][3] = {{4, 3, 37}, {3, 5, 300}, {64, 2, 1}};
+  // offset mean checks that the variance does not cancel. The last two
+  // have small rows, which the CPU takes in blocks of channels (150: two
+  // full blocks and a part) and in runs of rows that start mid-image.
+  const int64_t shapes[][3] = {
+      {4, 3, 37}, {3, 5, 300}, {64, 2, 1}, {8, 150, 3}, {50, 100, 1}};
   unsigned seed = 1;
   for (const auto &shape : shapes) {
     const int64_t n = shape[0], c = shape[1], inner = shape[2];
@@ -506,8 +509,9 @@ TEST_F(Kernels, BatchNormActivationIsTheSeparateKernels) {
   // A fused ReLU or clip: y is the activation of the plain kernel's y, and
   // the backward with the activation's output is the plain backward of the
   // activation's gradient (relu_grad / clip_grad), bit for bit, on values
-  // on both sides of the bounds and exactly at them.
-  const int64_t n = 3, c = 5, inner = 37, size = n * c * inner;
+  // on both sides of the bounds and exactly at them. 70 channels make two
+  // of the CPU's channel blocks.
+  const int64_t n = 3, c = 70, inner = 37, size = n * c * inner;
   std::vector<float> xv = randomVector(size, -2.0f, 6.0f, 21);
   std::vector<float> dyv = randomVector(size, -1.0f, 1.0f, 22);
   std::vector<float> scalev = randomVector(c, 0.5f, 3.0f, 23);
