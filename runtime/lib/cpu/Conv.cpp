@@ -248,6 +248,10 @@ void col2imGroup(Context &, const Conv2dParams &p, const ConvShape &s,
 // Depthwise convolutions (one input channel per group), run directly
 //===----------------------------------------------------------------------===//
 
+/// The shortest row of a depthwise tap worth a vector loop: below it, the
+/// loop's set-up costs more than it saves.
+constexpr int64_t kVectorRow = 8;
+
 /// y[n, k] = sum over taps of w[k, tap] * x[n, k / kg] shifted: threads own
 /// output planes and add the taps in a fixed order.
 template <typename T, bool Bf16>
@@ -265,8 +269,18 @@ void depthwiseForward(const Conv2dParams &p, const ConvShape &s, const T *x,
         [&](int64_t tap, int64_t oy, int64_t at, int64_t ox0, int64_t ox1) {
           const float weight = storedToFloat(w[k * taps + tap], Bf16);
           float *o = out + oy * p.ow;
+          const T *src = in + at;
+          // Rows of unit stride and some length vectorize (each element on
+          // its own, the same arithmetic); strided or short ones stay
+          // scalar.
+          if (p.strideW == 1 && ox1 - ox0 >= kVectorRow) {
+#pragma omp simd
+            for (int64_t ox = ox0; ox < ox1; ++ox)
+              o[ox] += weight * storedToFloat(src[ox], Bf16);
+            return;
+          }
           for (int64_t ox = ox0; ox < ox1; ++ox)
-            o[ox] += weight * storedToFloat(in[at + ox * p.strideW], Bf16);
+            o[ox] += weight * storedToFloat(src[ox * p.strideW], Bf16);
         });
   });
 }
@@ -289,8 +303,15 @@ void depthwiseBackwardData(const Conv2dParams &p, const ConvShape &s,
           [&](int64_t tap, int64_t oy, int64_t at, int64_t ox0, int64_t ox1) {
             const float weight = storedToFloat(w[k * taps + tap], Bf16);
             const T *g = out + oy * p.ow;
+            float *dst = in + at;
+            if (p.strideW == 1 && ox1 - ox0 >= kVectorRow) {
+#pragma omp simd
+              for (int64_t ox = ox0; ox < ox1; ++ox)
+                dst[ox] += weight * storedToFloat(g[ox], Bf16);
+              return;
+            }
             for (int64_t ox = ox0; ox < ox1; ++ox)
-              in[at + ox * p.strideW] += weight * storedToFloat(g[ox], Bf16);
+              dst[ox * p.strideW] += weight * storedToFloat(g[ox], Bf16);
           });
     }
   });
