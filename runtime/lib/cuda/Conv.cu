@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ConvOperand.h"
+#include "Divisor.h"
 #include "Launch.h"
 
 #include "mtc/runtime/Half.h"
@@ -45,25 +46,57 @@ __device__ inline Out loadAs(T v, bool bf16) {
     return v;
 }
 
+/// How the index kernels below split a flat index into coordinates: by
+/// Divisors made for the launch's index range (no 64-bit division on the
+/// device for the ranges below 2^31).
+struct ConvDivisors {
+  Divisor ld;     ///< count * pixels: a row of the im2col matrix
+  Divisor pixels; ///< oh * ow
+  Divisor taps;   ///< kh * kw
+  Divisor kw, ow;
+  Divisor plane; ///< cg * h * w: one image's input channels of the group
+  Divisor inPlane, w;
+  Divisor strideH, strideW;
+};
+
+/// The divisors for `count` images per GEMM, every index below `bound`.
+ConvDivisors convDivisors(const Conv2dParams &p, const ConvShape &s,
+                          int64_t count, int64_t bound) {
+  ConvDivisors d;
+  d.ld = makeDivisor(count * s.pixels, bound);
+  d.pixels = makeDivisor(s.pixels, bound);
+  d.taps = makeDivisor(p.kh * p.kw, bound);
+  d.kw = makeDivisor(p.kw, bound);
+  d.ow = makeDivisor(p.ow, bound);
+  d.plane = makeDivisor(s.cg * s.inPlane, bound);
+  d.inPlane = makeDivisor(s.inPlane, bound);
+  d.w = makeDivisor(p.w, bound);
+  // col2im divides offsets below h + padTop (w + padLeft) by the strides.
+  d.strideH = makeDivisor(p.strideH, p.h + p.padTop);
+  d.strideW = makeDivisor(p.strideW, p.w + p.padLeft);
+  return d;
+}
+
 /// col[r, j * pixels + oy * ow + ox] = x_j[ci, iy, ix] (0 in padding) for
 /// the `count` images x_j = x + j * imageStride, r = (ci * kh + i) * kw +
 /// j; one thread per col element, so writes are coalesced. T is float or
 /// uint16_t (bfloat16 when Bf16, else float16); col is float32 (widened) or
 /// holds the 16 bits as stored (Out = uint16_t; 0 is +0 in both formats).
 template <typename T, typename Out, bool Bf16>
-__global__ void im2colKernel(Conv2dParams p, ConvShape s, const T *x,
-                             int64_t count, int64_t imageStride, Out *col) {
+__global__ void im2colKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
+                             const T *x, int64_t count, int64_t imageStride,
+                             Out *col) {
   const int64_t ld = count * s.pixels, total = s.patch * ld;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
-    int64_t r = idx / ld;
-    int64_t image = (idx % ld) / s.pixels;
-    int64_t pixel = idx % s.pixels;
-    int64_t ci = r / (p.kh * p.kw);
-    int64_t i = (r / p.kw) % p.kh;
-    int64_t j = r % p.kw;
-    int64_t iy = (pixel / p.ow) * p.strideH - p.padTop + i * p.dilationH;
-    int64_t ix = (pixel % p.ow) * p.strideW - p.padLeft + j * p.dilationW;
+    const int64_t r = d.ld.divide(idx), column = d.ld.remainder(idx, r);
+    const int64_t image = d.pixels.divide(column),
+                  pixel = d.pixels.remainder(column, image);
+    const int64_t ci = d.taps.divide(r), tap = d.taps.remainder(r, ci);
+    const int64_t i = d.kw.divide(tap), j = d.kw.remainder(tap, i);
+    const int64_t oy = d.ow.divide(pixel), ox = d.ow.remainder(pixel, oy);
+    const int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
+    const int64_t ix = ox * p.strideW - p.padLeft + j * p.dilationW;
     col[idx] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
                    ? loadAs<Out>(x[image * imageStride + ci * s.inPlane +
                                    iy * p.w + ix],
@@ -75,26 +108,32 @@ __global__ void im2colKernel(Conv2dParams p, ConvShape s, const T *x,
 /// dx_j[ci, iy, ix] = sum of col[r, j * pixels + pixel] over the taps (i, j)
 /// and output pixels that read (ci, iy, ix), for the `count` images dx_j =
 /// dx + j * imageStride. dx is overwritten.
-__global__ void col2imKernel(Conv2dParams p, ConvShape s, const float *col,
-                             int64_t count, int64_t imageStride, float *dx) {
+__global__ void col2imKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
+                             const float *col, int64_t count,
+                             int64_t imageStride, float *dx) {
   const int64_t ld = count * s.pixels, perImage = s.cg * s.inPlane;
   for (int64_t idx = cuda::threadIndex(); idx < count * perImage;
        idx += cuda::threadCount()) {
-    int64_t image = idx / perImage;
-    int64_t ci = (idx % perImage) / s.inPlane;
-    int64_t iy = (idx / p.w) % p.h;
-    int64_t ix = idx % p.w;
+    const int64_t image = d.plane.divide(idx),
+                  within = d.plane.remainder(idx, image);
+    const int64_t ci = d.inPlane.divide(within),
+                  at = d.inPlane.remainder(within, ci);
+    const int64_t iy = d.w.divide(at), ix = d.w.remainder(at, iy);
     float sum = 0.0f;
     for (int64_t i = 0; i < p.kh; ++i) {
-      int64_t ny = iy + p.padTop - i * p.dilationH;
-      if (ny < 0 || ny % p.strideH != 0 || ny / p.strideH >= p.oh)
+      const int64_t ny = iy + p.padTop - i * p.dilationH;
+      if (ny < 0)
         continue;
-      int64_t oy = ny / p.strideH;
+      const int64_t oy = d.strideH.divide(ny);
+      if (d.strideH.remainder(ny, oy) != 0 || oy >= p.oh)
+        continue;
       for (int64_t j = 0; j < p.kw; ++j) {
-        int64_t nx = ix + p.padLeft - j * p.dilationW;
-        if (nx < 0 || nx % p.strideW != 0 || nx / p.strideW >= p.ow)
+        const int64_t nx = ix + p.padLeft - j * p.dilationW;
+        if (nx < 0)
           continue;
-        int64_t ox = nx / p.strideW;
+        const int64_t ox = d.strideW.divide(nx);
+        if (d.strideW.remainder(nx, ox) != 0 || ox >= p.ow)
+          continue;
         sum += col[((ci * p.kh + i) * p.kw + j) * ld + image * s.pixels +
                    oy * p.ow + ox];
       }
@@ -107,24 +146,28 @@ __global__ void col2imKernel(Conv2dParams p, ConvShape s, const float *col,
 /// the 16 bits as stored): group g of `count` images' output gradients as
 /// one matrix. `y` points at image `first`, group g.
 template <typename T, typename Out, bool Bf16>
-__global__ void gatherKernel(Conv2dParams p, ConvShape s, const T *y,
-                             int64_t count, Out *stage) {
+__global__ void gatherKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
+                             const T *y, int64_t count, Out *stage) {
   const int64_t ld = count * s.pixels;
   for (int64_t idx = cuda::threadIndex(); idx < s.kg * ld;
        idx += cuda::threadCount()) {
-    int64_t k = idx / ld, image = (idx % ld) / s.pixels, q = idx % s.pixels;
+    const int64_t k = d.ld.divide(idx), column = d.ld.remainder(idx, k);
+    const int64_t image = d.pixels.divide(column),
+                  q = d.pixels.remainder(column, image);
     stage[idx] = loadAs<Out>(y[(image * p.k + k) * s.pixels + q], Bf16);
   }
 }
 
 /// The inverse of gather: y[first + j, g * kg + k, q] = stage[k, j *
 /// pixels + q], `y` pointing at image `first`, group g.
-__global__ void scatterKernel(Conv2dParams p, ConvShape s, const float *stage,
-                              int64_t count, float *y) {
+__global__ void scatterKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
+                              const float *stage, int64_t count, float *y) {
   const int64_t ld = count * s.pixels;
   for (int64_t idx = cuda::threadIndex(); idx < s.kg * ld;
        idx += cuda::threadCount()) {
-    int64_t k = idx / ld, image = (idx % ld) / s.pixels, q = idx % s.pixels;
+    const int64_t k = d.ld.divide(idx), column = d.ld.remainder(idx, k);
+    const int64_t image = d.pixels.divide(column),
+                  q = d.pixels.remainder(column, image);
     y[(image * p.k + k) * s.pixels + q] = stage[idx];
   }
 }
@@ -236,10 +279,10 @@ void im2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
   withStorage(x, [&](auto t, auto bf16) {
     using T = decltype(t);
     if constexpr (std::is_same_v<Out, float> || !std::is_same_v<T, float>)
-      im2colKernel<T, Out, bf16()>
-          <<<cuda::gridFor(s.patch * s.pixels * count), cuda::kBlock, 0,
-             ctx.stream>>>(p, s, static_cast<const T *>(x.data) + offset,
-                           count, p.c * s.inPlane, col);
+      im2colKernel<T, Out, bf16()><<<cuda::gridFor(s.patch * s.pixels * count),
+                                     cuda::kBlock, 0, ctx.stream>>>(
+          p, s, convDivisors(p, s, count, s.patch * s.pixels * count),
+          static_cast<const T *>(x.data) + offset, count, p.c * s.inPlane, col);
   });
   checkLaunch(ctx, "im2colKernel");
 }
@@ -254,10 +297,10 @@ void gather(Context &ctx, const Conv2dParams &p, const ConvShape &s,
   withStorage(dy, [&](auto t, auto bf16) {
     using T = decltype(t);
     if constexpr (std::is_same_v<Out, float> || !std::is_same_v<T, float>)
-      gatherKernel<T, Out, bf16()>
-          <<<cuda::gridFor(s.kg * s.pixels * count), cuda::kBlock, 0,
-             ctx.stream>>>(p, s, static_cast<const T *>(dy.data) + offset,
-                           count, stage);
+      gatherKernel<T, Out, bf16()><<<cuda::gridFor(s.kg * s.pixels * count),
+                                     cuda::kBlock, 0, ctx.stream>>>(
+          p, s, convDivisors(p, s, count, s.kg * s.pixels * count),
+          static_cast<const T *>(dy.data) + offset, count, stage);
   });
   checkLaunch(ctx, "gatherKernel");
 }
@@ -281,7 +324,9 @@ void scatterGroup(Context &ctx, const Conv2dParams &p, const ConvShape &s,
   if (s.kg * count * s.pixels == 0)
     return;
   scatterKernel<<<cuda::gridFor(s.kg * count * s.pixels), cuda::kBlock, 0,
-                  ctx.stream>>>(p, s, stage, count, y);
+                  ctx.stream>>>(
+      p, s, convDivisors(p, s, count, s.kg * count * s.pixels), stage, count,
+      y);
   checkLaunch(ctx, "scatterKernel");
 }
 
@@ -290,7 +335,9 @@ void col2imGroup(Context &ctx, const Conv2dParams &p, const ConvShape &s,
   if (count * s.cg * s.inPlane == 0)
     return;
   col2imKernel<<<cuda::gridFor(count * s.cg * s.inPlane), cuda::kBlock, 0,
-                 ctx.stream>>>(p, s, col, count, p.c * s.inPlane, dx);
+                 ctx.stream>>>(
+      p, s, convDivisors(p, s, count, count * s.cg * s.inPlane), col, count,
+      p.c * s.inPlane, dx);
   checkLaunch(ctx, "col2imKernel");
 }
 

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Divisor.h"
 #include "KernelTestFixture.h"
 
 #include "mtc/runtime/Half.h"
@@ -1088,6 +1089,38 @@ TEST_F(Kernels, StridedCopyTransposes) {
   expectNear(download(y, 6), {1, 4, 2, 5, 3, 6});
   fill(ctx, y, 6, 2.5f);
   expectNear(download(y, 6), std::vector<float>(6, 2.5f));
+}
+
+// The GPU kernels' index divisor (multiply and shift for dividends below
+// 2^31) against '/': small and large divisors, powers of two, dividends at
+// and around multiples of them, the largest ones, and a spread between;
+// and the plain division it falls back to for larger bounds.
+TEST(Divisor, MatchesIntegerDivision) {
+  const int64_t limit = int64_t(1) << 31;
+  for (int64_t d :
+       {int64_t(1), int64_t(2), int64_t(3), int64_t(7), int64_t(9), int64_t(49),
+        int64_t(56), int64_t(64), int64_t(3136), int64_t(25088),
+        int64_t(1 << 20) + 7, int64_t(1 << 30), limit - 1}) {
+    const Divisor v = makeDivisor(d, limit);
+    ASSERT_NE(v.multiplier, 0u) << d;
+    std::vector<int64_t> dividends = {0, 1, limit - 1, limit - 2};
+    for (int64_t q :
+         {int64_t(1), int64_t(2), int64_t(1000), limit / d - 1, limit / d})
+      for (int64_t off : {int64_t(-1), int64_t(0), int64_t(1)})
+        dividends.push_back(q * d + off);
+    for (int64_t k = 0; k < 20000; ++k)
+      dividends.push_back((k * 2654435761ll) % limit);
+    for (int64_t n : dividends) {
+      if (n < 0 || n >= limit)
+        continue;
+      const int64_t q = v.divide(n);
+      ASSERT_EQ(q, n / d) << n << " / " << d;
+      ASSERT_EQ(v.remainder(n, q), n % d) << n << " % " << d;
+    }
+  }
+  const Divisor wide = makeDivisor(3, limit + 1);
+  EXPECT_EQ(wide.multiplier, 0u);
+  EXPECT_EQ(wide.divide(3 * limit + 2), limit);
 }
 
 // Copies whose rows are long enough to be split across threads: a [3,
