@@ -21,6 +21,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Divisor.h"
 #include "KernelCommon.h"
 #include "Launch.h"
 
@@ -49,11 +50,13 @@ using cuda::blockSum;
 /// thread handles when the channel is split into `parts` parts of blockDim.x
 /// threads, this block being part `part`. Whole images go to parts when a
 /// plane is at least a block wide (no division per element); otherwise the
-/// channel's elements are numbered flat.
+/// channel's elements are numbered flat, split into image and position by
+/// `byInner` (inner as a Divisor for dividends below n * inner: a multiply
+/// and a shift, not a 64-bit division).
 template <typename F>
 __device__ void forEachInChannel(int64_t n, int64_t c, int64_t inner,
-                                 int64_t ch, int64_t part, int64_t parts,
-                                 F &&f) {
+                                 const Divisor &byInner, int64_t ch,
+                                 int64_t part, int64_t parts, F &&f) {
   if (inner >= blockDim.x) {
     for (int64_t img = part; img < n; img += parts) {
       const int64_t base = (img * c + ch) * inner;
@@ -65,8 +68,8 @@ __device__ void forEachInChannel(int64_t n, int64_t c, int64_t inner,
   const int64_t m = n * inner;
   for (int64_t r = part * blockDim.x + threadIdx.x; r < m;
        r += parts * blockDim.x) {
-    int64_t img = r / inner;
-    f((img * c + ch) * inner + (r - img * inner));
+    const int64_t img = byInner.divide(r);
+    f((img * c + ch) * inner + byInner.remainder(r, img));
   }
 }
 
@@ -81,17 +84,19 @@ unsigned channelParts(int64_t n, int64_t c, int64_t inner) {
 }
 
 __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
-                                   const float *x, float *runningMean,
-                                   float *runningVar, float eps, float momentum,
-                                   float *savedMean, float *savedInvstd) {
+                                   Divisor byInner, const float *x,
+                                   float *runningMean, float *runningVar,
+                                   float eps, float momentum, float *savedMean,
+                                   float *savedInvstd) {
   __shared__ double scratch[kReduceWarps];
   const int64_t m = n * inner;
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double sum = 0.0;
-    forEachInChannel(n, c, inner, ch, 0, 1, [&](int64_t at) { sum += x[at]; });
+    forEachInChannel(n, c, inner, byInner, ch, 0, 1,
+                     [&](int64_t at) { sum += x[at]; });
     double mean = m > 0 ? blockSum(sum, scratch) / static_cast<double>(m) : 0.0;
     double squaredDevSum = 0.0;
-    forEachInChannel(n, c, inner, ch, 0, 1, [&](int64_t at) {
+    forEachInChannel(n, c, inner, byInner, ch, 0, 1, [&](int64_t at) {
       double dev = x[at] - mean;
       squaredDevSum += dev * dev;
     });
@@ -110,17 +115,20 @@ __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
 /// y from the statistics; with var non-null they are running statistics
 /// (inference) and invstd is formed here, else savedInvstd holds it.
 __global__ void bnApplyKernel(int64_t n, int64_t c, int64_t inner,
-                              const float *x, const float *scale,
-                              const float *bias, const float *mean,
-                              const float *savedInvstd, const float *var,
-                              float eps, float *y, NormActivation act) {
+                              Divisor byInner, const float *x,
+                              const float *scale, const float *bias,
+                              const float *mean, const float *savedInvstd,
+                              const float *var, float eps, float *y,
+                              NormActivation act) {
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
     const float mu = mean[ch];
     const float invstd = var ? inverseStd(var[ch], eps) : savedInvstd[ch];
     const float gamma = scale[ch], beta = bias[ch];
-    forEachInChannel(n, c, inner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
-      y[at] = activate(normalizeElement(x[at], mu, invstd, gamma, beta), act);
-    });
+    forEachInChannel(
+        n, c, inner, byInner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
+          y[at] =
+              activate(normalizeElement(x[at], mu, invstd, gamma, beta), act);
+        });
   }
 }
 
@@ -131,8 +139,8 @@ __device__ inline float gradientAt(const float *dy, const float *actOut,
 }
 
 __global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
-                                       const float *dy, const float *x,
-                                       const float *savedMean,
+                                       Divisor byInner, const float *dy,
+                                       const float *x, const float *savedMean,
                                        const float *savedInvstd, float *dscale,
                                        float *dbias, const float *actOut,
                                        NormActivation act) {
@@ -140,7 +148,7 @@ __global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     const float mean = savedMean[ch], invstd = savedInvstd[ch];
     double sumDy = 0.0, sumDyXhat = 0.0;
-    forEachInChannel(n, c, inner, ch, 0, 1, [&](int64_t at) {
+    forEachInChannel(n, c, inner, byInner, ch, 0, 1, [&](int64_t at) {
       float xhat = (x[at] - mean) * invstd;
       float g = gradientAt(dy, actOut, at, act);
       sumDy += g;
@@ -156,8 +164,8 @@ __global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
 }
 
 __global__ void
-bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, const float *dy,
-                      const float *x, const float *scale,
+bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner,
+                      const float *dy, const float *x, const float *scale,
                       const float *savedMean, const float *savedInvstd,
                       const float *dscale, const float *dbias, float *dx,
                       const float *actOut, NormActivation act) {
@@ -166,10 +174,11 @@ bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, const float *dy,
     const NormBackwardFactors f =
         normBackwardFactors(dbias[ch], dscale[ch], n * inner,
                             static_cast<double>(invstd) * scale[ch]);
-    forEachInChannel(n, c, inner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
-      dx[at] = normBackwardElement(gradientAt(dy, actOut, at, act),
-                                   (x[at] - mean) * invstd, f);
-    });
+    forEachInChannel(
+        n, c, inner, byInner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
+          dx[at] = normBackwardElement(gradientAt(dy, actOut, at, act),
+                                       (x[at] - mean) * invstd, f);
+        });
   }
 }
 
@@ -360,14 +369,14 @@ void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
   if (c <= 0)
     return;
   bnTrainStatsKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0, ctx.stream>>>(
-      n, c, inner, x, runningMean, runningVar, eps, momentum, savedMean,
-      savedInvstd);
+      n, c, inner, makeDivisor(inner, n * inner), x, runningMean, runningVar,
+      eps, momentum, savedMean, savedInvstd);
   checkLaunch(ctx, "bnTrainStatsKernel");
   if (n * inner == 0)
     return;
   bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
-      n, c, inner, x, scale, bias, savedMean, savedInvstd, nullptr, eps, y,
-      act);
+      n, c, inner, makeDivisor(inner, n * inner), x, scale, bias, savedMean,
+      savedInvstd, nullptr, eps, y, act);
   checkLaunch(ctx, "bnApplyKernel");
 }
 
@@ -379,16 +388,16 @@ void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
   if (c <= 0)
     return;
   bnBackwardReduceKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0,
-                           ctx.stream>>>(n, c, inner, dy, x, savedMean,
-                                         savedInvstd, dscale, dbias, actOut,
-                                         act);
+                           ctx.stream>>>(
+      n, c, inner, makeDivisor(inner, n * inner), dy, x, savedMean, savedInvstd,
+      dscale, dbias, actOut, act);
   checkLaunch(ctx, "bnBackwardReduceKernel");
   if (n * inner == 0)
     return;
   bnBackwardApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0,
-                          ctx.stream>>>(n, c, inner, dy, x, scale, savedMean,
-                                        savedInvstd, dscale, dbias, dx, actOut,
-                                        act);
+                          ctx.stream>>>(
+      n, c, inner, makeDivisor(inner, n * inner), dy, x, scale, savedMean,
+      savedInvstd, dscale, dbias, dx, actOut, act);
   checkLaunch(ctx, "bnBackwardApplyKernel");
 }
 
@@ -400,8 +409,8 @@ void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
   if (c <= 0 || n * inner == 0)
     return;
   bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
-      n, c, inner, x, scale, bias, mean, nullptr, var, eps, y,
-      NormActivation{});
+      n, c, inner, makeDivisor(inner, n * inner), x, scale, bias, mean, nullptr,
+      var, eps, y, NormActivation{});
   checkLaunch(ctx, "bnApplyKernel");
 }
 

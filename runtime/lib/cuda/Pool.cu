@@ -12,11 +12,13 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Divisor.h"
 #include "KernelCommon.h"
 #include "Launch.h"
 
 #include "mtc/runtime/Kernels.h"
 
+#include <algorithm>
 #include <string>
 
 namespace mtc::rt {
@@ -34,48 +36,88 @@ bool validParams(Context &ctx, const Pool2dParams &p, const char *what) {
   return true;
 }
 
+/// How the kernels below split flat indices and divide by the strides:
+/// Divisors for the launch (a multiply and a shift, not a 64-bit division,
+/// for dividends below 2^31).
+struct PoolDivisors {
+  Divisor outPlane, ow; ///< oh * ow; ow
+  Divisor inPlane, w;   ///< h * w; w
+  Divisor strideH, strideW;
+};
+
+PoolDivisors poolDivisors(const Pool2dParams &p) {
+  const int64_t bound =
+      std::max(p.n * p.c * p.oh * p.ow, p.n * p.c * p.h * p.w);
+  PoolDivisors d;
+  d.outPlane = makeDivisor(p.oh * p.ow, bound);
+  d.ow = makeDivisor(p.ow, bound);
+  d.inPlane = makeDivisor(p.h * p.w, bound);
+  d.w = makeDivisor(p.w, bound);
+  // windowOf divides offsets below h + padTop (w + padLeft).
+  d.strideH = makeDivisor(p.strideH, p.h + p.padTop);
+  d.strideW = makeDivisor(p.strideW, p.w + p.padLeft);
+  return d;
+}
+
+/// (plane, y, x) of flat index idx over planes of `plane` elements, rows of
+/// `row`.
+struct PlaneAt {
+  int64_t plane, y, x;
+};
+__device__ inline PlaneAt planeAt(int64_t idx, const Divisor &plane,
+                                  const Divisor &row) {
+  PlaneAt a;
+  a.plane = plane.divide(idx);
+  const int64_t within = plane.remainder(idx, a.plane);
+  a.y = row.divide(within);
+  a.x = row.remainder(within, a.y);
+  return a;
+}
+
 /// The output coordinate whose window reads input coordinate `in` with tap
 /// `t`, or -1.
 __device__ inline int64_t windowOf(int64_t in, int64_t t, int64_t pad,
-                                   int64_t dilation, int64_t stride,
+                                   int64_t dilation, const Divisor &stride,
                                    int64_t outSize) {
   int64_t num = in + pad - t * dilation;
-  if (num < 0 || num % stride != 0 || num / stride >= outSize)
+  if (num < 0)
     return -1;
-  return num / stride;
+  const int64_t out = stride.divide(num);
+  if (stride.remainder(num, out) != 0 || out >= outSize)
+    return -1;
+  return out;
 }
 
-__global__ void maxPoolForwardKernel(Pool2dParams p, const float *x, float *y) {
+__global__ void maxPoolForwardKernel(Pool2dParams p, PoolDivisors d,
+                                     const float *x, float *y) {
   int64_t total = p.n * p.c * p.oh * p.ow;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
-    int64_t plane = idx / (p.oh * p.ow);
-    int64_t oy = (idx / p.ow) % p.oh;
-    int64_t ox = idx % p.ow;
-    const float *src = x + plane * p.h * p.w;
-    int64_t at = maxPoolArgmax(p, src, oy, ox);
+    const PlaneAt o = planeAt(idx, d.outPlane, d.ow);
+    const float *src = x + o.plane * p.h * p.w;
+    int64_t at = maxPoolArgmax(p, src, o.y, o.x);
     y[idx] = at < 0 ? -INFINITY : src[at];
   }
 }
 
-__global__ void maxPoolBackwardKernel(Pool2dParams p, const float *x,
-                                      const float *dy, float *dx) {
+__global__ void maxPoolBackwardKernel(Pool2dParams p, PoolDivisors d,
+                                      const float *x, const float *dy,
+                                      float *dx) {
   int64_t total = p.n * p.c * p.h * p.w;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
-    int64_t plane = idx / (p.h * p.w);
-    int64_t iy = (idx / p.w) % p.h;
-    int64_t ix = idx % p.w;
-    const float *src = x + plane * p.h * p.w;
-    const float *grad = dy + plane * p.oh * p.ow;
+    const PlaneAt in = planeAt(idx, d.inPlane, d.w);
+    const int64_t iy = in.y, ix = in.x;
+    const float *src = x + in.plane * p.h * p.w;
+    const float *grad = dy + in.plane * p.oh * p.ow;
     float sum = 0.0f;
     // Taps in reverse give windows in increasing output order.
     for (int64_t i = p.kh - 1; i >= 0; --i) {
-      int64_t oy = windowOf(iy, i, p.padTop, p.dilationH, p.strideH, p.oh);
+      int64_t oy = windowOf(iy, i, p.padTop, p.dilationH, d.strideH, p.oh);
       if (oy < 0)
         continue;
       for (int64_t j = p.kw - 1; j >= 0; --j) {
-        int64_t ox = windowOf(ix, j, p.padLeft, p.dilationW, p.strideW, p.ow);
+        int64_t ox = windowOf(ix, j, p.padLeft, p.dilationW, d.strideW, p.ow);
         if (ox >= 0 && maxPoolArgmax(p, src, oy, ox) == iy * p.w + ix)
           sum += grad[oy * p.ow + ox];
       }
@@ -84,14 +126,14 @@ __global__ void maxPoolBackwardKernel(Pool2dParams p, const float *x,
   }
 }
 
-__global__ void avgPoolForwardKernel(Pool2dParams p, const float *x, float *y) {
+__global__ void avgPoolForwardKernel(Pool2dParams p, PoolDivisors d,
+                                     const float *x, float *y) {
   int64_t total = p.n * p.c * p.oh * p.ow;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
-    int64_t plane = idx / (p.oh * p.ow);
-    int64_t oy = (idx / p.ow) % p.oh;
-    int64_t ox = idx % p.ow;
-    const float *src = x + plane * p.h * p.w;
+    const PlaneAt o = planeAt(idx, d.outPlane, d.ow);
+    const int64_t oy = o.y, ox = o.x;
+    const float *src = x + o.plane * p.h * p.w;
     int64_t hStart = oy * p.strideH - p.padTop;
     int64_t wStart = ox * p.strideW - p.padLeft;
     float sum = 0.0f;
@@ -110,22 +152,21 @@ __global__ void avgPoolForwardKernel(Pool2dParams p, const float *x, float *y) {
   }
 }
 
-__global__ void avgPoolBackwardKernel(Pool2dParams p, const float *dy,
-                                      float *dx) {
+__global__ void avgPoolBackwardKernel(Pool2dParams p, PoolDivisors d,
+                                      const float *dy, float *dx) {
   int64_t total = p.n * p.c * p.h * p.w;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
-    int64_t plane = idx / (p.h * p.w);
-    int64_t iy = (idx / p.w) % p.h;
-    int64_t ix = idx % p.w;
-    const float *grad = dy + plane * p.oh * p.ow;
+    const PlaneAt in = planeAt(idx, d.inPlane, d.w);
+    const int64_t iy = in.y, ix = in.x;
+    const float *grad = dy + in.plane * p.oh * p.ow;
     float sum = 0.0f;
     for (int64_t i = p.kh - 1; i >= 0; --i) {
-      int64_t oy = windowOf(iy, i, p.padTop, p.dilationH, p.strideH, p.oh);
+      int64_t oy = windowOf(iy, i, p.padTop, p.dilationH, d.strideH, p.oh);
       if (oy < 0)
         continue;
       for (int64_t j = p.kw - 1; j >= 0; --j) {
-        int64_t ox = windowOf(ix, j, p.padLeft, p.dilationW, p.strideW, p.ow);
+        int64_t ox = windowOf(ix, j, p.padLeft, p.dilationW, d.strideW, p.ow);
         if (ox < 0)
           continue;
         int64_t divisor = avgPoolDivisor(p, oy, ox);
@@ -144,7 +185,7 @@ void maxPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
   if (!validParams(ctx, p, "maxPool2dForward"))
     return;
   maxPoolForwardKernel<<<cuda::gridFor(p.n * p.c * p.oh * p.ow), cuda::kBlock,
-                         0, ctx.stream>>>(p, x, y);
+                         0, ctx.stream>>>(p, poolDivisors(p), x, y);
   checkLaunch(ctx, "maxPoolForwardKernel");
 }
 
@@ -153,7 +194,7 @@ void maxPool2dBackward(Context &ctx, const Pool2dParams &p, const float *x,
   if (!validParams(ctx, p, "maxPool2dBackward"))
     return;
   maxPoolBackwardKernel<<<cuda::gridFor(p.n * p.c * p.h * p.w), cuda::kBlock, 0,
-                          ctx.stream>>>(p, x, dy, dx);
+                          ctx.stream>>>(p, poolDivisors(p), x, dy, dx);
   checkLaunch(ctx, "maxPoolBackwardKernel");
 }
 
@@ -162,7 +203,7 @@ void avgPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
   if (!validParams(ctx, p, "avgPool2dForward"))
     return;
   avgPoolForwardKernel<<<cuda::gridFor(p.n * p.c * p.oh * p.ow), cuda::kBlock,
-                         0, ctx.stream>>>(p, x, y);
+                         0, ctx.stream>>>(p, poolDivisors(p), x, y);
   checkLaunch(ctx, "avgPoolForwardKernel");
 }
 
@@ -171,7 +212,7 @@ void avgPool2dBackward(Context &ctx, const Pool2dParams &p, const float *dy,
   if (!validParams(ctx, p, "avgPool2dBackward"))
     return;
   avgPoolBackwardKernel<<<cuda::gridFor(p.n * p.c * p.h * p.w), cuda::kBlock, 0,
-                          ctx.stream>>>(p, dy, dx);
+                          ctx.stream>>>(p, poolDivisors(p), dy, dx);
   checkLaunch(ctx, "avgPoolBackwardKernel");
 }
 
