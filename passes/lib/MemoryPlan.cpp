@@ -289,12 +289,13 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
     buffers.push_back({alignTo(storageBytes(v), alignment), start, end});
   };
 
-  // A buffer whose values the step has built in (a causal mask) and that
-  // neither the step nor the evaluation function reads takes no bytes.
+  // What neither the step nor the evaluation function reads and the trainer
+  // keeps on the host (a built-in causal mask, a frozen parameter whose
+  // GEMMs read its 16-bit copy) takes no bytes.
   for (BlockArgument arg : body.getArguments()) {
     unsigned i = arg.getArgNumber();
     func.removeArgAttr(i, attr::kNotInArena);
-    if (isUnreadCompiledIn(arg)) {
+    if (staysOffArena(arg)) {
       func.setArgAttr(i, attr::kNotInArena, b.getUnitAttr());
       continue;
     }
@@ -461,7 +462,7 @@ LogicalResult MemoryPlanPass::planEval(func::FuncOp train,
                                                   attr::kName);
     auto it = name ? argOffsets.find(name.getValue()) : argOffsets.end();
     if (name && notInArena.contains(name.getValue()))
-      continue; // unread here too (isUnreadCompiledIn)
+      continue; // unread here too (staysOffArena)
     if (it == argOffsets.end())
       return eval.emitError("evaluation argument ")
              << arg.getArgNumber() << " has no counterpart in @train_step";

@@ -71,8 +71,10 @@ public:
       roundLinearOutputs(step, low);
       roundInputGradients(step, low);
       // Last: the steps above find parameters through their conversions.
-      if (parameterCopies)
-        keepParameterCopies(step, low);
+      if (parameterCopies || frozenCopies)
+        keepParameterCopies(
+            step, module.lookupSymbol<func::FuncOp>(attr::kEvalFunction), low,
+            /*onlyLeavingArena=*/!parameterCopies);
     }
   }
 
@@ -82,7 +84,8 @@ private:
   void roundInputGradients(func::FuncOp func, Type low);
   void roundLinearOutputs(func::FuncOp func, Type low);
   void storeSavedActivations(func::FuncOp func, Type low);
-  void keepParameterCopies(func::FuncOp func, Type low);
+  void keepParameterCopies(func::FuncOp func, func::FuncOp eval, Type low,
+                           bool onlyLeavingArena);
 };
 
 /// Whether `v` is a linear layer's output: a GEMM of `low` operands, or
@@ -416,6 +419,58 @@ void PrecisionPass::storeSavedActivations(func::FuncOp func, Type low) {
   }
 }
 
+/// Replaces the conversions of a parameter by its 16-bit copy `copy`.
+void replaceConversions(ArrayRef<ConvertOp> converts, Value copy) {
+  for (ConvertOp convert : converts) {
+    convert.replaceAllUsesWith(copy);
+    convert.erase();
+  }
+}
+
+/// The conversions to `low` of `param`.
+SmallVector<ConvertOp> conversionsTo(Value param, Type low) {
+  SmallVector<ConvertOp> converts;
+  for (Operation *user : param.getUsers())
+    if (auto convert = dyn_cast<ConvertOp>(user);
+        convert && getElementTypeOrSelf(convert.getType()) == low)
+      converts.push_back(convert);
+  return converts;
+}
+
+/// Whether the evaluation function reads its parameter named `name` only
+/// through conversions to `low` (or not at all).
+bool onlyConvertedInEval(func::FuncOp eval, StringAttr name, Type low) {
+  for (BlockArgument param : eval.getArguments())
+    if (name && eval.getArgAttr(param.getArgNumber(), attr::kName) == name)
+      return conversionsTo(param, low).size() ==
+             static_cast<size_t>(llvm::range_size(param.getUsers()));
+  return true;
+}
+
+/// Makes the evaluation function read the 16-bit copy of its parameter named
+/// `name` (described by `attrs`, whose owner becomes the evaluation
+/// function's parameter) instead of converting the parameter.
+void readCopyInEval(func::FuncOp eval, StringAttr name, Type low,
+                    ArrayRef<NamedAttribute> attrs) {
+  for (BlockArgument param : eval.getArguments()) {
+    unsigned i = param.getArgNumber();
+    if (!name || eval.getArgAttr(i, attr::kName) != name)
+      continue;
+    SmallVector<ConvertOp> converts = conversionsTo(param, low);
+    if (converts.empty())
+      return;
+    OpBuilder b(eval.getContext());
+    NamedAttrList copyAttrs(attrs);
+    copyAttrs.set(attr::kOwner, b.getI64IntegerAttr(i));
+    unsigned index = eval.getNumArguments();
+    (void)eval.insertArgument(
+        index, cast<RankedTensorType>(param.getType()).clone(low),
+        copyAttrs.getDictionary(eval.getContext()), param.getLoc());
+    replaceConversions(converts, eval.getArgument(index));
+    return;
+  }
+}
+
 /// A parameter that the step converts to `low` (for its GEMMs) gets a
 /// 16-bit copy beside it, an argument of its own (role param_copy) that the
 /// GEMMs read instead of a conversion made every step: its AdamW update
@@ -427,14 +482,28 @@ void PrecisionPass::storeSavedActivations(func::FuncOp func, Type low) {
 /// writes 2 more), and runs one kernel less per parameter; the copies live
 /// through the whole step instead of from their first forward use to their
 /// last backward use. Parameters updated by SGD keep their conversions.
-void PrecisionPass::keepParameterCopies(func::FuncOp func, Type low) {
+/// The evaluation function `eval` (if any) reads the copies too, through
+/// arguments of their names: a frozen parameter that only GEMMs read is then
+/// read by neither function, and stays out of the arena (staysOffArena).
+/// With `onlyLeavingArena` (frozen-copies without parameter-copies), only
+/// such weights get copies: the copy then saves half of what the weight
+/// took, where other copies would add to the arena.
+void PrecisionPass::keepParameterCopies(func::FuncOp func, func::FuncOp eval,
+                                        Type low, bool onlyLeavingArena) {
   Block &body = func.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   const unsigned numArgs = func.getNumArguments();
+  DenseSet<int64_t> written; // buffers the step updates (running statistics)
+  for (unsigned r = 0; r < func.getNumResults(); ++r)
+    if (auto tied = func.getResultAttrOfType<IntegerAttr>(r, attr::kTied))
+      written.insert(tied.getInt());
   for (unsigned i = 0; i < numArgs; ++i) {
     BlockArgument param = func.getArgument(i);
     auto role = func.getArgAttrOfType<StringAttr>(i, attr::kRole);
-    if (!role || role.getValue() != attr::role::kParam)
+    // Parameters, and frozen weights (buffers no update writes).
+    if (!role ||
+        !(role.getValue() == attr::role::kParam ||
+          (role.getValue() == attr::role::kBuffer && !written.contains(i))))
       continue;
     SmallVector<ConvertOp> converts;
     AdamWUpdateOp update;
@@ -451,10 +520,16 @@ void PrecisionPass::keepParameterCopies(func::FuncOp func, Type low) {
     }
     if (converts.empty() || otherUpdate)
       continue;
+    auto name = func.getArgAttrOfType<StringAttr>(i, attr::kName);
+    if (onlyLeavingArena &&
+        (role.getValue() != attr::role::kBuffer ||
+         converts.size() !=
+             static_cast<size_t>(llvm::range_size(param.getUsers())) ||
+         (eval && !onlyConvertedInEval(eval, name, low))))
+      continue;
 
     OpBuilder b(func.getContext());
     auto type = cast<RankedTensorType>(param.getType()).clone(low);
-    auto name = func.getArgAttrOfType<StringAttr>(i, attr::kName);
     NamedAttribute attrs[] = {
         b.getNamedAttr(attr::kRole, b.getStringAttr(attr::role::kParamCopy)),
         b.getNamedAttr(attr::kOwner, b.getI64IntegerAttr(i)),
@@ -465,10 +540,9 @@ void PrecisionPass::keepParameterCopies(func::FuncOp func, Type low) {
     (void)func.insertArgument(index, type, b.getDictionaryAttr(attrs),
                               param.getLoc());
     BlockArgument copy = func.getArgument(index);
-    for (ConvertOp convert : converts) {
-      convert.replaceAllUsesWith(copy);
-      convert.erase();
-    }
+    replaceConversions(converts, copy);
+    if (eval)
+      readCopyInEval(eval, name, low, attrs);
     if (!update)
       continue;
 

@@ -67,7 +67,7 @@ Liveness analyze(func::FuncOp func, int64_t alignment) {
     delta[to + 1] -= bytes;
   };
   for (BlockArgument arg : body.getArguments())
-    if (!isUnreadCompiledIn(arg)) // the memory plan leaves those out
+    if (!staysOffArena(arg)) // the memory plan leaves those out
       add(0, last, alignTo(getTensorBytes(arg.getType()), alignment));
   for (Operation &op : body.without_terminator()) {
     int64_t i = l.index[&op];

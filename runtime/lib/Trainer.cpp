@@ -22,6 +22,7 @@
 #include "LossScaler.h"
 #include "Metrics.h"
 
+#include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Npy.h"
 #include "mtc/runtime/Safetensors.h"
@@ -399,8 +400,9 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
     if (bytes != t.bytes)
       return bug(what + "size " + std::to_string(t.bytes) +
                  " does not match its shape " + shapeString(t.shape, t.rank));
-    if (!t.inArena && !t.compiledIn)
-      return bug(what + "only a compiled-in tensor may lie outside the arena");
+    if (!t.inArena && t.role != Role::Param && t.role != Role::Buffer)
+      return bug(what + "only a parameter or a buffer may lie outside the "
+                        "arena");
     if (t.inArena &&
         (t.offset > desc.arenaBytes || t.bytes > desc.arenaBytes - t.offset))
       return bug(what + "bytes [" + std::to_string(t.offset) + ", " +
@@ -433,8 +435,11 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
       break;
     case Role::ParamCopy: {
       if (t.owner < 0 || t.owner >= desc.numTensors ||
-          desc.tensors[t.owner].role != Role::Param)
-        return bug(what + "a parameter copy must belong to a parameter");
+          (desc.tensors[t.owner].role != Role::Param &&
+           desc.tensors[t.owner].role != Role::Buffer) ||
+          desc.tensors[t.owner].dtype != DType::F32)
+        return bug(what + "a parameter copy must belong to a float32 "
+                          "parameter or buffer");
       const TensorDesc &p = desc.tensors[t.owner];
       if (p.rank != t.rank ||
           std::memcmp(p.shape, t.shape, sizeof(int64_t) * t.rank) != 0)
@@ -678,6 +683,44 @@ void dropReadOnlyPages(const void *data, uint64_t bytes) {
     madvise(reinterpret_cast<void *>(begin), end - begin, MADV_DONTNEED);
 }
 
+/// The values of the tensors that lie outside the arena: compiled-in
+/// buffers, and parameters the step does not read (frozen ones whose GEMMs
+/// read their 16-bit copies). They are the embedded initial values until a
+/// checkpoint gives a parameter others; --save, --export and the parameter
+/// copies take them from here.
+class HostValues {
+public:
+  Status init(const ModelDesc &desc) {
+    views_.assign(desc.numTensors, nullptr);
+    owned_.resize(desc.numTensors);
+    for (int i = 0; i < desc.numTensors; ++i)
+      if (!desc.tensors[i].inArena)
+        if (Status s = embeddedValue(desc, desc.tensors[i], views_[i]); !s.ok())
+          return s;
+    return Status::success();
+  }
+  /// The t.bytes bytes of tensor `i` (one outside the arena).
+  const unsigned char *data(int i) const { return views_[i]; }
+  /// Whether tensor `i`'s values are the embedded ones (read-only pages of
+  /// the program, which the kernel may drop and read again).
+  bool embedded(int i) const { return owned_[i].empty(); }
+  /// Takes parameter `i`'s values from a checkpoint entry.
+  Status load(const ModelDesc &desc, int i, const SafetensorsReader &file,
+              const SafetensorsTensor &entry, const std::string &where) {
+    const TensorDesc &t = desc.tensors[i];
+    if (Status s = checkEntryMatches(t, entry, where); !s.ok())
+      return s;
+    const unsigned char *data = file.data(entry);
+    owned_[i].assign(data, data + t.bytes);
+    views_[i] = owned_[i].data();
+    return Status::success();
+  }
+
+private:
+  std::vector<const unsigned char *> views_;
+  std::vector<std::vector<unsigned char>> owned_;
+};
+
 /// Copies the embedded initial values of parameters, buffers and constants
 /// into the arena.
 Status loadInitialValues(Context &ctx, const ModelDesc &desc,
@@ -706,15 +749,33 @@ Status loadInitialValues(Context &ctx, const ModelDesc &desc,
 }
 
 /// Forms each 16-bit parameter copy from its parameter (after the
-/// parameters were loaded), rounded as the step's conversions round.
+/// parameters were loaded), rounded as the step's conversions round: on
+/// the device, or on the host for a parameter outside the arena.
 Status refreshParameterCopies(Context &ctx, const ModelDesc &desc,
-                              unsigned char *arena) {
+                              unsigned char *arena, const HostValues &host) {
   for (int i = 0; i < desc.numTensors; ++i) {
     const TensorDesc &t = desc.tensors[i];
     if (t.role != Role::ParamCopy)
       continue;
     const TensorDesc &p = desc.tensors[t.owner];
     const int64_t n = static_cast<int64_t>(t.bytes / 2), one = 1;
+    if (!p.inArena) {
+      const unsigned char *values = host.data(t.owner);
+      std::vector<uint16_t> rounded(n);
+      const bool bf16 = t.dtype == DType::BF16;
+      for (int64_t k = 0; k < n; ++k) {
+        float v;
+        std::memcpy(&v, values + k * sizeof(float), sizeof(float));
+        rounded[k] = bf16 ? floatToBf16(v) : floatToHalf(v);
+      }
+      if (Status s = device::copyToDevice(ctx, arena + t.offset, rounded.data(),
+                                          t.bytes);
+          !s.ok())
+        return s;
+      if (host.embedded(t.owner))
+        dropReadOnlyPages(values, p.bytes); // read again by --save, if ever
+      continue;
+    }
     stridedCopyTo16(
         ctx, t.dtype == DType::BF16 ? Storage16::Bf16 : Storage16::F16, 1, &n,
         reinterpret_cast<const float *>(arena + p.offset), 0, &one,
@@ -761,7 +822,7 @@ Status restoreStepState(const SafetensorsReader &checkpoint,
 
 /// Copies the tensors with the given roles to host buffers and writes them.
 Status writeTensors(Context &ctx, const ModelDesc &desc, unsigned char *arena,
-                    const std::string &path, bool grads,
+                    const HostValues &host, const std::string &path, bool grads,
                     const std::map<std::string, std::string> &metadata,
                     int &count, float gradUnscale = 1.0f) {
   std::vector<std::vector<unsigned char>> buffers;
@@ -776,11 +837,7 @@ Status writeTensors(Context &ctx, const ModelDesc &desc, unsigned char *arena,
       continue;
     buffers.emplace_back(t.bytes);
     if (!t.inArena) {
-      // A compiled-in buffer: its values are the embedded ones.
-      const unsigned char *data = nullptr;
-      if (Status s = embeddedValue(desc, t, data); !s.ok())
-        return s;
-      std::memcpy(buffers.back().data(), data, t.bytes);
+      std::memcpy(buffers.back().data(), host.data(i), t.bytes);
     } else if (Status s = device::copyToHost(ctx, buffers.back().data(),
                                              arena + t.offset, t.bytes);
                !s.ok()) {
@@ -1109,6 +1166,11 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
     printError(s.message());
     return kExitFailure;
   }
+  HostValues host;
+  if (Status s = host.init(desc); !s.ok()) {
+    printError(s.message());
+    return kExitFailure;
+  }
 
   int64_t startStep = 0;
   // Optimizer steps taken: the training steps minus the skipped ones.
@@ -1137,7 +1199,8 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
       }
       if (Status s =
               t.inArena ? copyTensorIn(ctx, arena, t, checkpoint, *entry, where)
-                        : Status::success();
+              : t.compiledIn ? Status::success()
+                             : host.load(desc, i, checkpoint, *entry, where);
           !s.ok()) {
         printError(s.message());
         return kExitFailure;
@@ -1188,7 +1251,7 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
     std::printf("mtc trainer: loaded %s (step %" PRId64 ")\n",
                 opts.loadPath.c_str(), startStep);
   }
-  if (Status s = refreshParameterCopies(ctx, desc, arena); !s.ok()) {
+  if (Status s = refreshParameterCopies(ctx, desc, arena, host); !s.ok()) {
     printError(s.message());
     return kExitFailure;
   }
@@ -1347,7 +1410,7 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
       meta["loss_scale"] = formatFloatExact(scaler.scale());
       meta["loss_scale_clean_steps"] = std::to_string(scaler.cleanSteps());
     }
-    if (Status s = writeTensors(ctx, desc, arena, opts.savePath,
+    if (Status s = writeTensors(ctx, desc, arena, host, opts.savePath,
                                 /*grads=*/false, meta, count);
         !s.ok()) {
       printError(s.message());
@@ -1371,10 +1434,7 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
         s = device::copyToHost(ctx, &image[w.offset], arena + t.offset,
                                t.bytes);
       } else {
-        const unsigned char *data = nullptr; // a compiled-in buffer
-        s = embeddedValue(desc, t, data);
-        if (s.ok())
-          std::memcpy(&image[w.offset], data, t.bytes);
+        std::memcpy(&image[w.offset], host.data(w.tensor), t.bytes);
       }
       if (!s.ok()) {
         printError(s.message());
@@ -1401,7 +1461,7 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
       meta["loss_scale"] = formatFloatExact(stepScale);
       unscale = static_cast<float>(1.0 / static_cast<double>(stepScale));
     }
-    if (Status s = writeTensors(ctx, desc, arena, opts.dumpGradsPath,
+    if (Status s = writeTensors(ctx, desc, arena, host, opts.dumpGradsPath,
                                 /*grads=*/true, meta, count, unscale);
         !s.ok()) {
       printError(s.message());

@@ -91,8 +91,11 @@ static cl::opt<std::string>
 static cl::list<std::string>
     freezeGlobs("freeze",
                 cl::desc("Keep the parameters whose ONNX name matches GLOB "
-                         "frozen: no gradient, no optimizer state "
-                         "(repeatable)"),
+                         "frozen: no gradient, no optimizer state; under "
+                         "--precision bf16 / fp16, a frozen weight that only "
+                         "GEMMs read takes only its 16-bit copy in device "
+                         "memory (the trainer keeps its float32 values on "
+                         "the host) (repeatable)"),
                 cl::value_desc("GLOB"), cl::sub(compileCmd), cl::sub(planCmd),
                 cl::cat(trainCat));
 static cl::list<std::string>
@@ -235,10 +238,11 @@ static cl::opt<bool> noParameterCopies(
     "no-param-copies",
     cl::desc("With --precision bf16 / fp16, convert each weight to 16 bits "
              "every step where the step first reads it, instead of keeping a "
-             "16-bit copy beside it that its AdamW update rewrites (for "
+             "16-bit copy beside it that its AdamW update rewrites, or in "
+             "place of it for a frozen weight only GEMMs read (for "
              "comparisons: the numbers are the same). A --mem-budget plan "
-             "always converts, so that recomputation can free the converted "
-             "copies"),
+             "converts the trained weights, so that recomputation can free "
+             "the converted copies"),
     cl::sub(compileCmd), cl::sub(planCmd), cl::cat(buildCat));
 static cl::opt<bool> verbose("v", cl::desc("Print the build commands"),
                              cl::sub(compileCmd), cl::cat(buildCat));
@@ -525,6 +529,8 @@ int runCompile(MLIRContext &context) {
   pipeline.precision.nativeGemm = target == Target::Cuda;
   // Under a budget the conversions stay: recomputation may free them.
   pipeline.precision.parameterCopies = !noParameterCopies && memBudget.empty();
+  // A frozen weight only GEMMs read is smaller as its copy alone.
+  pipeline.precision.frozenCopies = !noParameterCopies;
   if (lossScale != "auto" && lossScale != "dynamic" && lossScale != "off")
     return fail("unknown --loss-scale '" + lossScale +
                 "' (expected auto, dynamic or off)");

@@ -1721,8 +1721,13 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
           : isBool(v)       ? "DType::Bool"
                             : "DType::I64")
       << ", " << shape.size() << ", {" << list(padded) << "}, " << offset
-      << "ull, " << getTensorBytes(v.getType()) << "ull, " << owner
-      << (compiledIn ? ", true" : "") << (inArena ? "" : ", false") << "},\n";
+      << "ull, " << getTensorBytes(v.getType()) << "ull, " << owner;
+    // The fields are positional: inArena comes after compiledIn.
+    if (compiledIn || !inArena)
+      t << (compiledIn ? ", true" : ", false");
+    if (!inArena)
+      t << ", false";
+    t << "},\n";
     return numTensors++;
   };
   int64_t batch = 0;

@@ -154,7 +154,8 @@ llvm::Expected<MemoryReport> mtc::computeMemoryReport(ModuleOp module,
       r.compiledInBuffers.push_back(
           func.getArgAttrOfType<StringAttr>(i, attr::kName).str());
     if (func.getArgAttr(i, attr::kNotInArena)) {
-      r.compiledInOnlyBytes += bytes;
+      (func.getArgAttr(i, attr::kCompiledIn) ? r.compiledInOnlyBytes
+                                             : r.hostWeightBytes) += bytes;
       continue;
     }
     if (role == attr::role::kParam) {
@@ -268,6 +269,7 @@ void mtc::writeReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
     os << '"';
   }
   os << "],\n";
+  field("host_weight_bytes", r.hostWeightBytes);
   if (r.budgetBytes)
     os << "  \"budget_bytes\": " << *r.budgetBytes << ",\n";
   else
@@ -307,6 +309,8 @@ void mtc::printReportTable(const MemoryReport &r, llvm::raw_ostream &os) {
   row("buffers", r.bufferBytes);
   if (r.compiledInOnlyBytes)
     row("buffers compiled in", r.compiledInOnlyBytes);
+  if (r.hostWeightBytes)
+    row("frozen weights on host", r.hostWeightBytes);
   row("inputs (one batch)", r.inputBytes);
   row("activations (peak)", r.activationPeakBytes);
   row("kernel scratch (peak)", r.workspacePeakBytes);

@@ -39,6 +39,10 @@ struct MemoryReport {
   /// Compiled-in initializers the step reads no more: not in the arena
   /// (the program's initial-value data holds them).
   uint64_t compiledInOnlyBytes = 0;
+  /// Frozen weights that the step and the evaluation read only through
+  /// their 16-bit copies: not in the arena (the trainer keeps them on the
+  /// host, for --load, --save and --export).
+  uint64_t hostWeightBytes = 0;
   uint64_t inputBytes = 0;
   uint64_t gradientBytes = 0;
   uint64_t optimizerStateBytes = 0;

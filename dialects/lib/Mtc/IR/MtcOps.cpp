@@ -35,17 +35,21 @@ int64_t mtc::getTensorBytes(Type type) {
   return tensor.getNumElements() * ((bits + 7) / 8);
 }
 
-bool mtc::isUnreadCompiledIn(BlockArgument arg) {
+bool mtc::staysOffArena(BlockArgument arg) {
   auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
-  if (!func || !arg.use_empty() ||
-      !func.getArgAttr(arg.getArgNumber(), attr::kCompiledIn))
+  if (!func || !arg.use_empty())
+    return false;
+  unsigned i = arg.getArgNumber();
+  auto role = func.getArgAttrOfType<StringAttr>(i, attr::kRole);
+  if (!role || (role.getValue() != attr::role::kParam &&
+                role.getValue() != attr::role::kBuffer))
     return false;
   auto eval = dyn_cast_or_null<FunctionOpInterface>(
       SymbolTable::lookupNearestSymbolFrom(
           func, StringAttr::get(func->getContext(), attr::kEvalFunction)));
   if (!eval || eval.isExternal())
     return true;
-  Attribute name = func.getArgAttr(arg.getArgNumber(), attr::kName);
+  Attribute name = func.getArgAttr(i, attr::kName);
   return llvm::none_of(eval.getArguments(), [&](BlockArgument e) {
     return eval.getArgAttr(e.getArgNumber(), attr::kName) == name &&
            !e.use_empty();

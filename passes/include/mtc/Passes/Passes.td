@@ -134,9 +134,13 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
     is 16-bit), all as torch.autocast stores them. A parameter the step
     converts gets a 16-bit copy of its own instead (an argument with role
     `param_copy`), which its AdamW update rewrites with the new parameter
-    rounded (`parameter-copies`; frozen parameters' copies are formed once
+    rounded (`parameter-copies`; frozen weights' copies are formed once
     by the trainer; SGD-updated parameters keep their conversions): the
     same values, without a conversion pass over every weight each step.
+    The evaluation function reads the copies too; a frozen weight that
+    both functions then leave unread takes no bytes of the arena (the
+    memory plan's `staysOffArena`), so `frozen-copies` gives such weights
+    their copies even without `parameter-copies`.
     `precision=fp32` changes nothing.
 
     Example: `mtc-opt --mtc-precision="precision=bf16"`
@@ -152,6 +156,11 @@ def PrecisionPass : Pass<"mtc-precision", "mlir::ModuleOp"> {
            "Keep a 16-bit copy beside each parameter the step converts "
            "(AdamW or frozen), written by its update, instead of converting "
            "it every step">,
+    Option<"frozenCopies", "frozen-copies", "bool", "true",
+           "Even without parameter-copies, give a 16-bit copy to each frozen "
+           "weight that the step and the evaluation only convert, so that "
+           "its float32 values leave the arena (the copy takes half their "
+           "bytes)">,
   ];
 }
 

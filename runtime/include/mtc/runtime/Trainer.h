@@ -53,8 +53,9 @@ enum class Role : int {
   /// loss-scaled step; the updates skipped the step when [1] is set
   GradStatus = 12,
   /// the 16-bit copy (BF16 or F16) of param `owner` that the step's GEMMs
-  /// read and its optimizer update rewrites; the trainer forms it from the
-  /// parameter after loading the parameters, never checkpointed
+  /// read and its optimizer update rewrites, or of a frozen weight (a
+  /// Buffer `owner`) that no update changes; the trainer forms it from its
+  /// owner after loading the parameters, never checkpointed
   ParamCopy = 13,
 };
 
@@ -71,9 +72,12 @@ struct TensorDesc {
   /// Buffer: the program depends on its initial value (an attention's
   /// causal mask), so --load refuses a checkpoint with other values.
   bool compiledIn = false;
-  /// False for a compiled-in buffer the step no longer reads: it has no
-  /// bytes in the arena (offset is meaningless) and its values are the
-  /// embedded initial ones (saved, exported and checked from there).
+  /// False for a parameter or buffer that neither the step nor the
+  /// evaluation reads: a compiled-in buffer, or a frozen weight whose GEMMs
+  /// read its 16-bit copy. It has no bytes in the arena (offset is
+  /// meaningless); the trainer keeps its values on the host (the embedded
+  /// ones, or a checkpoint's for a tensor not compiled in), saves and
+  /// exports them from there and forms the copy from them.
   bool inArena = true;
 };
 

@@ -28,11 +28,13 @@ int64_t getNumElements(mlir::Type type);
 /// last to first so that chains of dead ops go too.
 void eraseDeadPureOps(mlir::Block &block);
 
-/// Whether `arg`, an argument of the training step, is a buffer whose
-/// values the step has built in (mtc.compiled_in) and that neither the step
-/// nor the evaluation function (its argument of the same name) reads: the
-/// arena need not hold it.
-bool isUnreadCompiledIn(mlir::BlockArgument arg);
+/// Whether `arg`, an argument of the training step, needs no bytes of the
+/// arena: neither the step nor the evaluation function (its argument of the
+/// same name) reads it, and it is a parameter or a buffer, whose values
+/// the trainer then keeps on the host: a buffer whose values the step has
+/// built in (mtc.compiled_in, an attention's causal mask), or a frozen
+/// weight whose GEMMs read its 16-bit copy.
+bool staysOffArena(mlir::BlockArgument arg);
 
 /// NumPy broadcast of two shapes; failure when they are incompatible.
 mlir::FailureOr<llvm::SmallVector<int64_t>>
