@@ -152,6 +152,27 @@ void forEachRow(int64_t n, int64_t c, int64_t inner, bool parallel,
   });
 }
 
+/// body(e, ch0, ch1) over the elements [0, n * c) of 1x1 feature maps
+/// (rows of one element) in memory order: elements e.. are channels
+/// [ch0, ch1) of one image, a vector loop's worth; runs covering about
+/// kNormTaskElements elements to a task.
+template <typename Body>
+void forEachChannelRun(int64_t n, int64_t c, bool parallel, Body &&body) {
+  const int64_t size = n * c;
+  cpu::parallelFor(0, (size + kNormTaskElements - 1) / kNormTaskElements,
+                   parallel, [&](int64_t t) {
+                     const int64_t last =
+                         std::min(size, (t + 1) * kNormTaskElements);
+                     int64_t e = t * kNormTaskElements, ch = e % c;
+                     while (e < last) {
+                       const int64_t end = std::min(c, ch + (last - e));
+                       body(e, ch, end);
+                       e += end - ch;
+                       ch = 0;
+                     }
+                   });
+}
+
 } // namespace
 
 void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
@@ -170,25 +191,48 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
         c, channelBlock(n, inner), parallel, [&](int64_t c0, int64_t c1) {
           double sum[kMaxChannelBlock] = {}, mean[kMaxChannelBlock],
                  squaredDevSum[kMaxChannelBlock] = {};
-          for (int64_t img = 0; img < n; ++img)
-            for (int64_t ch = c0; ch < c1; ++ch) {
-              const float *src = x + (img * c + ch) * inner;
-              sum[ch - c0] +=
-                  cpu::sumTerms(inner, [&](int64_t j) { return src[j]; });
+          // Rows of one element: the same sums (a one-term sumTerms is the
+          // term), as vector loops over the block's channels.
+          const int64_t width = c1 - c0;
+          if (inner == 1) {
+            for (int64_t img = 0; img < n; ++img) {
+              const float *src = x + img * c + c0;
+#pragma omp simd
+              for (int64_t k = 0; k < width; ++k)
+                sum[k] += src[k];
             }
+          } else {
+            for (int64_t img = 0; img < n; ++img)
+              for (int64_t ch = c0; ch < c1; ++ch) {
+                const float *src = x + (img * c + ch) * inner;
+                sum[ch - c0] +=
+                    cpu::sumTerms(inner, [&](int64_t j) { return src[j]; });
+              }
+          }
           // An empty batch has no statistics; keep the running ones and let
           // invstd be that of a zero variance.
           for (int64_t ch = c0; ch < c1; ++ch)
             mean[ch - c0] = m > 0 ? sum[ch - c0] / static_cast<double>(m) : 0.0;
-          for (int64_t img = 0; img < n; ++img)
-            for (int64_t ch = c0; ch < c1; ++ch) {
-              const float *src = x + (img * c + ch) * inner;
-              const double mu = mean[ch - c0];
-              squaredDevSum[ch - c0] += cpu::sumTerms(inner, [&](int64_t j) {
-                double dev = src[j] - mu;
-                return dev * dev;
-              });
+          if (inner == 1) {
+            for (int64_t img = 0; img < n; ++img) {
+              const float *src = x + img * c + c0;
+#pragma omp simd
+              for (int64_t k = 0; k < width; ++k) {
+                const double dev = src[k] - mean[k];
+                squaredDevSum[k] += dev * dev;
+              }
             }
+          } else {
+            for (int64_t img = 0; img < n; ++img)
+              for (int64_t ch = c0; ch < c1; ++ch) {
+                const float *src = x + (img * c + ch) * inner;
+                const double mu = mean[ch - c0];
+                squaredDevSum[ch - c0] += cpu::sumTerms(inner, [&](int64_t j) {
+                  double dev = src[j] - mu;
+                  return dev * dev;
+                });
+              }
+          }
           for (int64_t ch = c0; ch < c1; ++ch) {
             const double sq = squaredDevSum[ch - c0];
             savedMean[ch] = static_cast<float>(mean[ch - c0]);
@@ -203,6 +247,20 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
     // each thread writes the contiguous block of images its share of a
     // following elementwise loop or convolution reads.
     const NormActivation a = act;
+    if (inner == 1) {
+      forEachChannelRun(
+          n, c, parallel, [&](int64_t e, int64_t ch0, int64_t ch1) {
+            const float *src = x + e - ch0;
+            float *dst = y + e - ch0;
+#pragma omp simd
+            for (int64_t ch = ch0; ch < ch1; ++ch)
+              dst[ch] = activateAs<K>(normalizeElement(src[ch], savedMean[ch],
+                                                       savedInvstd[ch],
+                                                       scale[ch], bias[ch]),
+                                      a);
+          });
+      return;
+    }
     forEachRow(n, c, inner, parallel, [&](int64_t row, int64_t ch) {
       const float meanF = savedMean[ch], invstd = savedInvstd[ch];
       const float gamma = scale[ch], beta = bias[ch];
@@ -249,7 +307,24 @@ void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
           // Each channel's sums over its images in order, both in one pass
           // over each row, in sumTerms's order.
           double sumDy[kMaxChannelBlock] = {}, sumDyXhat[kMaxChannelBlock] = {};
-          for (int64_t img = 0; img < n; ++img)
+          const int64_t width = c1 - c0;
+          // Rows of one element: the same sums, as vector loops over the
+          // block's channels.
+          if (inner == 1) {
+            const float *mean = savedMean + c0, *invstd = savedInvstd + c0;
+            for (int64_t img = 0; img < n; ++img) {
+              const float *grad = gradient + img * c + c0,
+                          *src = x + img * c + c0;
+#pragma omp simd
+              for (int64_t k = 0; k < width; ++k) {
+                const float g = grad[k];
+                sumDy[k] += g;
+                sumDyXhat[k] +=
+                    static_cast<double>(g) * ((src[k] - mean[k]) * invstd[k]);
+              }
+            }
+          }
+          for (int64_t img = 0; inner != 1 && img < n; ++img)
             for (int64_t ch = c0; ch < c1; ++ch) {
               const int64_t base = (img * c + ch) * inner;
               const float *grad = gradient + base, *src = x + base;
@@ -282,6 +357,28 @@ void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
             factors[ch - c0] = normBackwardFactors(
                 dbias[ch], dscale[ch], m,
                 static_cast<double>(savedInvstd[ch]) * scale[ch]);
+          }
+          if (inner == 1) {
+            // The factors by field, for a vector loop over the channels.
+            float gradMean[kMaxChannelBlock], projMean[kMaxChannelBlock],
+                gain[kMaxChannelBlock];
+            for (int64_t k = 0; k < width; ++k) {
+              gradMean[k] = factors[k].gradMean;
+              projMean[k] = factors[k].projMean;
+              gain[k] = factors[k].gain;
+            }
+            const float *mean = savedMean + c0, *invstd = savedInvstd + c0;
+            for (int64_t img = 0; img < n; ++img) {
+              const int64_t base = img * c + c0;
+              const float *grad = gradient + base, *src = x + base;
+              float *dst = dx + base;
+#pragma omp simd
+              for (int64_t k = 0; k < width; ++k)
+                dst[k] = normBackwardElement(
+                    grad[k], (src[k] - mean[k]) * invstd[k],
+                    NormBackwardFactors{gradMean[k], projMean[k], gain[k]});
+            }
+            return;
           }
           for (int64_t img = 0; img < n; ++img)
             for (int64_t ch = c0; ch < c1; ++ch) {

@@ -216,11 +216,13 @@ BatchNormReference batchNormReference(
 
 TEST_F(Kernels, BatchNormMatchesReference) {
   // inner below and above a CUDA block (two ways of walking a channel); an
-  // offset mean checks that the variance does not cancel. The last two
+  // offset mean checks that the variance does not cancel. The last three
   // have small rows, which the CPU takes in blocks of channels (150: two
-  // full blocks and a part) and in runs of rows that start mid-image.
-  const int64_t shapes[][3] = {
-      {4, 3, 37}, {3, 5, 300}, {64, 2, 1}, {8, 150, 3}, {50, 100, 1}};
+  // full blocks and a part) and in runs of rows that start mid-image; rows
+  // of one element (1x1 maps, BatchNorm1d) as vector loops over channels,
+  // in runs that also end mid-image (5000 channels).
+  const int64_t shapes[][3] = {{4, 3, 37},  {3, 5, 300},  {64, 2, 1},
+                               {8, 150, 3}, {50, 100, 1}, {16, 5000, 1}};
   unsigned seed = 1;
   for (const auto &shape : shapes) {
     const int64_t n = shape[0], c = shape[1], inner = shape[2];
@@ -510,53 +512,59 @@ TEST_F(Kernels, BatchNormActivationIsTheSeparateKernels) {
   // the backward with the activation's output is the plain backward of the
   // activation's gradient (relu_grad / clip_grad), bit for bit, on values
   // on both sides of the bounds and exactly at them. 70 channels make two
-  // of the CPU's channel blocks.
-  const int64_t n = 3, c = 70, inner = 37, size = n * c * inner;
-  std::vector<float> xv = randomVector(size, -2.0f, 6.0f, 21);
-  std::vector<float> dyv = randomVector(size, -1.0f, 1.0f, 22);
-  std::vector<float> scalev = randomVector(c, 0.5f, 3.0f, 23);
-  std::vector<float> biasv = randomVector(c, -1.0f, 4.0f, 24);
-  float *x = upload(xv), *scale = upload(scalev), *bias = upload(biasv);
-  float *dy = upload(dyv);
-  float *plain = upload(std::vector<float>(size));
-  float *mean = upload(std::vector<float>(c)), *inv = upload(std::vector<float>(c));
-  batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr, nullptr,
-                        1e-5f, 0.9f, plain, mean, inv);
-  std::vector<float> yPlain = download(plain, size);
-  for (NormActivation act :
-       {NormActivation{NormActivationKind::Relu, 0.0f, 0.0f},
-        NormActivation{NormActivationKind::Clip, 0.0f, 6.0f},
-        NormActivation{NormActivationKind::Clip, -0.5f, 0.5f}}) {
-    SCOPED_TRACE(act.kind == NormActivationKind::Relu ? "relu" : "clip");
-    // The separate kernels' expressions (the generated relu, clip,
-    // relu_grad and clip_grad loops).
-    std::vector<float> yWant(size), gWant(size);
-    for (int64_t i = 0; i < size; ++i) {
-      const float v = yPlain[i];
-      yWant[i] = act.kind == NormActivationKind::Relu
-                     ? (v > 0.0f ? v : 0.0f)
-                     : (v < act.lo ? act.lo : (v > act.hi ? act.hi : v));
-      const float y = yWant[i];
-      gWant[i] = act.kind == NormActivationKind::Relu
-                     ? (y > 0.0f ? dyv[i] : 0.0f)
-                     : ((y > act.lo && y < act.hi) ? dyv[i] : 0.0f);
-    }
-    float *y = upload(std::vector<float>(size));
+  // of the CPU's channel blocks; rows of 37 elements, and of one (the
+  // CPU's vector loops over channels).
+  for (const int64_t inner : {37, 1}) {
+    SCOPED_TRACE("inner=" + std::to_string(inner));
+    const int64_t n = 3, c = 70, size = n * c * inner;
+    std::vector<float> xv = randomVector(size, -2.0f, 6.0f, 21);
+    std::vector<float> dyv = randomVector(size, -1.0f, 1.0f, 22);
+    std::vector<float> scalev = randomVector(c, 0.5f, 3.0f, 23);
+    std::vector<float> biasv = randomVector(c, -1.0f, 4.0f, 24);
+    float *x = upload(xv), *scale = upload(scalev), *bias = upload(biasv);
+    float *dy = upload(dyv);
+    float *plain = upload(std::vector<float>(size));
+    float *mean = upload(std::vector<float>(c)),
+          *inv = upload(std::vector<float>(c));
     batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr, nullptr,
-                          1e-5f, 0.9f, y, mean, inv, act);
-    EXPECT_EQ(download(y, size), yWant);
-    float *dx = upload(std::vector<float>(size)),
-          *ds = upload(std::vector<float>(c)), *db = upload(std::vector<float>(c));
-    batchNormTrainBackward(ctx, n, c, inner, dy, x, scale, mean, inv, dx, ds,
-                           db, y, act);
-    float *dx2 = upload(std::vector<float>(size)),
-          *ds2 = upload(std::vector<float>(c)),
-          *db2 = upload(std::vector<float>(c));
-    batchNormTrainBackward(ctx, n, c, inner, upload(gWant), x, scale, mean, inv,
-                           dx2, ds2, db2);
-    EXPECT_EQ(download(dx, size), download(dx2, size));
-    EXPECT_EQ(download(ds, c), download(ds2, c));
-    EXPECT_EQ(download(db, c), download(db2, c));
+                          1e-5f, 0.9f, plain, mean, inv);
+    std::vector<float> yPlain = download(plain, size);
+    for (NormActivation act :
+         {NormActivation{NormActivationKind::Relu, 0.0f, 0.0f},
+          NormActivation{NormActivationKind::Clip, 0.0f, 6.0f},
+          NormActivation{NormActivationKind::Clip, -0.5f, 0.5f}}) {
+      SCOPED_TRACE(act.kind == NormActivationKind::Relu ? "relu" : "clip");
+      // The separate kernels' expressions (the generated relu, clip,
+      // relu_grad and clip_grad loops).
+      std::vector<float> yWant(size), gWant(size);
+      for (int64_t i = 0; i < size; ++i) {
+        const float v = yPlain[i];
+        yWant[i] = act.kind == NormActivationKind::Relu
+                       ? (v > 0.0f ? v : 0.0f)
+                       : (v < act.lo ? act.lo : (v > act.hi ? act.hi : v));
+        const float y = yWant[i];
+        gWant[i] = act.kind == NormActivationKind::Relu
+                       ? (y > 0.0f ? dyv[i] : 0.0f)
+                       : ((y > act.lo && y < act.hi) ? dyv[i] : 0.0f);
+      }
+      float *y = upload(std::vector<float>(size));
+      batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr, nullptr,
+                            1e-5f, 0.9f, y, mean, inv, act);
+      EXPECT_EQ(download(y, size), yWant);
+      float *dx = upload(std::vector<float>(size)),
+            *ds = upload(std::vector<float>(c)),
+            *db = upload(std::vector<float>(c));
+      batchNormTrainBackward(ctx, n, c, inner, dy, x, scale, mean, inv, dx, ds,
+                             db, y, act);
+      float *dx2 = upload(std::vector<float>(size)),
+            *ds2 = upload(std::vector<float>(c)),
+            *db2 = upload(std::vector<float>(c));
+      batchNormTrainBackward(ctx, n, c, inner, upload(gWant), x, scale, mean,
+                             inv, dx2, ds2, db2);
+      EXPECT_EQ(download(dx, size), download(dx2, size));
+      EXPECT_EQ(download(ds, c), download(ds2, c));
+      EXPECT_EQ(download(db, c), download(db2, c));
+    }
   }
 }
 
