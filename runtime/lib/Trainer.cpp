@@ -486,6 +486,25 @@ Status validateModel(const ModelDesc &desc, int &lossIndex) {
         return bug(what + "shape or dtype differs from its parameter");
     }
   }
+  // What lives through the whole step has bytes of its own: the memory
+  // plan places each argument of the step apart from every other.
+  std::vector<std::pair<uint64_t, int>> persistent; // (offset, tensor)
+  for (int i = 0; i < desc.numTensors; ++i) {
+    const TensorDesc &t = desc.tensors[i];
+    const bool lasting = t.role == Role::Param || t.role == Role::Buffer ||
+                         t.role == Role::State || t.role == Role::ParamCopy ||
+                         t.role == Role::Accumulator;
+    if (lasting && t.inArena && t.bytes > 0)
+      persistent.emplace_back(t.offset, i);
+  }
+  std::sort(persistent.begin(), persistent.end());
+  for (size_t k = 1; k < persistent.size(); ++k) {
+    const TensorDesc &a = desc.tensors[persistent[k - 1].second];
+    const TensorDesc &b = desc.tensors[persistent[k].second];
+    if (a.offset + a.bytes > b.offset)
+      return bug("tensors '" + std::string(a.name) + "' and '" + b.name +
+                 "' overlap in the arena");
+  }
   if (lossIndex < 0 && !desc.inference)
     return bug("no loss tensor");
   const int scaled = desc.lossScaling.enabled ? 1 : 0;
