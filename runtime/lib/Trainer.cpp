@@ -1127,6 +1127,14 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   std::printf("mtc trainer: arena %s (%" PRIu64
               " bytes), planned at compile time\n",
               humanBytes(desc.arenaBytes).c_str(), desc.arenaBytes);
+  uint64_t hostWeightBytes = 0;
+  for (int i = 0; i < desc.numTensors; ++i)
+    if (!desc.tensors[i].inArena && !desc.tensors[i].compiledIn)
+      hostWeightBytes += desc.tensors[i].bytes;
+  if (hostWeightBytes > 0)
+    std::printf("mtc trainer: frozen weights on the host %s (%" PRIu64
+                " bytes; the step reads their 16-bit copies)\n",
+                humanBytes(hostWeightBytes).c_str(), hostWeightBytes);
   std::fflush(stdout);
 
   // Data first: a wrong file should fail before the device is touched.
