@@ -172,24 +172,57 @@ __global__ void scatterKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
   }
 }
 
-/// y[n, k, :] += bias[k].
-__global__ void addBiasKernel(int64_t planes, int64_t k, int64_t pixels,
+/// y[n, k, :] += bias[k]: `pixels` and `k` as Divisors of the element
+/// and plane indices.
+__global__ void addBiasKernel(int64_t planes, Divisor k, Divisor pixels,
                               const float *bias, float *y) {
-  for (int64_t idx = cuda::threadIndex(); idx < planes * pixels;
-       idx += cuda::threadCount())
-    y[idx] += bias[(idx / pixels) % k];
+  for (int64_t idx = cuda::threadIndex(); idx < planes * pixels.value;
+       idx += cuda::threadCount()) {
+    const int64_t plane = pixels.divide(idx);
+    y[idx] += bias[k.remainder(plane, k.divide(plane))];
+  }
+}
+
+/// The divisors of the depthwise kernels' flat indices (no 64-bit
+/// division per element or tap on the GPU).
+struct DepthwiseDivisors {
+  Divisor plane;  ///< pixels (forward, filter) or inPlane (data)
+  Divisor cols;   ///< ow (forward, filter) or w (data)
+  Divisor planes; ///< k (forward) or c (data) planes an image
+  Divisor kg;     ///< output channels per input channel
+  Divisor strideH, strideW;
+};
+
+/// For the forward (`data` false: outputs numbered over [n, k, oh, ow])
+/// or the backward data (`data`: inputs over [n, c, h, w]); the backward
+/// filter numbers [n, oh, ow] of one channel, within both bounds.
+DepthwiseDivisors depthwiseDivisors(const Conv2dParams &p, const ConvShape &s,
+                                    bool data) {
+  const int64_t bound = data ? p.n * p.c * s.inPlane : p.n * p.k * s.pixels;
+  DepthwiseDivisors d;
+  d.plane = makeDivisor(data ? s.inPlane : s.pixels, bound);
+  d.cols = makeDivisor(data ? p.w : p.ow, bound);
+  d.planes = makeDivisor(data ? p.c : p.k, bound);
+  d.kg = makeDivisor(s.kg, bound);
+  // The backward data divides offsets below h + padTop (w + padLeft).
+  d.strideH = makeDivisor(p.strideH, p.h + p.padTop);
+  d.strideW = makeDivisor(p.strideW, p.w + p.padLeft);
+  return d;
 }
 
 /// Depthwise forward, one thread per output: y[n, k, oy, ox] = the taps
 /// of x[n, k / kg] under w[k], added in (i, j) order.
 template <typename T, bool Bf16>
 __global__ void depthwiseForwardKernel(Conv2dParams p, ConvShape s,
-                                       const T *x, const T *w, float *y) {
+                                       DepthwiseDivisors d, const T *x,
+                                       const T *w, float *y) {
   for (int64_t idx = cuda::threadIndex(); idx < p.n * p.k * s.pixels;
        idx += cuda::threadCount()) {
-    const int64_t plane = idx / s.pixels, n = plane / p.k, k = plane % p.k;
-    const int64_t oy = idx % s.pixels / p.ow, ox = idx % p.ow;
-    const T *in = x + (n * p.c + k / s.kg) * s.inPlane;
+    const int64_t plane = d.plane.divide(idx),
+                  pixel = d.plane.remainder(idx, plane);
+    const int64_t n = d.planes.divide(plane), k = d.planes.remainder(plane, n);
+    const int64_t oy = d.cols.divide(pixel), ox = d.cols.remainder(pixel, oy);
+    const T *in = x + (n * p.c + d.kg.divide(k)) * s.inPlane;
     float sum = 0.0f;
     for (int64_t i = 0; i < p.kh; ++i) {
       const int64_t iy = oy * p.strideH + i * p.dilationH - p.padTop;
@@ -210,26 +243,33 @@ __global__ void depthwiseForwardKernel(Conv2dParams p, ConvShape s,
 /// its channel's kg output gradients that read it.
 template <typename T, bool Bf16>
 __global__ void depthwiseBackwardDataKernel(Conv2dParams p, ConvShape s,
-                                            const T *dy, const T *w,
-                                            float *dx) {
+                                            DepthwiseDivisors d, const T *dy,
+                                            const T *w, float *dx) {
   for (int64_t idx = cuda::threadIndex(); idx < p.n * p.c * s.inPlane;
        idx += cuda::threadCount()) {
-    const int64_t plane = idx / s.inPlane, n = plane / p.c, c = plane % p.c;
-    const int64_t iy = idx % s.inPlane / p.w, ix = idx % p.w;
+    const int64_t plane = d.plane.divide(idx),
+                  at = d.plane.remainder(idx, plane);
+    const int64_t n = d.planes.divide(plane), c = d.planes.remainder(plane, n);
+    const int64_t iy = d.cols.divide(at), ix = d.cols.remainder(at, iy);
     float sum = 0.0f;
     for (int64_t k = c * s.kg; k < (c + 1) * s.kg; ++k) {
       const T *out = dy + (n * p.k + k) * s.pixels;
       for (int64_t i = 0; i < p.kh; ++i) {
         const int64_t ny = iy + p.padTop - i * p.dilationH;
-        if (ny < 0 || ny % p.strideH != 0 || ny / p.strideH >= p.oh)
+        if (ny < 0)
+          continue;
+        const int64_t oy = d.strideH.divide(ny);
+        if (d.strideH.remainder(ny, oy) != 0 || oy >= p.oh)
           continue;
         for (int64_t j = 0; j < p.kw; ++j) {
           const int64_t nx = ix + p.padLeft - j * p.dilationW;
-          if (nx < 0 || nx % p.strideW != 0 || nx / p.strideW >= p.ow)
+          if (nx < 0)
+            continue;
+          const int64_t ox = d.strideW.divide(nx);
+          if (d.strideW.remainder(nx, ox) != 0 || ox >= p.ow)
             continue;
           sum += storedToFloat(w[(k * p.kh + i) * p.kw + j], Bf16) *
-                 storedToFloat(out[ny / p.strideH * p.ow + nx / p.strideW],
-                               Bf16);
+                 storedToFloat(out[oy * p.ow + ox], Bf16);
         }
       }
     }
@@ -242,26 +282,26 @@ __global__ void depthwiseBackwardDataKernel(Conv2dParams p, ConvShape s,
 /// fixed tree (cuda::blockSum).
 template <typename T, bool Bf16>
 __global__ void depthwiseBackwardFilterKernel(Conv2dParams p, ConvShape s,
-                                              const T *x, const T *dy,
-                                              float *dw) {
+                                              DepthwiseDivisors d, const T *x,
+                                              const T *dy, float *dw) {
   __shared__ double scratch[cuda::kBlock / 32];
   const int64_t taps = p.kh * p.kw;
   for (int64_t weight = blockIdx.x; weight < p.k * taps;
        weight += gridDim.x) {
     const int64_t k = weight / taps, i = weight % taps / p.kw,
                   j = weight % p.kw;
+    const T *in = x + d.kg.divide(k) * s.inPlane;
     double sum = 0.0;
     for (int64_t e = threadIdx.x; e < p.n * s.pixels; e += blockDim.x) {
-      const int64_t n = e / s.pixels, oy = e % s.pixels / p.ow,
-                    ox = e % p.ow;
+      const int64_t n = d.plane.divide(e), pixel = d.plane.remainder(e, n);
+      const int64_t oy = d.cols.divide(pixel), ox = d.cols.remainder(pixel, oy);
       const int64_t iy = oy * p.strideH + i * p.dilationH - p.padTop;
       const int64_t ix = ox * p.strideW + j * p.dilationW - p.padLeft;
       if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w)
         continue;
       sum += double(storedToFloat(dy[(n * p.k + k) * s.pixels + oy * p.ow + ox],
                                   Bf16)) *
-             storedToFloat(x[(n * p.c + k / s.kg) * s.inPlane + iy * p.w + ix],
-                           Bf16);
+             storedToFloat(in[n * p.c * s.inPlane + iy * p.w + ix], Bf16);
     }
     sum = cuda::blockSum(sum, scratch);
     if (threadIdx.x == 0)
@@ -392,10 +432,10 @@ void convForward(Context &ctx, const Conv2dParams &p, const Operand &x,
   if (convIsDepthwise(p)) {
     withStorage(x, [&](auto t, auto bf16) {
       using T = decltype(t);
-      depthwiseForwardKernel<T, bf16()>
-          <<<cuda::gridFor(p.n * p.k * s.pixels), cuda::kBlock, 0,
-             ctx.stream>>>(p, s, static_cast<const T *>(x.data),
-                           static_cast<const T *>(w.data), y);
+      depthwiseForwardKernel<T, bf16()><<<cuda::gridFor(p.n * p.k * s.pixels),
+                                          cuda::kBlock, 0, ctx.stream>>>(
+          p, s, depthwiseDivisors(p, s, false), static_cast<const T *>(x.data),
+          static_cast<const T *>(w.data), y);
     });
     checkLaunch(ctx, "depthwiseForwardKernel");
   } else {
@@ -413,7 +453,9 @@ void convForward(Context &ctx, const Conv2dParams &p, const Operand &x,
   if (!bias)
     return;
   addBiasKernel<<<cuda::gridFor(p.n * p.k * s.pixels), cuda::kBlock, 0,
-                  ctx.stream>>>(p.n * p.k, p.k, s.pixels, bias, y);
+                  ctx.stream>>>(p.n * p.k, makeDivisor(p.k, p.n * p.k),
+                                makeDivisor(s.pixels, p.n * p.k * s.pixels),
+                                bias, y);
   checkLaunch(ctx, "addBiasKernel");
 }
 
@@ -428,7 +470,8 @@ void convBackwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
       using T = decltype(t);
       depthwiseBackwardDataKernel<T, bf16()>
           <<<cuda::gridFor(p.n * p.c * s.inPlane), cuda::kBlock, 0,
-             ctx.stream>>>(p, s, static_cast<const T *>(dy.data),
+             ctx.stream>>>(p, s, depthwiseDivisors(p, s, true),
+                           static_cast<const T *>(dy.data),
                            static_cast<const T *>(w.data), dx);
     });
     checkLaunch(ctx, "depthwiseBackwardDataKernel");
@@ -474,7 +517,8 @@ void convBackwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
       using T = decltype(t);
       depthwiseBackwardFilterKernel<T, bf16()>
           <<<unsigned(std::min<int64_t>(weights, 1 << 20)), cuda::kBlock, 0,
-             ctx.stream>>>(p, s, static_cast<const T *>(x.data),
+             ctx.stream>>>(p, s, depthwiseDivisors(p, s, false),
+                           static_cast<const T *>(x.data),
                            static_cast<const T *>(dy.data), dw);
     });
     checkLaunch(ctx, "depthwiseBackwardFilterKernel");

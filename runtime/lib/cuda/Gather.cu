@@ -27,6 +27,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Divisor.h"
 #include "KernelCommon.h"
 #include "Launch.h"
 
@@ -44,17 +45,19 @@ constexpr int kChunk = 8;
 /// Threads the backward aims for (columns times parts of the rows).
 constexpr int64_t kBackwardThreads = 64 * 1024;
 
-__global__ void gatherForwardKernel(int64_t outer, int64_t dim, int64_t inner,
+/// y[o, k, i] = data[o, indices[k], i]; `inner` and `count` as Divisors
+/// of the element and row indices.
+__global__ void gatherForwardKernel(int64_t outer, int64_t dim, Divisor inner,
                                     const float *data, const int64_t *indices,
-                                    int64_t count, float *y,
+                                    Divisor count, float *y,
                                     cuda::DeviceErrorRecord *errors) {
-  const int64_t total = outer * count * inner;
+  const int64_t total = outer * count.value * inner.value;
   for (int64_t at = cuda::threadIndex(); at < total;
        at += cuda::threadCount()) {
-    const int64_t row = at / inner;
-    const int64_t i = at - row * inner;
-    const int64_t k = row % count;
-    const int64_t o = row / count;
+    const int64_t row = inner.divide(at);
+    const int64_t i = inner.remainder(at, row);
+    const int64_t o = count.divide(row);
+    const int64_t k = count.remainder(row, o);
     const int64_t source = gatherRow(indices[k], dim);
     if (source < 0) {
       // One report per bad index, not one per element it zeroes.
@@ -64,7 +67,7 @@ __global__ void gatherForwardKernel(int64_t outer, int64_t dim, int64_t inner,
       y[at] = 0.0f;
       continue;
     }
-    y[at] = data[(o * dim + source) * inner + i];
+    y[at] = data[(o * dim + source) * inner.value + i];
   }
 }
 
@@ -232,7 +235,8 @@ void gatherForward(Context &ctx, int64_t outer, int64_t dim, int64_t inner,
     return;
   cuda::DeviceErrorRecord *errors = cuda::deviceErrorRecord(ctx);
   gatherForwardKernel<<<cuda::gridFor(total), cuda::kBlock, 0, ctx.stream>>>(
-      outer, dim, inner, data, indices, count, y, errors);
+      outer, dim, makeDivisor(inner, total), data, indices,
+      makeDivisor(count, outer * count), y, errors);
   checkLaunch(ctx, "gatherForwardKernel");
 }
 

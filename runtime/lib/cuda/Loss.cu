@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Divisor.h"
 #include "Launch.h"
 
 #include <algorithm>
@@ -111,10 +112,12 @@ __global__ void ceCountKernel(int64_t positions, int64_t c,
     gValidLabels = total;
 }
 
-__global__ void ceBackwardKernel(int64_t n, int64_t c, int64_t d,
-                                 const float *dloss, const float *logProb,
-                                 const int64_t *labels, Reduction reduction,
-                                 int64_t ignoreIndex, float *dlogits) {
+/// `image` (c * d) and `d` as Divisors of the element indices.
+__global__ void ceBackwardKernel(int64_t n, int64_t c, int64_t d, Divisor image,
+                                 Divisor byD, const float *dloss,
+                                 const float *logProb, const int64_t *labels,
+                                 Reduction reduction, int64_t ignoreIndex,
+                                 float *dlogits) {
   float scale = 0.0f;
   if (reduction == Reduction::Sum) {
     scale = dloss[0];
@@ -124,10 +127,9 @@ __global__ void ceBackwardKernel(int64_t n, int64_t c, int64_t d,
   }
   for (int64_t at = cuda::threadIndex(); at < n * c * d;
        at += cuda::threadCount()) {
-    int64_t img = at / (c * d);
-    int64_t ci = (at / d) % c;
-    int64_t di = at % d;
-    int64_t pos = img * d + di;
+    const int64_t img = image.divide(at), within = image.remainder(at, img);
+    const int64_t ci = byD.divide(within), di = byD.remainder(within, ci);
+    const int64_t pos = img * d + di;
     long long label = labels[pos];
     if (!isValidLabel(label, c, ignoreIndex)) {
       dlogits[at] = 0.0f;
@@ -377,7 +379,8 @@ void softmaxCrossEntropyBackward(Context &ctx, int64_t n, int64_t c, int64_t d,
     checkLaunch(ctx, "ceCountKernel");
   }
   ceBackwardKernel<<<cuda::gridFor(n * c * d), cuda::kBlock, 0, ctx.stream>>>(
-      n, c, d, dloss, logProb, labels, reduction, ignoreIndex, dlogits);
+      n, c, d, makeDivisor(c * d, n * c * d), makeDivisor(d, c * d), dloss,
+      logProb, labels, reduction, ignoreIndex, dlogits);
   checkLaunch(ctx, "ceBackwardKernel");
 }
 
