@@ -10,8 +10,11 @@
 // workspace, which is exactly conv2dWorkspaceBytes(p, kernel, storage16,
 // native16) bytes, with a staging matrix for several images. 16-bit
 // operands are widened as on the CPU, or (conv2d*Native16) multiplied as
-// they are stored, on the tensor cores. col2im differs: on the GPU every
-// dx element gathers the taps that read it (one thread per element, fixed
+// they are stored, on the tensor cores; the native forward and backward
+// data then run one strided-batched GEMM over the images instead (a
+// matrix an image, read and written in place: no staging matrix), which
+// a pointwise convolution runs on its planes alone. col2im differs: on the GPU
+// every dx element gathers the taps that read it (one thread per element, fixed
 // order) instead of being scattered into, which needs no atomics and is
 // deterministic. Depthwise convolutions run directly, a thread per output
 // (forward) or input (backward data) element, a block per weight
@@ -77,15 +80,32 @@ ConvDivisors convDivisors(const Conv2dParams &p, const ConvShape &s,
   return d;
 }
 
-/// col[r, j * pixels + oy * ow + ox] = x_j[ci, iy, ix] (0 in padding) for
-/// the `count` images x_j = x + j * imageStride, r = (ci * kh + i) * kw +
-/// j; one thread per col element, so writes are coalesced. T is float or
-/// uint16_t (bfloat16 when Bf16, else float16); col is float32 (widened) or
-/// holds the 16 bits as stored (Out = uint16_t; 0 is +0 in both formats).
+/// Where the im2col matrix of a GEMM's images keeps element (r, pixel) of
+/// image j: at r * row + j * image + pixel. Side by side (one GEMM over
+/// all the images): row = images * pixels, image = pixels; image-major
+/// (a strided-batched GEMM, a matrix an image): row = pixels, image =
+/// patch * pixels.
+struct ColLayout {
+  int64_t row, image;
+};
+
+ColLayout sideBySide(const ConvShape &s, int64_t count) {
+  return {count * s.pixels, s.pixels};
+}
+ColLayout imageMajor(const ConvShape &s) {
+  return {s.pixels, s.patch * s.pixels};
+}
+
+/// col[r, j, oy * ow + ox] (at `at` in layout `c`) = x_j[ci, iy, ix] (0 in
+/// padding) for the `count` images x_j = x + j * imageStride, r = (ci *
+/// kh + i) * kw + j; one thread per col element, consecutive threads along
+/// the pixels, so writes are coalesced. T is float or uint16_t (bfloat16
+/// when Bf16, else float16); col is float32 (widened) or holds the 16 bits
+/// as stored (Out = uint16_t; 0 is +0 in both formats).
 template <typename T, typename Out, bool Bf16>
 __global__ void im2colKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
                              const T *x, int64_t count, int64_t imageStride,
-                             Out *col) {
+                             ColLayout c, Out *col) {
   const int64_t ld = count * s.pixels, total = s.patch * ld;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
@@ -97,21 +117,21 @@ __global__ void im2colKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
     const int64_t oy = d.ow.divide(pixel), ox = d.ow.remainder(pixel, oy);
     const int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
     const int64_t ix = ox * p.strideW - p.padLeft + j * p.dilationW;
-    col[idx] = (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
-                   ? loadAs<Out>(x[image * imageStride + ci * s.inPlane +
-                                   iy * p.w + ix],
-                                 Bf16)
-                   : Out(0);
+    col[r * c.row + image * c.image + pixel] =
+        (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
+            ? loadAs<Out>(
+                  x[image * imageStride + ci * s.inPlane + iy * p.w + ix], Bf16)
+            : Out(0);
   }
 }
 
-/// dx_j[ci, iy, ix] = sum of col[r, j * pixels + pixel] over the taps (i, j)
-/// and output pixels that read (ci, iy, ix), for the `count` images dx_j =
-/// dx + j * imageStride. dx is overwritten.
+/// dx_j[ci, iy, ix] = sum of col[r, j, pixel] (layout `c`) over the taps
+/// (i, j) and output pixels that read (ci, iy, ix), for the `count` images
+/// dx_j = dx + j * imageStride. dx is overwritten.
 __global__ void col2imKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
-                             const float *col, int64_t count,
+                             const float *col, ColLayout c, int64_t count,
                              int64_t imageStride, float *dx) {
-  const int64_t ld = count * s.pixels, perImage = s.cg * s.inPlane;
+  const int64_t perImage = s.cg * s.inPlane;
   for (int64_t idx = cuda::threadIndex(); idx < count * perImage;
        idx += cuda::threadCount()) {
     const int64_t image = d.plane.divide(idx),
@@ -134,7 +154,7 @@ __global__ void col2imKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
         const int64_t ox = d.strideW.divide(nx);
         if (d.strideW.remainder(nx, ox) != 0 || ox >= p.ow)
           continue;
-        sum += col[((ci * p.kh + i) * p.kw + j) * ld + image * s.pixels +
+        sum += col[((ci * p.kh + i) * p.kw + j) * c.row + image * c.image +
                    oy * p.ow + ox];
       }
     }
@@ -309,12 +329,12 @@ __global__ void depthwiseBackwardFilterKernel(Conv2dParams p, ConvShape s,
   }
 }
 
-/// The im2col matrix of `count` images of group g from image `first`:
-/// float32, or (Out = uint16_t, x stored in 16 bits) 16-bit.
+/// The im2col matrix of `count` images of group g from image `first`, in
+/// `layout`: float32, or (Out = uint16_t, x stored in 16 bits) 16-bit.
 template <typename Out>
-void im2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-            const Operand &x, int64_t first, int64_t count, int64_t g,
-            Out *col) {
+void im2colAs(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+              const Operand &x, int64_t first, int64_t count, int64_t g,
+              ColLayout layout, Out *col) {
   int64_t offset = (first * p.c + g * s.cg) * s.inPlane;
   withStorage(x, [&](auto t, auto bf16) {
     using T = decltype(t);
@@ -322,9 +342,19 @@ void im2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
       im2colKernel<T, Out, bf16()><<<cuda::gridFor(s.patch * s.pixels * count),
                                      cuda::kBlock, 0, ctx.stream>>>(
           p, s, convDivisors(p, s, count, s.patch * s.pixels * count),
-          static_cast<const T *>(x.data) + offset, count, p.c * s.inPlane, col);
+          static_cast<const T *>(x.data) + offset, count, p.c * s.inPlane,
+          layout, col);
   });
   checkLaunch(ctx, "im2colKernel");
+}
+
+/// The im2col matrix of one GEMM over `count` images (side by side), as
+/// ConvGemms.inc wants it.
+template <typename Out>
+void im2col(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+            const Operand &x, int64_t first, int64_t count, int64_t g,
+            Out *col) {
+  im2colAs(ctx, p, s, x, first, count, g, sideBySide(s, count), col);
 }
 
 /// Group g of `count` images' output gradients from `first` gathered into
@@ -370,18 +400,89 @@ void scatterGroup(Context &ctx, const Conv2dParams &p, const ConvShape &s,
   checkLaunch(ctx, "scatterKernel");
 }
 
-void col2imGroup(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-                 const float *col, int64_t count, float *dx) {
+/// col2im of `count` images' im2col matrices in `layout` into the input
+/// planes of their group at dx (overwritten).
+void col2imAs(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+              const float *col, ColLayout layout, int64_t count, float *dx) {
   if (count * s.cg * s.inPlane == 0)
     return;
   col2imKernel<<<cuda::gridFor(count * s.cg * s.inPlane), cuda::kBlock, 0,
                  ctx.stream>>>(
-      p, s, convDivisors(p, s, count, count * s.cg * s.inPlane), col, count,
-      p.c * s.inPlane, dx);
+      p, s, convDivisors(p, s, count, count * s.cg * s.inPlane), col, layout,
+      count, p.c * s.inPlane, dx);
   checkLaunch(ctx, "col2imKernel");
 }
 
+void col2imGroup(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+                 const float *col, int64_t count, float *dx) {
+  col2imAs(ctx, p, s, col, sideBySide(s, count), count, dx);
+}
+
 #include "ConvGemms.inc"
+
+/// The images a native 16-bit forward or backward data takes per
+/// strided-batched GEMM: all of them when the convolution is pointwise
+/// (no im2col matrix), else as many as the workspace's matrix holds.
+int64_t nativeImages(const Conv2dParams &p, const ConvShape &s) {
+  return convIsPointwise(p) ? std::max<int64_t>(p.n, 1) : s.images;
+}
+
+/// The forward with 16-bit operands multiplied as stored: for each chunk
+/// of images and group, one strided-batched GEMM writes every image's
+/// output planes in place, y_j = w_g * col_j, col_j the image's own im2col
+/// matrix (image-major in the workspace) or, for a pointwise convolution,
+/// its input planes themselves. No staging matrix, no scatter, and no
+/// im2col copy of a 1x1 convolution's input.
+void nativeForward(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+                   const Operand &x, const uint16_t *w, uint16_t *col,
+                   float *y) {
+  const bool pointwise = convIsPointwise(p);
+  const int64_t chunk = nativeImages(p, s);
+  for (int64_t first = 0; first < p.n; first += chunk) {
+    const int64_t count = std::min(chunk, p.n - first);
+    for (int64_t g = 0; g < p.groups; ++g) {
+      const uint16_t *b = static_cast<const uint16_t *>(x.data) +
+                          (first * p.c + g * s.cg) * s.inPlane;
+      int64_t strideB = p.c * s.inPlane;
+      if (!pointwise) {
+        im2colAs(ctx, p, s, x, first, count, g, imageMajor(s), col);
+        b = col;
+        strideB = s.patch * s.pixels;
+      }
+      gemm16StridedBatched(ctx, x.storage, false, false, s.kg, s.pixels,
+                           s.patch, 1.0f, w + g * s.kg * s.patch, s.patch, 0, b,
+                           s.pixels, strideB, 0.0f,
+                           y + (first * p.k + g * s.kg) * s.pixels, s.pixels,
+                           p.k * s.pixels, count);
+    }
+  }
+}
+
+/// The backward data with 16-bit operands multiplied as stored: for each
+/// chunk of images and group, one strided-batched GEMM reads every image's
+/// output gradient planes in place, col_j = w_g^T * dy_j, then col2im
+/// (image-major); a pointwise convolution's products are dx itself.
+void nativeBackwardData(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+                        const Operand &dy, const uint16_t *w, float *col,
+                        float *dx) {
+  const bool pointwise = convIsPointwise(p);
+  const int64_t chunk = nativeImages(p, s);
+  for (int64_t first = 0; first < p.n; first += chunk) {
+    const int64_t count = std::min(chunk, p.n - first);
+    for (int64_t g = 0; g < p.groups; ++g) {
+      float *planes = dx + (first * p.c + g * s.cg) * s.inPlane;
+      gemm16StridedBatched(
+          ctx, dy.storage, true, false, s.patch, s.pixels, s.kg, 1.0f,
+          w + g * s.kg * s.patch, s.patch, 0,
+          static_cast<const uint16_t *>(dy.data) +
+              (first * p.k + g * s.kg) * s.pixels,
+          s.pixels, p.k * s.pixels, 0.0f, pointwise ? planes : col, s.pixels,
+          pointwise ? p.c * s.inPlane : s.patch * s.pixels, count);
+      if (!pointwise)
+        col2imAs(ctx, p, s, col, imageMajor(s), count, planes);
+    }
+  }
+}
 
 /// Group g of the output gradients of `count` images from `first` as one
 /// [kg, count * pixels] matrix of Elem: in place (one float32 image, or one
@@ -438,16 +539,15 @@ void convForward(Context &ctx, const Conv2dParams &p, const Operand &x,
           static_cast<const T *>(w.data), y);
     });
     checkLaunch(ctx, "depthwiseForwardKernel");
+  } else if constexpr (std::is_same_v<Elem, uint16_t>) {
+    nativeForward(ctx, p, s, x, static_cast<const uint16_t *>(w.data),
+                  static_cast<uint16_t *>(workspace), y);
   } else {
-    constexpr bool native = std::is_same_v<Elem, uint16_t>;
-    auto [col, stage] = split<Elem, float>(
-        workspace, s.patch * s.pixels * s.images, native);
-    const Elem *wm;
-    if constexpr (native)
-      wm = static_cast<const uint16_t *>(w.data);
-    else
-      wm = asFloat(ctx, w, 0, p.k * s.patch,
-                   s.images > 1 ? stage + s.kg * s.pixels * s.images : stage);
+    auto [col, stage] =
+        split<float, float>(workspace, s.patch * s.pixels * s.images, false);
+    const float *wm =
+        asFloat(ctx, w, 0, p.k * s.patch,
+                s.images > 1 ? stage + s.kg * s.pixels * s.images : stage);
     gemmForward(ctx, p, s, x.storage, x, wm, col, stage, y);
   }
   if (!bias)
@@ -477,21 +577,18 @@ void convBackwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
     checkLaunch(ctx, "depthwiseBackwardDataKernel");
     return;
   }
-  constexpr bool native = std::is_same_v<Elem, uint16_t>;
-  std::pair<float *, Elem *> parts =
-      split<float, Elem>(workspace, s.patch * s.pixels * s.images, native);
-  float *col = parts.first;
-  Elem *stage = parts.second;
-  const Elem *wm;
-  float *scratch = nullptr;
-  if constexpr (native) {
-    wm = static_cast<const uint16_t *>(w.data);
-  } else {
-    scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
-    wm = asFloat(ctx, w, 0, p.k * s.patch, scratch);
-    if (w.low)
-      scratch += p.k * s.patch;
+  if constexpr (std::is_same_v<Elem, uint16_t>) {
+    nativeBackwardData(ctx, p, s, dy, static_cast<const uint16_t *>(w.data),
+                       static_cast<float *>(workspace), dx);
+    return;
   }
+  const std::pair<float *, float *> parts =
+      split<float, float>(workspace, s.patch * s.pixels * s.images, false);
+  float *col = parts.first, *stage = parts.second;
+  float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
+  const float *wm = asFloat(ctx, w, 0, p.k * s.patch, scratch);
+  if (w.low)
+    scratch += p.k * s.patch;
   gemmBackwardData(
       ctx, p, s, dy.storage, wm,
       [&](int64_t first, int64_t count, int64_t g) {

@@ -416,10 +416,15 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
   // take all 5 (a GEMM of 5 columns, not 5 matrix-vector products); 40x40
   // outputs one image each. Against the definition, float32 and 16-bit.
   // Depthwise ones (a channel per group, two output channels each; one
-  // channel), strided and dilated, run directly.
+  // channel), strided and dilated, run directly. Pointwise ones (1x1,
+  // stride 1, no padding; grouped or not, one or several images per
+  // GEMM) and a strided 1x1 one. On CUDA also with the device's columns
+  // per GEMM (all five images at once), and the native 16-bit kernels,
+  // whose forward and backward data need no workspace when pointwise.
   auto problem = [](int64_t h, int64_t kh, int64_t stride, int64_t pad,
                     int64_t c = 4, int64_t k = 6, int64_t groups = 2,
-                    int64_t dilation = 1) {
+                    int64_t dilation = 1,
+                    int64_t columns = kConvGemmColumnsCpu) {
     Conv2dParams p{};
     p.n = 5, p.c = c, p.h = h, p.w = h;
     p.k = k, p.kh = kh, p.kw = kh;
@@ -428,20 +433,34 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
     p.padTop = p.padLeft = pad;
     p.dilationH = p.dilationW = dilation;
     p.groups = groups;
-    p.gemmColumns = kConvGemmColumnsCpu;
+    p.gemmColumns = columns;
     return p;
   };
-  for (Conv2dParams p :
-       {problem(32, 3, 2, 1), problem(3, 3, 1, 0), problem(40, 3, 1, 1),
-        problem(15, 3, 2, 1, 4, 8, 4), problem(12, 3, 1, 2, 4, 4, 4, 2),
-        problem(9, 3, 1, 1, 1, 3, 1)}) {
-    SCOPED_TRACE("output " + std::to_string(p.oh) + "x" +
-                 std::to_string(p.ow) + ", " +
-                 (convIsDepthwise(p)
-                      ? std::string("depthwise")
-                      : std::to_string(convImagesPerGemm(p)) +
-                            " images per GEMM"));
-    int64_t xs = p.n * p.c * p.h * p.w, ws = p.k * (p.c / p.groups) * 9,
+  std::vector<Conv2dParams> problems = {problem(32, 3, 2, 1),
+                                        problem(3, 3, 1, 0),
+                                        problem(40, 3, 1, 1),
+                                        problem(15, 3, 2, 1, 4, 8, 4),
+                                        problem(12, 3, 1, 2, 4, 4, 4, 2),
+                                        problem(9, 3, 1, 1, 1, 3, 1),
+                                        problem(6, 1, 1, 0),
+                                        problem(40, 1, 1, 0, 4, 6, 1),
+                                        problem(9, 1, 2, 0, 4, 6, 1)};
+#ifdef MTC_RUNTIME_CUDA
+  for (size_t i = 0, n = problems.size(); i < n; ++i) {
+    Conv2dParams p = problems[i];
+    p.gemmColumns = kConvGemmColumnsCuda;
+    problems.push_back(p);
+  }
+#endif
+  for (const Conv2dParams &p : problems) {
+    SCOPED_TRACE(
+        "output " + std::to_string(p.oh) + "x" + std::to_string(p.ow) + ", " +
+        std::to_string(p.kh) + "x" + std::to_string(p.kw) + " taps, " +
+        (convIsDepthwise(p)
+             ? std::string("depthwise")
+             : std::to_string(convImagesPerGemm(p)) + " images per GEMM"));
+    int64_t xs = p.n * p.c * p.h * p.w,
+            ws = p.k * (p.c / p.groups) * p.kh * p.kw,
             planned = conv2dWorkspaceBytes(p, ConvKernel::Forward, true),
             ys = p.n * p.k * p.oh * p.ow;
     EXPECT_EQ(planned == 0, convIsDepthwise(p)); // depthwise: no scratch
@@ -458,6 +477,12 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
                     const std::vector<double> &expected) {
       expectRelNear(got, expected, 1e-5, 1e-4);
     };
+    // Every kernel writes over 7s: one that wrote nothing fails.
+    auto checkThenPoison = [&](float *got, int64_t n,
+                               const std::vector<double> &expected) {
+      check(download(got, n), expected);
+      fill(ctx, got, n, 7.0f);
+    };
     auto workspace = [&](ConvKernel kernel, bool low) {
       return upload(std::vector<float>(
           conv2dWorkspaceBytes(p, kernel, low) / sizeof(float), 0.0f));
@@ -468,13 +493,13 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
     const float *dxF = upload(x), *dwF = upload(w), *dyF = upload(dy);
     conv2dForward(ctx, p, dxF, dwF, nullptr, y,
                   workspace(ConvKernel::Forward, false));
-    check(download(y, ys), want.y);
+    checkThenPoison(y, ys, want.y);
     conv2dBackwardData(ctx, p, dyF, dwF, dx,
                        workspace(ConvKernel::BackwardData, false));
-    check(download(dx, xs), want.dx);
+    checkThenPoison(dx, xs, want.dx);
     conv2dBackwardFilter(ctx, p, dxF, dyF, dw,
                          workspace(ConvKernel::BackwardFilter, false));
-    check(download(dw, ws), want.dw);
+    checkThenPoison(dw, ws, want.dw);
 
     auto narrow = [&](const std::vector<float> &v) {
       std::vector<uint16_t> h;
@@ -485,13 +510,13 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
     const uint16_t *x16 = narrow(x), *w16 = narrow(w), *dy16 = narrow(dy);
     conv2dForward16(ctx, Storage16::Bf16, p, x16, w16, nullptr, y,
                     workspace(ConvKernel::Forward, true));
-    check(download(y, ys), want.y);
+    checkThenPoison(y, ys, want.y);
     conv2dBackwardData16(ctx, Storage16::Bf16, p, dy16, w16, dx,
                          workspace(ConvKernel::BackwardData, true));
-    check(download(dx, xs), want.dx);
+    checkThenPoison(dx, xs, want.dx);
     conv2dBackwardFilter16(ctx, Storage16::Bf16, p, x16, dy16, dw,
                            workspace(ConvKernel::BackwardFilter, true));
-    check(download(dw, ws), want.dw);
+    checkThenPoison(dw, ws, want.dw);
 #ifdef MTC_RUNTIME_CUDA
     // The 16-bit operands multiplied as stored (the tensor cores), in the
     // smaller workspace planned for them.
@@ -500,15 +525,20 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
           (conv2dWorkspaceBytes(p, kernel, true, true) + 3) / sizeof(float),
           0.0f));
     };
+    if (convIsPointwise(p)) {
+      EXPECT_EQ(conv2dWorkspaceBytes(p, ConvKernel::Forward, true, true), 0u);
+      EXPECT_EQ(conv2dWorkspaceBytes(p, ConvKernel::BackwardData, true, true),
+                0u);
+    }
     conv2dForwardNative16(ctx, Storage16::Bf16, p, x16, w16, nullptr, y,
                           native(ConvKernel::Forward));
-    check(download(y, ys), want.y);
+    checkThenPoison(y, ys, want.y);
     conv2dBackwardDataNative16(ctx, Storage16::Bf16, p, dy16, w16, dx,
                                native(ConvKernel::BackwardData));
-    check(download(dx, xs), want.dx);
+    checkThenPoison(dx, xs, want.dx);
     conv2dBackwardFilterNative16(ctx, Storage16::Bf16, p, x16, dy16, dw,
                                  native(ConvKernel::BackwardFilter));
-    check(download(dw, ws), want.dw);
+    checkThenPoison(dw, ws, want.dw);
 #endif
   }
 }
