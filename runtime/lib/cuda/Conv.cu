@@ -10,10 +10,11 @@
 // workspace, which is exactly conv2dWorkspaceBytes(p, kernel, storage16,
 // native16) bytes, with a staging matrix for several images. 16-bit
 // operands are widened as on the CPU, or (conv2d*Native16) multiplied as
-// they are stored, on the tensor cores; the native forward and backward
-// data then run one strided-batched GEMM over the images instead (a
-// matrix an image, read and written in place: no staging matrix), which
-// a pointwise convolution runs on its planes alone. col2im differs: on the GPU
+// they are stored, on the tensor cores; on maps of a multiple of 8
+// pixels (convNativeBatched) the native forward and backward data run
+// one strided-batched GEMM over the images instead (a matrix an image,
+// read and written in place: no staging matrix), which a pointwise
+// convolution runs on its planes alone. col2im differs: on the GPU
 // every dx element gathers the taps that read it (one thread per element, fixed
 // order) instead of being scattered into, which needs no atomics and is
 // deterministic. Depthwise convolutions run directly, a thread per output
@@ -421,8 +422,9 @@ void col2imGroup(Context &ctx, const Conv2dParams &p, const ConvShape &s,
 #include "ConvGemms.inc"
 
 /// The images a native 16-bit forward or backward data takes per
-/// strided-batched GEMM: all of them when the convolution is pointwise
-/// (no im2col matrix), else as many as the workspace's matrix holds.
+/// strided-batched GEMM (convNativeBatched): all of them when the convolution
+/// is pointwise (no im2col matrix), else as many as the workspace's matrix
+/// holds.
 int64_t nativeImages(const Conv2dParams &p, const ConvShape &s) {
   return convIsPointwise(p) ? std::max<int64_t>(p.n, 1) : s.images;
 }
@@ -539,15 +541,19 @@ void convForward(Context &ctx, const Conv2dParams &p, const Operand &x,
           static_cast<const T *>(w.data), y);
     });
     checkLaunch(ctx, "depthwiseForwardKernel");
-  } else if constexpr (std::is_same_v<Elem, uint16_t>) {
+  } else if (std::is_same_v<Elem, uint16_t> && convNativeBatched(p)) {
     nativeForward(ctx, p, s, x, static_cast<const uint16_t *>(w.data),
                   static_cast<uint16_t *>(workspace), y);
   } else {
+    constexpr bool native = std::is_same_v<Elem, uint16_t>;
     auto [col, stage] =
-        split<float, float>(workspace, s.patch * s.pixels * s.images, false);
-    const float *wm =
-        asFloat(ctx, w, 0, p.k * s.patch,
-                s.images > 1 ? stage + s.kg * s.pixels * s.images : stage);
+        split<Elem, float>(workspace, s.patch * s.pixels * s.images, native);
+    const Elem *wm;
+    if constexpr (native)
+      wm = static_cast<const uint16_t *>(w.data);
+    else
+      wm = asFloat(ctx, w, 0, p.k * s.patch,
+                   s.images > 1 ? stage + s.kg * s.pixels * s.images : stage);
     gemmForward(ctx, p, s, x.storage, x, wm, col, stage, y);
   }
   if (!bias)
@@ -577,18 +583,26 @@ void convBackwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
     checkLaunch(ctx, "depthwiseBackwardDataKernel");
     return;
   }
-  if constexpr (std::is_same_v<Elem, uint16_t>) {
+  constexpr bool native = std::is_same_v<Elem, uint16_t>;
+  if (native && convNativeBatched(p)) {
     nativeBackwardData(ctx, p, s, dy, static_cast<const uint16_t *>(w.data),
                        static_cast<float *>(workspace), dx);
     return;
   }
-  const std::pair<float *, float *> parts =
-      split<float, float>(workspace, s.patch * s.pixels * s.images, false);
-  float *col = parts.first, *stage = parts.second;
-  float *scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
-  const float *wm = asFloat(ctx, w, 0, p.k * s.patch, scratch);
-  if (w.low)
-    scratch += p.k * s.patch;
+  std::pair<float *, Elem *> parts =
+      split<float, Elem>(workspace, s.patch * s.pixels * s.images, native);
+  float *col = parts.first;
+  Elem *stage = parts.second;
+  const Elem *wm;
+  float *scratch = nullptr;
+  if constexpr (native) {
+    wm = static_cast<const uint16_t *>(w.data);
+  } else {
+    scratch = s.images > 1 ? stage + s.kg * s.pixels * s.images : stage;
+    wm = asFloat(ctx, w, 0, p.k * s.patch, scratch);
+    if (w.low)
+      scratch += p.k * s.patch;
+  }
   gemmBackwardData(
       ctx, p, s, dy.storage, wm,
       [&](int64_t first, int64_t count, int64_t g) {

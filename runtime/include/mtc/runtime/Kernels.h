@@ -114,6 +114,18 @@ inline bool convIsPointwise(const Conv2dParams &p) {
          p.padTop == 0 && p.padLeft == 0 && p.oh == p.h && p.ow == p.w;
 }
 
+/// Whether CUDA's native 16-bit forward and backward data run one
+/// strided-batched GEMM over the images (a matrix an image, read and
+/// written in place) rather than one GEMM over the images side by side
+/// through a staging matrix: when an image's rows of output pixels keep
+/// the 16-byte alignment the tensor cores' fastest GEMMs need (oh * ow a
+/// multiple of 8). ResNet-50's 14x14 and 7x7 maps (196 and 49 pixels)
+/// keep the side-by-side GEMM, whose rows of several images' pixels are
+/// aligned at the usual batches.
+inline bool convNativeBatched(const Conv2dParams &p) {
+  return p.oh * p.ow % 8 == 0;
+}
+
 /// Images per GEMM: as many as fit p.gemmColumns output pixels, at least
 /// one, at most n.
 inline int64_t convImagesPerGemm(const Conv2dParams &p) {
@@ -135,16 +147,15 @@ inline int64_t convImagesPerGemm(const Conv2dParams &p) {
 /// gradient (backward) of those images, [k / groups, images * oh * ow],
 /// then the widened weight as before. With `native16` (16-bit operands
 /// multiplied as they are stored: the CUDA conv2d*Native16 entry points,
-/// Cuda.h) nothing is widened. The forward and the backward data run one
-/// strided-batched GEMM over the images, a matrix each, reading and
-/// writing the images' planes in place: the forward keeps only the
-/// images' im2col matrices in 16 bits, the backward data their float32
-/// products for col2im, and a pointwise convolution (convIsPointwise)
-/// needs neither. The backward filter keeps the im2col matrix in 16 bits
-/// and, with several images, a staging matrix of their 16-bit output
-/// gradients from the next multiple of 256 bytes. The compiler plans
-/// exactly this many bytes as the op's temporary; none for a depthwise
-/// convolution.
+/// Cuda.h) nothing is widened: the forward and backward filter keep the
+/// im2col matrix in 16 bits, the backward data keeps its float32 product
+/// for col2im, and the staging matrix holds float32 outputs (forward) or
+/// 16-bit output gradients (backward), from the next multiple of 256
+/// bytes. A forward or backward data that runs one strided-batched GEMM
+/// over the images (convNativeBatched) needs no staging matrix, and a
+/// pointwise one (convIsPointwise) no im2col matrix either. The compiler
+/// plans exactly this many bytes as the op's temporary; none for a
+/// depthwise convolution.
 inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p,
                                      ConvKernel kernel = ConvKernel::Forward,
                                      bool storage16 = false,
@@ -154,15 +165,14 @@ inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p,
   if (storage16 && native16) {
     const int64_t patch = p.c / p.groups * p.kh * p.kw,
                   columns = p.oh * p.ow * convImagesPerGemm(p);
-    if (kernel != ConvKernel::BackwardFilter)
-      return convIsPointwise(p)
-                 ? 0
-                 : static_cast<uint64_t>(
-                       patch * columns *
-                       (kernel == ConvKernel::BackwardData ? 4 : 2));
-    const int64_t col = patch * columns * 2;
+    const int64_t col =
+        patch * columns * (kernel == ConvKernel::BackwardData ? 4 : 2);
+    if (kernel != ConvKernel::BackwardFilter && convNativeBatched(p))
+      return convIsPointwise(p) ? 0 : static_cast<uint64_t>(col);
     const int64_t stage =
-        convImagesPerGemm(p) > 1 ? p.k / p.groups * columns * 2 : 0;
+        convImagesPerGemm(p) > 1
+            ? p.k / p.groups * columns * (kernel == ConvKernel::Forward ? 4 : 2)
+            : 0;
     return static_cast<uint64_t>((col + 255) / 256 * 256 + stage);
   }
   int64_t patch = p.c / p.groups * p.kh * p.kw, pixels = p.oh * p.ow;
