@@ -429,6 +429,16 @@ int64_t nativeImages(const Conv2dParams &p, const ConvShape &s) {
   return convIsPointwise(p) ? std::max<int64_t>(p.n, 1) : s.images;
 }
 
+/// Calls f(first, count, g) for each group g of each chunk of the images
+/// nativeImages takes at once, `count` of them from image `first`.
+template <typename F>
+void forEachNativeGemm(const Conv2dParams &p, const ConvShape &s, F &&f) {
+  const int64_t chunk = nativeImages(p, s);
+  for (int64_t first = 0; first < p.n; first += chunk)
+    for (int64_t g = 0; g < p.groups; ++g)
+      f(first, std::min(chunk, p.n - first), g);
+}
+
 /// The forward with 16-bit operands multiplied as stored: for each chunk
 /// of images and group, one strided-batched GEMM writes every image's
 /// output planes in place, y_j = w_g * col_j, col_j the image's own im2col
@@ -439,25 +449,20 @@ void nativeForward(Context &ctx, const Conv2dParams &p, const ConvShape &s,
                    const Operand &x, const uint16_t *w, uint16_t *col,
                    float *y) {
   const bool pointwise = convIsPointwise(p);
-  const int64_t chunk = nativeImages(p, s);
-  for (int64_t first = 0; first < p.n; first += chunk) {
-    const int64_t count = std::min(chunk, p.n - first);
-    for (int64_t g = 0; g < p.groups; ++g) {
-      const uint16_t *b = static_cast<const uint16_t *>(x.data) +
-                          (first * p.c + g * s.cg) * s.inPlane;
-      int64_t strideB = p.c * s.inPlane;
-      if (!pointwise) {
-        im2colAs(ctx, p, s, x, first, count, g, imageMajor(s), col);
-        b = col;
-        strideB = s.patch * s.pixels;
-      }
-      gemm16StridedBatched(ctx, x.storage, false, false, s.kg, s.pixels,
-                           s.patch, 1.0f, w + g * s.kg * s.patch, s.patch, 0, b,
-                           s.pixels, strideB, 0.0f,
-                           y + (first * p.k + g * s.kg) * s.pixels, s.pixels,
-                           p.k * s.pixels, count);
+  forEachNativeGemm(p, s, [&](int64_t first, int64_t count, int64_t g) {
+    const uint16_t *b = static_cast<const uint16_t *>(x.data) +
+                        (first * p.c + g * s.cg) * s.inPlane;
+    int64_t strideB = p.c * s.inPlane;
+    if (!pointwise) {
+      im2colAs(ctx, p, s, x, first, count, g, imageMajor(s), col);
+      b = col;
+      strideB = s.patch * s.pixels;
     }
-  }
+    gemm16StridedBatched(ctx, x.storage, false, false, s.kg, s.pixels, s.patch,
+                         1.0f, w + g * s.kg * s.patch, s.patch, 0, b, s.pixels,
+                         strideB, 0.0f, y + (first * p.k + g * s.kg) * s.pixels,
+                         s.pixels, p.k * s.pixels, count);
+  });
 }
 
 /// The backward data with 16-bit operands multiplied as stored: for each
@@ -468,22 +473,18 @@ void nativeBackwardData(Context &ctx, const Conv2dParams &p, const ConvShape &s,
                         const Operand &dy, const uint16_t *w, float *col,
                         float *dx) {
   const bool pointwise = convIsPointwise(p);
-  const int64_t chunk = nativeImages(p, s);
-  for (int64_t first = 0; first < p.n; first += chunk) {
-    const int64_t count = std::min(chunk, p.n - first);
-    for (int64_t g = 0; g < p.groups; ++g) {
-      float *planes = dx + (first * p.c + g * s.cg) * s.inPlane;
-      gemm16StridedBatched(
-          ctx, dy.storage, true, false, s.patch, s.pixels, s.kg, 1.0f,
-          w + g * s.kg * s.patch, s.patch, 0,
-          static_cast<const uint16_t *>(dy.data) +
-              (first * p.k + g * s.kg) * s.pixels,
-          s.pixels, p.k * s.pixels, 0.0f, pointwise ? planes : col, s.pixels,
-          pointwise ? p.c * s.inPlane : s.patch * s.pixels, count);
-      if (!pointwise)
-        col2imAs(ctx, p, s, col, imageMajor(s), count, planes);
-    }
-  }
+  forEachNativeGemm(p, s, [&](int64_t first, int64_t count, int64_t g) {
+    float *planes = dx + (first * p.c + g * s.cg) * s.inPlane;
+    gemm16StridedBatched(
+        ctx, dy.storage, true, false, s.patch, s.pixels, s.kg, 1.0f,
+        w + g * s.kg * s.patch, s.patch, 0,
+        static_cast<const uint16_t *>(dy.data) +
+            (first * p.k + g * s.kg) * s.pixels,
+        s.pixels, p.k * s.pixels, 0.0f, pointwise ? planes : col, s.pixels,
+        pointwise ? p.c * s.inPlane : s.patch * s.pixels, count);
+    if (!pointwise)
+      col2imAs(ctx, p, s, col, imageMajor(s), count, planes);
+  });
 }
 
 /// Group g of the output gradients of `count` images from `first` as one
