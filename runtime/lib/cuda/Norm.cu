@@ -9,10 +9,13 @@
 // over a fixed number of threads, so results are reproducible run to run;
 // they match the CPU to rounding, not bit for bit.
 //
-//  - BatchNorm: one block per channel reduces (the statistics, or the
+//  - BatchNorm: blocks reduce each channel (the statistics, or the
 //    gradient sums), then a grid over (part of a channel, channel) applies
 //    the per-element formula, so that the elementwise part fills the GPU
-//    even with few channels.
+//    even with few channels. With few channels the reductions split each
+//    channel into parts too (bnReduceParts): each block sums its part,
+//    and the parts' sums are added in part order by a small kernel, so
+//    the results stay reproducible.
 //  - LayerNorm: one block per row does the whole row; dscale/dbias are
 //    column sums over the rows, one thread per column and row slice.
 //
@@ -43,6 +46,9 @@ constexpr int kColumns = 32;
 constexpr int kRowSlices = 16;
 /// Grid dimensions y and z are limited to 65535.
 constexpr int64_t kMaxGridY = 65535;
+/// The BatchNorm reductions aim at about this many blocks in all: about
+/// four blocks of kReduceThreads on each of an H100's or H200's 132 SMs.
+constexpr int64_t kWantedReduceBlocks = 512;
 
 using cuda::blockSum;
 
@@ -57,15 +63,18 @@ template <typename F>
 __device__ void forEachInChannel(int64_t n, int64_t c, int64_t inner,
                                  const Divisor &byInner, int64_t ch,
                                  int64_t part, int64_t parts, F &&f) {
+  // Unrolled so that several loads are in flight per thread.
   if (inner >= blockDim.x) {
     for (int64_t img = part; img < n; img += parts) {
       const int64_t base = (img * c + ch) * inner;
+#pragma unroll 4
       for (int64_t j = threadIdx.x; j < inner; j += blockDim.x)
         f(base + j);
     }
     return;
   }
   const int64_t m = n * inner;
+#pragma unroll 4
   for (int64_t r = part * blockDim.x + threadIdx.x; r < m;
        r += parts * blockDim.x) {
     const int64_t img = byInner.divide(r);
@@ -81,6 +90,74 @@ unsigned channelParts(int64_t n, int64_t c, int64_t inner) {
   int64_t wanted = std::max<int64_t>(1, 8192 / std::min(c, kMaxGridY));
   return static_cast<unsigned>(
       std::max<int64_t>(1, std::min(perChannel, wanted)));
+}
+
+/// Parts per channel of the BatchNorm reductions (blocks of
+/// kReduceThreads): 1 (a block per channel) when there are channels
+/// enough to fill the GPU; otherwise about kWantedReduceBlocks blocks in
+/// all, each with whole images when a plane is a block wide, else at
+/// least a block's worth of elements. ResNet-50's 64 channels at 112x112
+/// would otherwise reduce 64 x 112 x 112 elements a block on 64 SMs.
+int64_t bnReduceParts(int64_t n, int64_t c, int64_t inner) {
+  const int64_t perChannel =
+      inner >= kReduceThreads
+          ? n
+          : (n * inner + kReduceThreads - 1) / kReduceThreads;
+  const int64_t wanted = std::max<int64_t>(1, kWantedReduceBlocks / c);
+  return std::max<int64_t>(1, std::min(perChannel, wanted));
+}
+
+/// The sum of the `parts` partial sums of channel ch, in part order.
+__device__ inline double sumOfParts(const double *partials, int64_t ch,
+                                    int64_t parts) {
+  double sum = 0.0;
+  for (int64_t p = 0; p < parts; ++p)
+    sum += partials[ch * parts + p];
+  return sum;
+}
+
+/// Part blockIdx.x of gridDim.x of each channel: its sum of x, or (with
+/// `sums`, the first kernel's partials) its sum of squared deviations from
+/// the channel's mean, to partials[ch * parts + part].
+__global__ void bnPartialStatsKernel(int64_t n, int64_t c, int64_t inner,
+                                     Divisor byInner, const float *x,
+                                     const double *sums, double *partials) {
+  __shared__ double scratch[kReduceWarps];
+  const int64_t parts = gridDim.x, part = blockIdx.x, m = n * inner;
+  for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
+    double acc = 0.0;
+    if (!sums) {
+      forEachInChannel(n, c, inner, byInner, ch, part, parts,
+                       [&](int64_t at) { acc += x[at]; });
+    } else {
+      const double mean = sumOfParts(sums, ch, parts) / static_cast<double>(m);
+      forEachInChannel(n, c, inner, byInner, ch, part, parts, [&](int64_t at) {
+        double dev = x[at] - mean;
+        acc += dev * dev;
+      });
+    }
+    acc = blockSum(acc, scratch);
+    if (threadIdx.x == 0)
+      partials[ch * parts + part] = acc;
+  }
+}
+
+/// The statistics from the parts' sums (a thread per channel), as
+/// bnTrainStatsKernel finishes them.
+__global__ void bnFinishStatsKernel(int64_t c, int64_t parts, int64_t m,
+                                    const double *sums, const double *sqDevs,
+                                    float *runningMean, float *runningVar,
+                                    float eps, float momentum, float *savedMean,
+                                    float *savedInvstd) {
+  for (int64_t ch = cuda::threadIndex(); ch < c; ch += cuda::threadCount()) {
+    const double mean = sumOfParts(sums, ch, parts) / static_cast<double>(m);
+    const double squaredDevSum = sumOfParts(sqDevs, ch, parts);
+    savedMean[ch] = static_cast<float>(mean);
+    savedInvstd[ch] = inverseStd(squaredDevSum / static_cast<double>(m), eps);
+    if (runningMean && runningVar)
+      updateBatchNormRunningStats(runningMean[ch], runningVar[ch], mean,
+                                  squaredDevSum, m, momentum);
+  }
 }
 
 __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
@@ -160,6 +237,50 @@ __global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
       dbias[ch] = static_cast<float>(sumDy);
       dscale[ch] = static_cast<float>(sumDyXhat);
     }
+  }
+}
+
+/// Part blockIdx.x of gridDim.x of each channel: its sums of dy and of
+/// dy * xhat, to partials[2 * (ch * parts + part)] and the next.
+__global__ void bnPartialBackwardKernel(int64_t n, int64_t c, int64_t inner,
+                                        Divisor byInner, const float *dy,
+                                        const float *x, const float *savedMean,
+                                        const float *savedInvstd,
+                                        const float *actOut, NormActivation act,
+                                        double *partials) {
+  __shared__ double scratch[kReduceWarps];
+  const int64_t parts = gridDim.x, part = blockIdx.x;
+  for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
+    const float mean = savedMean[ch], invstd = savedInvstd[ch];
+    double sumDy = 0.0, sumDyXhat = 0.0;
+    forEachInChannel(n, c, inner, byInner, ch, part, parts, [&](int64_t at) {
+      float xhat = (x[at] - mean) * invstd;
+      float g = gradientAt(dy, actOut, at, act);
+      sumDy += g;
+      sumDyXhat += static_cast<double>(g) * xhat;
+    });
+    sumDy = blockSum(sumDy, scratch);
+    sumDyXhat = blockSum(sumDyXhat, scratch);
+    if (threadIdx.x == 0) {
+      partials[2 * (ch * parts + part)] = sumDy;
+      partials[2 * (ch * parts + part) + 1] = sumDyXhat;
+    }
+  }
+}
+
+/// dbias and dscale from the parts' sums (a thread per channel), added in
+/// part order.
+__global__ void bnFinishBackwardKernel(int64_t c, int64_t parts,
+                                       const double *partials, float *dscale,
+                                       float *dbias) {
+  for (int64_t ch = cuda::threadIndex(); ch < c; ch += cuda::threadCount()) {
+    double sumDy = 0.0, sumDyXhat = 0.0;
+    for (int64_t p = 0; p < parts; ++p) {
+      sumDy += partials[2 * (ch * parts + p)];
+      sumDyXhat += partials[2 * (ch * parts + p) + 1];
+    }
+    dbias[ch] = static_cast<float>(sumDy);
+    dscale[ch] = static_cast<float>(sumDyXhat);
   }
 }
 
@@ -358,6 +479,19 @@ dim3 channelGrid(int64_t n, int64_t c, int64_t inner) {
               static_cast<unsigned>(std::min(c, kMaxGridY)));
 }
 
+/// bnReduceParts where the context's scratch (cuBLASLt's workspace, free
+/// between GEMMs in stream order) holds `perPart` doubles a part of each
+/// channel, else 1.
+int64_t reduceParts(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                    int64_t perPart) {
+  const int64_t parts = bnReduceParts(n, c, inner);
+  if (parts <= 1 || !ctx.ltWorkspace ||
+      static_cast<size_t>(perPart * c * parts) * sizeof(double) >
+          ctx.ltWorkspaceBytes)
+    return 1;
+  return parts;
+}
+
 } // namespace
 
 void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
@@ -368,10 +502,29 @@ void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                            NormActivation act) {
   if (c <= 0)
     return;
-  bnTrainStatsKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0, ctx.stream>>>(
-      n, c, inner, makeDivisor(inner, n * inner), x, runningMean, runningVar,
-      eps, momentum, savedMean, savedInvstd);
-  checkLaunch(ctx, "bnTrainStatsKernel");
+  const int64_t parts = reduceParts(ctx, n, c, inner, 2);
+  if (parts > 1) {
+    double *sums = static_cast<double *>(ctx.ltWorkspace),
+           *sqDevs = sums + c * parts;
+    const dim3 grid(static_cast<unsigned>(parts),
+                    static_cast<unsigned>(std::min(c, kMaxGridY)));
+    const Divisor byInner = makeDivisor(inner, n * inner);
+    bnPartialStatsKernel<<<grid, kReduceThreads, 0, ctx.stream>>>(
+        n, c, inner, byInner, x, nullptr, sums);
+    checkLaunch(ctx, "bnPartialStatsKernel");
+    bnPartialStatsKernel<<<grid, kReduceThreads, 0, ctx.stream>>>(
+        n, c, inner, byInner, x, sums, sqDevs);
+    checkLaunch(ctx, "bnPartialStatsKernel");
+    bnFinishStatsKernel<<<cuda::gridFor(c), cuda::kBlock, 0, ctx.stream>>>(
+        c, parts, n * inner, sums, sqDevs, runningMean, runningVar, eps,
+        momentum, savedMean, savedInvstd);
+    checkLaunch(ctx, "bnFinishStatsKernel");
+  } else {
+    bnTrainStatsKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0, ctx.stream>>>(
+        n, c, inner, makeDivisor(inner, n * inner), x, runningMean, runningVar,
+        eps, momentum, savedMean, savedInvstd);
+    checkLaunch(ctx, "bnTrainStatsKernel");
+  }
   if (n * inner == 0)
     return;
   bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
@@ -387,11 +540,26 @@ void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                             const float *actOut, NormActivation act) {
   if (c <= 0)
     return;
-  bnBackwardReduceKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0,
-                           ctx.stream>>>(
-      n, c, inner, makeDivisor(inner, n * inner), dy, x, savedMean, savedInvstd,
-      dscale, dbias, actOut, act);
-  checkLaunch(ctx, "bnBackwardReduceKernel");
+  const int64_t parts = reduceParts(ctx, n, c, inner, 2);
+  if (parts > 1) {
+    double *partials = static_cast<double *>(ctx.ltWorkspace);
+    bnPartialBackwardKernel<<<dim3(static_cast<unsigned>(parts),
+                                   static_cast<unsigned>(
+                                       std::min(c, kMaxGridY))),
+                              kReduceThreads, 0, ctx.stream>>>(
+        n, c, inner, makeDivisor(inner, n * inner), dy, x, savedMean,
+        savedInvstd, actOut, act, partials);
+    checkLaunch(ctx, "bnPartialBackwardKernel");
+    bnFinishBackwardKernel<<<cuda::gridFor(c), cuda::kBlock, 0, ctx.stream>>>(
+        c, parts, partials, dscale, dbias);
+    checkLaunch(ctx, "bnFinishBackwardKernel");
+  } else {
+    bnBackwardReduceKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0,
+                             ctx.stream>>>(
+        n, c, inner, makeDivisor(inner, n * inner), dy, x, savedMean,
+        savedInvstd, dscale, dbias, actOut, act);
+    checkLaunch(ctx, "bnBackwardReduceKernel");
+  }
   if (n * inner == 0)
     return;
   bnBackwardApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0,

@@ -220,9 +220,12 @@ TEST_F(Kernels, BatchNormMatchesReference) {
   // have small rows, which the CPU takes in blocks of channels (150: two
   // full blocks and a part) and in runs of rows that start mid-image; rows
   // of one element (1x1 maps, BatchNorm1d) as vector loops over channels,
-  // in runs that also end mid-image (5000 channels).
+  // in runs that also end mid-image (5000 channels). CUDA splits the
+  // reductions of few channels into parts whose sums a second kernel adds
+  // (3 x 300 and 64 x 49: parts of flat runs, 32 x 600: of whole images).
   const int64_t shapes[][3] = {{4, 3, 37},  {3, 5, 300},  {64, 2, 1},
-                               {8, 150, 3}, {50, 100, 1}, {16, 5000, 1}};
+                               {8, 150, 3}, {50, 100, 1}, {16, 5000, 1},
+                               {64, 4, 49}, {32, 2, 600}};
   unsigned seed = 1;
   for (const auto &shape : shapes) {
     const int64_t n = shape[0], c = shape[1], inner = shape[2];
