@@ -215,6 +215,28 @@ __device__ inline float gradientAt(const float *dy, const float *actOut,
   return actOut ? activationGrad(dy[at], actOut[at], act) : dy[at];
 }
 
+/// The block's sums of dy and of dy * xhat over part `part` of `parts` of
+/// channel ch (valid in thread 0).
+__device__ void
+channelGradientSums(int64_t n, int64_t c, int64_t inner, const Divisor &byInner,
+                    const float *dy, const float *x, const float *savedMean,
+                    const float *savedInvstd, const float *actOut,
+                    const NormActivation &act, int64_t ch, int64_t part,
+                    int64_t parts, double *scratch, double &sumDy,
+                    double &sumDyXhat) {
+  const float mean = savedMean[ch], invstd = savedInvstd[ch];
+  sumDy = 0.0;
+  sumDyXhat = 0.0;
+  forEachInChannel(n, c, inner, byInner, ch, part, parts, [&](int64_t at) {
+    float xhat = (x[at] - mean) * invstd;
+    float g = gradientAt(dy, actOut, at, act);
+    sumDy += g;
+    sumDyXhat += static_cast<double>(g) * xhat;
+  });
+  sumDy = blockSum(sumDy, scratch);
+  sumDyXhat = blockSum(sumDyXhat, scratch);
+}
+
 __global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
                                        Divisor byInner, const float *dy,
                                        const float *x, const float *savedMean,
@@ -223,16 +245,9 @@ __global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
                                        NormActivation act) {
   __shared__ double scratch[kReduceWarps];
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
-    const float mean = savedMean[ch], invstd = savedInvstd[ch];
-    double sumDy = 0.0, sumDyXhat = 0.0;
-    forEachInChannel(n, c, inner, byInner, ch, 0, 1, [&](int64_t at) {
-      float xhat = (x[at] - mean) * invstd;
-      float g = gradientAt(dy, actOut, at, act);
-      sumDy += g;
-      sumDyXhat += static_cast<double>(g) * xhat;
-    });
-    sumDy = blockSum(sumDy, scratch);
-    sumDyXhat = blockSum(sumDyXhat, scratch);
+    double sumDy, sumDyXhat;
+    channelGradientSums(n, c, inner, byInner, dy, x, savedMean, savedInvstd,
+                        actOut, act, ch, 0, 1, scratch, sumDy, sumDyXhat);
     if (threadIdx.x == 0) {
       dbias[ch] = static_cast<float>(sumDy);
       dscale[ch] = static_cast<float>(sumDyXhat);
@@ -249,21 +264,15 @@ __global__ void bnPartialBackwardKernel(int64_t n, int64_t c, int64_t inner,
                                         const float *actOut, NormActivation act,
                                         double *partials) {
   __shared__ double scratch[kReduceWarps];
-  const int64_t parts = gridDim.x, part = blockIdx.x;
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
-    const float mean = savedMean[ch], invstd = savedInvstd[ch];
-    double sumDy = 0.0, sumDyXhat = 0.0;
-    forEachInChannel(n, c, inner, byInner, ch, part, parts, [&](int64_t at) {
-      float xhat = (x[at] - mean) * invstd;
-      float g = gradientAt(dy, actOut, at, act);
-      sumDy += g;
-      sumDyXhat += static_cast<double>(g) * xhat;
-    });
-    sumDy = blockSum(sumDy, scratch);
-    sumDyXhat = blockSum(sumDyXhat, scratch);
+    double sumDy, sumDyXhat;
+    channelGradientSums(n, c, inner, byInner, dy, x, savedMean, savedInvstd,
+                        actOut, act, ch, blockIdx.x, gridDim.x, scratch, sumDy,
+                        sumDyXhat);
     if (threadIdx.x == 0) {
-      partials[2 * (ch * parts + part)] = sumDy;
-      partials[2 * (ch * parts + part) + 1] = sumDyXhat;
+      const int64_t at = 2 * (ch * gridDim.x + blockIdx.x);
+      partials[at] = sumDy;
+      partials[at + 1] = sumDyXhat;
     }
   }
 }
