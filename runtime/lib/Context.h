@@ -66,6 +66,9 @@ struct Context {
 
 #ifdef MTC_RUNTIME_CUDA
   cudaStream_t stream = nullptr;
+  /// The device's streaming multiprocessors (kernels that size their grid
+  /// to what the GPU holds at once).
+  int smCount = 1;
   cublasHandle_t blas = nullptr;
   /// cuBLASLt, for the GEMMs with epilogues (bias, bias gradient), and its
   /// fixed workspace (allocated with the handle, like cuBLAS's own). Kernels

@@ -25,6 +25,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -423,6 +424,21 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, const void *) {
   attr->maxThreadsPerBlock = 1024;
   attr->maxDynamicSharedSizeBytes = 48 * 1024;
   attr->ptxVersion = attr->binaryVersion = 90;
+  return cudaSuccess;
+}
+
+/// As an sm_90 SM whose kernels use few registers (the emulation knows
+/// none): 2048 threads, at most 32 blocks, 228 KB of shared memory of which
+/// each block takes 1 KB more than it asks for.
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int *numBlocks, const void *, int blockSize, size_t dynamicSMemSize,
+    unsigned int) {
+  if (blockSize <= 0 || blockSize > 1024 || dynamicSMemSize > kSharedOptin)
+    return cudaErrorInvalidValue;
+  constexpr size_t kSharedPerSm = 228 * 1024, kReservedPerBlock = 1024;
+  *numBlocks = static_cast<int>(
+      std::min<size_t>({32, size_t(2048 / blockSize),
+                        kSharedPerSm / (dynamicSMemSize + kReservedPerBlock)}));
   return cudaSuccess;
 }
 

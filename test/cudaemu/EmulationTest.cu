@@ -197,6 +197,25 @@ TEST(CudaEmulation, DynamicSharedMemoryLimits) {
   cudaFree(out);
 }
 
+TEST(CudaEmulation, OccupancyAsAnSm90WithFewRegisters) {
+  int blocks = 0;
+  EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, indexKernel,
+                                                          256, 0),
+            cudaSuccess);
+  EXPECT_EQ(blocks, 8); // 2048 threads
+  EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, indexKernel,
+                                                          32, 0),
+            cudaSuccess);
+  EXPECT_EQ(blocks, 32); // the most blocks an SM holds
+  EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, indexKernel,
+                                                          32, 100 * 1024),
+            cudaSuccess);
+  EXPECT_EQ(blocks, 2); // 228 KB of shared memory
+  EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, indexKernel,
+                                                          2048, 0),
+            cudaErrorInvalidValue);
+}
+
 /// Block 0 writes its static shared array, block 1 only reads it: on a GPU
 /// block 1 reads whatever its multiprocessor's shared memory held; the
 /// emulation hands every block 0xff bytes, not block 0's values.

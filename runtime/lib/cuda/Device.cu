@@ -118,6 +118,13 @@ Status initialize(Context &ctx) {
     return cudaFailure("no usable CUDA device", error);
   if (count == 0)
     return Status::error("no CUDA device is visible");
+  int device = 0;
+  error = cudaGetDevice(&device);
+  if (error == cudaSuccess)
+    error = cudaDeviceGetAttribute(&ctx.smCount, cudaDevAttrMultiProcessorCount,
+                                   device);
+  if (error != cudaSuccess)
+    return cudaFailure("cannot query the CUDA device", error);
   error = cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking);
   if (error != cudaSuccess)
     return cudaFailure("cannot create a CUDA stream", error);

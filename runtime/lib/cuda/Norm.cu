@@ -16,8 +16,11 @@
 //    channel into parts too (bnReduceParts): each block sums its part,
 //    and the parts' sums are added in part order by a small kernel, so
 //    the results stay reproducible.
-//  - LayerNorm: one block per row does the whole row; dscale/dbias are
-//    column sums over the rows, one thread per column and row slice.
+//  - LayerNorm: one block per row does the whole row. dscale/dbias are
+//    column sums over the rows: formed by the dx pass where a thread holds
+//    one vector of a row (each block sums its rows, a small kernel adds
+//    the blocks' sums), otherwise by a kernel of their own that runs first,
+//    one thread per column and row slice.
 //
 // The backward kernels finish every read of dy before dx is written, so dx
 // may share storage with dy.
@@ -333,13 +336,36 @@ __device__ inline float loadX(const uint16_t *x, int64_t i, bool bf16) {
   return bf16 ? bf16ToFloat(x[i]) : halfToFloat(x[i]);
 }
 
+/// The end of a column sum by a kColumns x kRowSlices block: thread (col,
+/// slice) brings its slice's sums of column col, the slices are added in
+/// slice order, and thread (col, 0) passes them to store(scale, bias) when
+/// its column is `inRange`. Barriers before and after, so that a loop may
+/// call it again.
+template <typename Store>
+__device__ void addSlices(double accScale, double accBias, bool inRange,
+                          double (*partScale)[kColumns],
+                          double (*partBias)[kColumns], Store store) {
+  partScale[threadIdx.y][threadIdx.x] = accScale;
+  partBias[threadIdx.y][threadIdx.x] = accBias;
+  __syncthreads();
+  if (threadIdx.y == 0 && inRange) {
+    double sumScale = 0.0, sumBias = 0.0;
+    for (int s = 0; s < kRowSlices; ++s) {
+      sumScale += partScale[s][threadIdx.x];
+      sumBias += partBias[s][threadIdx.x];
+    }
+    store(sumScale, sumBias);
+  }
+  __syncthreads();
+}
+
 /// dscale and dbias, or their partial sums over one chunk of rows: a block
 /// of kColumns x kRowSlices threads per kColumns columns and chunk of
 /// rowsPerChunk rows (blockIdx.y); thread (col, slice) sums the chunk's
 /// rows slice, slice + kRowSlices, ..., then the slices are added in order.
 /// With `partials`, chunk c's sums go to partials[(2c) * dim + j] (scale)
-/// and [(2c + 1) * dim + j] (bias), which lnBackwardParamsSumKernel adds in
-/// chunk order; without, they are dscale and dbias. dy and x are float32 or
+/// and [(2c + 1) * dim + j] (bias), which lnBackwardParamsSumKernel adds;
+/// without, they are dscale and dbias. dy and x are float32 or
 /// 16-bit.
 template <typename G, typename X>
 __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
@@ -365,54 +391,71 @@ __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
         accBias += g;
       }
     }
-    partScale[threadIdx.y][threadIdx.x] = accScale;
-    partBias[threadIdx.y][threadIdx.x] = accBias;
-    __syncthreads();
-    if (threadIdx.y == 0 && j < dim) {
-      double sumScale = 0.0, sumBias = 0.0;
-      for (int s = 0; s < kRowSlices; ++s) {
-        sumScale += partScale[s][threadIdx.x];
-        sumBias += partBias[s][threadIdx.x];
-      }
-      if (partials) {
-        partials[2 * blockIdx.y * dim + j] = sumScale;
-        partials[(2 * blockIdx.y + 1) * dim + j] = sumBias;
-      } else {
-        dscale[j] = static_cast<float>(sumScale);
-        if (dbias)
-          dbias[j] = static_cast<float>(sumBias);
-      }
-    }
-    __syncthreads();
+    addSlices(accScale, accBias, j < dim, partScale, partBias,
+              [&](double sumScale, double sumBias) {
+                if (partials) {
+                  partials[2 * blockIdx.y * dim + j] = sumScale;
+                  partials[(2 * blockIdx.y + 1) * dim + j] = sumBias;
+                } else {
+                  dscale[j] = static_cast<float>(sumScale);
+                  if (dbias)
+                    dbias[j] = static_cast<float>(sumBias);
+                }
+              });
   }
 }
 
-/// dscale and dbias from the chunks' partial sums, added in chunk order.
+/// dscale and dbias from `chunks` partial sums (partials[(2c) * dim + j]
+/// and [(2c + 1) * dim + j] for chunk c), by kColumns x kRowSlices blocks
+/// as lnBackwardParamsKernel's: thread (col, slice) adds chunks slice,
+/// slice + kRowSlices, ..., then the slices are added in order. Hundreds of
+/// chunks (the summing dx kernel's blocks) are read by many threads at
+/// once, not walked by one thread a column.
 __global__ void lnBackwardParamsSumKernel(int64_t dim, int64_t chunks,
                                           const double *partials,
                                           float *dscale, float *dbias) {
-  for (int64_t j = cuda::threadIndex(); j < dim; j += cuda::threadCount()) {
-    double sumScale = 0.0, sumBias = 0.0;
-    for (int64_t c = 0; c < chunks; ++c) {
-      sumScale += partials[2 * c * dim + j];
-      sumBias += partials[(2 * c + 1) * dim + j];
+  __shared__ double partScale[kRowSlices][kColumns];
+  __shared__ double partBias[kRowSlices][kColumns];
+  const int64_t blocks = (dim + kColumns - 1) / kColumns;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t j = b * kColumns + threadIdx.x;
+    double accScale = 0.0, accBias = 0.0;
+    if (j < dim) {
+      for (int64_t c = threadIdx.y; c < chunks; c += kRowSlices) {
+        accScale += partials[2 * c * dim + j];
+        accBias += partials[(2 * c + 1) * dim + j];
+      }
     }
-    dscale[j] = static_cast<float>(sumScale);
-    if (dbias)
-      dbias[j] = static_cast<float>(sumBias);
+    addSlices(accScale, accBias, j < dim, partScale, partBias,
+              [&](double sumScale, double sumBias) {
+                dscale[j] = static_cast<float>(sumScale);
+                if (dbias)
+                  dbias[j] = static_cast<float>(sumBias);
+              });
   }
 }
 
-template <typename G, typename X>
+/// dx, a block per row (rows blockIdx.x, blockIdx.x + gridDim.x, ...).
+/// `held` (rowHeldBy for every row pointer, the block's threads and Held
+/// vectors a thread) keeps the row's dy * scale and xhat in registers, as
+/// layerNormRow; otherwise the second pass reads the row again. With Sums
+/// (for rows held only: `held` must be true), the block also sums dy * xhat
+/// and dy over its rows for each of its threads' columns (in double) and
+/// leaves the sums at partials[(2b) * dim + j] (scale) and [(2b + 1) * dim
+/// + j] (bias), b = blockIdx.x, which lnBackwardParamsSumKernel adds in
+/// block order: dscale and dbias without a second read of dy and x. A
+/// thread of the summing kernel holds one vector (its accumulators take
+/// registers: with two, ptxas gives it 82 on sm_90, two blocks of 256
+/// threads an SM).
+template <typename G, typename X, int Held, bool Sums>
 __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
                                    const X *x, bool bf16, const float *scale,
                                    const float *mean, const float *invstd,
-                                   float *dx, const float *acc,
-                                   uint16_t *dx16) {
-  using cuda::kHeldVectors;
+                                   float *dx, const float *acc, uint16_t *dx16,
+                                   bool held, double *partials) {
   using cuda::kRowVector;
-  using cuda::rowInRegisters;
   __shared__ double scratch[kReduceWarps];
+  double colScale[Held][kRowVector] = {}, colBias[Held][kRowVector] = {};
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const G *grad = dy + row * dim;
     const X *src = x + row * dim;
@@ -420,23 +463,21 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
     const float *add = acc ? acc + row * dim : nullptr;
     uint16_t *copy = dx16 ? dx16 + row * dim : nullptr;
     const float rowMean = mean[row], inv = invstd[row];
-    // As layerNormRow: the row's dy * scale and xhat kept in registers
-    // where its vectors allow, else read again for the second pass.
-    const bool held = rowInRegisters(dim, grad) && rowInRegisters(dim, src) &&
-                      rowInRegisters(dim, scale) && rowInRegisters(dim, dst) &&
-                      (!add || rowInRegisters(dim, add)) &&
-                      (!copy || rowInRegisters(dim, copy));
-    float g[kHeldVectors][kRowVector], xhat[kHeldVectors][kRowVector];
+    float g[Held][kRowVector], xhat[Held][kRowVector];
     double sumG = 0.0, sumGXhat = 0.0;
     if (held) {
-      cuda::forEachHeld(dim, [&](int h, int64_t j) {
+      cuda::forEachHeld<Held>(dim, [&](int h, int64_t j) {
         float gamma[kRowVector];
         cuda::loadVector(grad + j, bf16, g[h]);
         cuda::loadVector(src + j, bf16, xhat[h]);
         cuda::loadVector(scale + j, bf16, gamma);
         for (int e = 0; e < kRowVector; ++e) {
-          g[h][e] *= gamma[e];
           xhat[h][e] = (xhat[h][e] - rowMean) * inv;
+          if (Sums) {
+            colScale[h][e] += static_cast<double>(g[h][e]) * xhat[h][e];
+            colBias[h][e] += g[h][e];
+          }
+          g[h][e] *= gamma[e];
           sumG += g[h][e];
           sumGXhat += static_cast<double>(g[h][e]) * xhat[h][e];
         }
@@ -453,7 +494,7 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
     sumGXhat = blockSum(sumGXhat, scratch);
     const NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
     if (held) {
-      cuda::forEachHeld(dim, [&](int h, int64_t j) {
+      cuda::forEachHeld<Held>(dim, [&](int h, int64_t j) {
         float d[kRowVector], residual[kRowVector] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (add)
           cuda::loadVector(add + j, bf16, residual);
@@ -477,6 +518,15 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
         copy[j] = bf16 ? floatToBf16(d) : floatToHalf(d);
     }
   }
+  if (Sums) {
+    double *sums = partials + 2 * blockIdx.x * dim;
+    cuda::forEachHeld<Held>(dim, [&](int h, int64_t j) {
+      for (int e = 0; e < kRowVector; ++e) {
+        sums[j + e] = colScale[h][e];
+        sums[dim + j + e] = colBias[h][e];
+      }
+    });
+  }
 }
 
 /// Threads per LayerNorm row: a power of two (blockSum needs one) giving
@@ -486,6 +536,19 @@ unsigned rowThreads(int64_t dim) { return cuda::normRowThreads(dim); }
 dim3 channelGrid(int64_t n, int64_t c, int64_t inner) {
   return dim3(channelParts(n, c, inner),
               static_cast<unsigned>(std::min(c, kMaxGridY)));
+}
+
+/// The blocks of `threads` threads running `kernel` that the GPU holds at
+/// once (its SMs times the blocks an SM holds, at least one).
+template <typename Kernel>
+int64_t residentBlocks(Context &ctx, Kernel kernel, unsigned threads) {
+  int perSm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads,
+                                                    0) != cudaSuccess) {
+    cudaGetLastError(); // not a failure of the step: assume one a SM
+    perSm = 1;
+  }
+  return std::max<int64_t>(1, int64_t(ctx.smCount) * std::max(perSm, 1));
 }
 
 /// bnReduceParts where the context's scratch (cuBLASLt's workspace, free
@@ -624,12 +687,48 @@ void layerNormBackwardOn(Context &ctx, int64_t outer, int64_t dim,
                          uint16_t *dx16 = nullptr) {
   if (dim <= 0)
     return;
-  // The column sums read dy, so they run before dx overwrites it. Few
-  // columns (GPT-2: 768, 24 blocks) would leave most of the GPU idle while
-  // each thread walks thousands of rows: the rows are split into chunks of
-  // at least kMinChunkRows, enough for about kWantedBlocks blocks, whose
-  // partial sums wait in the context's scratch (cuBLASLt's workspace, free
-  // between GEMMs in stream order).
+  const unsigned threads = rowThreads(dim);
+  auto heldBy = [&](int vectors) {
+    return cuda::rowHeldBy(dim, threads, dy, vectors) &&
+           cuda::rowHeldBy(dim, threads, x, vectors) &&
+           cuda::rowHeldBy(dim, threads, scale, vectors) &&
+           cuda::rowHeldBy(dim, threads, dx, vectors) &&
+           (!acc || cuda::rowHeldBy(dim, threads, acc, vectors)) &&
+           (!dx16 || cuda::rowHeldBy(dim, threads, dx16, vectors));
+  };
+  // Rows a thread holds one vector of (up to 4 * kNormRowThreads = 2048
+  // columns): one pass forms dx and the blocks' partial column sums. Its
+  // grid is the blocks the GPU holds at once (each block walks rows
+  // `blocks` apart), so that the partial sums, which the context's scratch
+  // holds (cuBLASLt's workspace, free between GEMMs in stream order), are
+  // few: for GPT-2's 8192 rows of 768 about 6 MB on an H200 (written and
+  // read once), against the 25 MB of 16-bit dy and x that the separate
+  // column sums read.
+  const auto summing = lnBackwardDxKernel<G, X, 1, true>;
+  const int64_t fusedBlocks =
+      heldBy(1) && outer > 0 && ctx.ltWorkspace
+          ? std::min({outer, residentBlocks(ctx, summing, threads),
+                      static_cast<int64_t>(ctx.ltWorkspaceBytes /
+                                           (2 * dim * sizeof(double)))})
+          : 0;
+  if (fusedBlocks >= 1) {
+    double *partials = static_cast<double *>(ctx.ltWorkspace);
+    summing<<<static_cast<unsigned>(fusedBlocks), threads, 0, ctx.stream>>>(
+        outer, dim, dy, x, bf16, scale, mean, invstd, dx, acc, dx16, true,
+        partials);
+    checkLaunch(ctx, "lnBackwardDxKernel");
+    lnBackwardParamsSumKernel<<<cuda::gridFor(dim, kColumns),
+                                dim3(kColumns, kRowSlices), 0, ctx.stream>>>(
+        dim, fusedBlocks, partials, dscale, dbias);
+    checkLaunch(ctx, "lnBackwardParamsSumKernel");
+    return;
+  }
+  // Otherwise the column sums run first (they read dy, which dx may
+  // overwrite). Few columns (GPT-2: 768, 24 blocks) would leave most of
+  // the GPU idle while each thread walks thousands of rows: the rows are
+  // split into chunks of at least kMinChunkRows, enough for about
+  // kWantedBlocks blocks, whose partial sums wait in the context's
+  // scratch.
   constexpr int64_t kWantedBlocks = 512, kMinChunkRows = 64;
   const int64_t columnBlocks = (dim + kColumns - 1) / kColumns;
   int64_t chunks = 1;
@@ -652,16 +751,17 @@ void layerNormBackwardOn(Context &ctx, int64_t outer, int64_t dim,
           partials);
   checkLaunch(ctx, "lnBackwardParamsKernel");
   if (partials) {
-    lnBackwardParamsSumKernel<<<cuda::gridFor(dim), cuda::kBlock, 0,
-                                ctx.stream>>>(dim, chunks, partials, dscale,
-                                              dbias);
+    lnBackwardParamsSumKernel<<<cuda::gridFor(dim, kColumns),
+                                dim3(kColumns, kRowSlices), 0, ctx.stream>>>(
+        dim, chunks, partials, dscale, dbias);
     checkLaunch(ctx, "lnBackwardParamsSumKernel");
   }
   if (outer <= 0)
     return;
-  lnBackwardDxKernel<G, X><<<cuda::gridFor(outer, 1), rowThreads(dim), 0,
-                          ctx.stream>>>(outer, dim, dy, x, bf16, scale, mean,
-                                        invstd, dx, acc, dx16);
+  lnBackwardDxKernel<G, X, cuda::kHeldVectors, false>
+      <<<cuda::gridFor(outer, 1), threads, 0, ctx.stream>>>(
+          outer, dim, dy, x, bf16, scale, mean, invstd, dx, acc, dx16,
+          heldBy(cuda::kHeldVectors), nullptr);
   checkLaunch(ctx, "lnBackwardDxKernel");
 }
 

@@ -280,13 +280,19 @@ TEST_F(Kernels, BatchNormMatchesReference) {
 }
 
 TEST_F(Kernels, LayerNormMatchesReference) {
-  // {2000, 96} and {701, 40}: many rows of few columns, whose column sums
-  // (dscale, dbias) CUDA splits into chunks of rows added afterwards. CUDA
-  // keeps a row in registers when its length is a multiple of 4 up to 4096
-  // (768: one vector of 4 a thread; 4096: two), and reads it again in each
-  // pass otherwise (777, 10, 1, 4100).
-  const int64_t shapes[][2] = {{5, 777},  {33, 10}, {3, 1},    {2000, 96},
-                               {701, 40}, {6, 768}, {3, 4096}, {2, 4100}};
+  // CUDA keeps a row in registers when its length is a multiple of 4 up to
+  // 4096 (768: one vector of 4 a thread; 4096: two), and reads it again in
+  // each pass otherwise (777, 10, 1, 4100, 42). Rows of one vector a thread
+  // form the column sums (dscale, dbias) in the same pass as dx, each block
+  // over the rows it walks (its grid: the blocks the GPU holds at once, in
+  // the emulation 132 SMs x 8 blocks of 256 threads for 768 columns, x 32
+  // blocks of 32 threads for 64 or 96): {1500, 768} and {4500, 64} give
+  // some blocks two rows. Other rows sum the columns in a kernel of their
+  // own, which splits many rows of few columns ({701, 42}) into chunks
+  // whose sums are added afterwards.
+  const int64_t shapes[][2] = {{5, 777},    {33, 10},  {3, 1},    {2000, 96},
+                               {701, 42},   {6, 768},  {3, 4096}, {2, 4100},
+                               {1500, 768}, {4500, 64}};
   unsigned seed = 100;
   for (const auto &shape : shapes) {
     const int64_t outer = shape[0], dim = shape[1];

@@ -129,14 +129,23 @@ template <typename T> __device__ T blockSum(T value, T *scratch) {
 constexpr int kRowVector = 4;
 constexpr int kHeldVectors = 2;
 
-/// Whether the row kernels may move a row of `dim` elements of T at p (and
-/// every row after it, dim apart) as vectors of kRowVector and keep it in
-/// registers.
+/// Whether blocks of `threads` threads may move a row of `dim` elements of
+/// T at p (and every row after it, dim apart) as vectors of kRowVector and
+/// keep it in registers, up to `vectors` a thread (on the host: what
+/// rowInRegisters will say).
+template <typename T>
+__host__ __device__ inline bool rowHeldBy(int64_t dim, int64_t threads,
+                                          const T *p,
+                                          int vectors = kHeldVectors) {
+  return dim % kRowVector == 0 &&
+         dim <= int64_t(kRowVector) * vectors * threads &&
+         reinterpret_cast<uintptr_t>(p) % (kRowVector * sizeof(T)) == 0;
+}
+
+/// rowHeldBy for the running block.
 template <typename T>
 __device__ inline bool rowInRegisters(int64_t dim, const T *p) {
-  return dim % kRowVector == 0 &&
-         dim <= int64_t(kRowVector) * kHeldVectors * blockDim.x &&
-         reinterpret_cast<uintptr_t>(p) % (kRowVector * sizeof(T)) == 0;
+  return rowHeldBy(dim, blockDim.x, p);
 }
 
 /// The first element of the h-th vector a thread holds of a row.
@@ -144,11 +153,12 @@ __device__ inline int64_t heldFirst(int h) {
   return (int64_t(h) * blockDim.x + threadIdx.x) * kRowVector;
 }
 
-/// f(h, j) for the vectors h the thread holds of a row of `dim` elements,
-/// j being the vector's first element.
-template <typename F> __device__ inline void forEachHeld(int64_t dim, F f) {
+/// f(h, j) for the vectors h the thread holds of a row of `dim` elements
+/// (up to Vectors), j being the vector's first element.
+template <int Vectors = kHeldVectors, typename F>
+__device__ inline void forEachHeld(int64_t dim, F f) {
 #pragma unroll
-  for (int h = 0; h < kHeldVectors; ++h)
+  for (int h = 0; h < Vectors; ++h)
     if (heldFirst(h) < dim)
       f(h, heldFirst(h));
 }
