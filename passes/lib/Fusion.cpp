@@ -1300,6 +1300,18 @@ void FusionPass::foldConversions(func::FuncOp func) {
       if (auto loss = dyn_cast<SoftmaxCrossEntropyWithGradOp>(use.getOwner()))
         return use.get() == loss.getLogits() &&
                elementType(widen.getInput()) == elementType(loss.getDlogits());
+      // A batch norm (forward or backward) reads a 16-bit input as stored,
+      // the backward its activation's 16-bit output too when its input is
+      // (or will be) stored alike.
+      if (auto norm = dyn_cast<BatchNormTrainOp>(use.getOwner()))
+        return use.get() == norm.getInput();
+      if (auto grad = dyn_cast<BatchNormTrainGradOp>(use.getOwner())) {
+        Value act = grad.getActivationOutput();
+        Type low = elementType(widen.getInput());
+        return (use.get() == grad.getInput() || use.get() == act) &&
+               storedType(grad.getInput()) == low &&
+               (!act || storedType(act) == low);
+      }
       return false;
     });
     if (widen.getOutput().use_empty()) {
@@ -1309,7 +1321,8 @@ void FusionPass::foldConversions(func::FuncOp func) {
   }
   SmallVector<Operation *> candidates;
   for (Operation &op : func.getBody().front())
-    if (isa<LayerNormOp, TransposeOp, ConcatOp>(op) &&
+    if (isa<LayerNormOp, TransposeOp, ConcatOp, BatchNormTrainOp,
+            BatchNormTrainGradOp>(op) &&
         cast<ShapedType>(op.getResult(0).getType()).getElementType().isF32())
       candidates.push_back(&op);
     else if (auto attention = dyn_cast<AttentionOp>(op);
@@ -1323,6 +1336,12 @@ void FusionPass::foldConversions(func::FuncOp func) {
       continue;
     if (auto attention = dyn_cast<AttentionOp>(op);
         attention && to != elementType(attention.getQuery()))
+      continue;
+    // A batch norm's 16-bit operands share one format.
+    if (isa<BatchNormTrainOp, BatchNormTrainGradOp>(op) &&
+        llvm::any_of(op->getOperands(), [&](Value v) {
+          return is16Bit(v) && elementType(v) != to;
+        }))
       continue;
     SmallVector<Type> types(op->getResultTypes());
     types.front() = cast<RankedTensorType>(result.getType()).clone(to);
@@ -1369,6 +1388,40 @@ void FusionPass::foldConversions(func::FuncOp func) {
     c.getOutput().replaceAllUsesWith(both->getResult(3));
     c.erase();
     grad.erase();
+    ++numFoldedConversions;
+  }
+  // A batch norm's float32 input (a convolution's result) whose 16-bit
+  // copy the backward pass keeps: the forward kernel writes the copy as it
+  // reads the input (input16), instead of a conversion reading it again.
+  SmallVector<std::pair<BatchNormTrainOp, ConvertOp>> savedInputs;
+  func.walk([&](BatchNormTrainOp bn) {
+    if (bn.getInput16() || !elementType(bn.getInput()).isF32())
+      return;
+    Type out = elementType(bn.getOutput());
+    for (Operation *user : bn.getInput().getUsers())
+      if (auto c = dyn_cast<ConvertOp>(user);
+          c && is16Bit(c.getOutput()) && samePhase(bn, c) &&
+          (out.isF32() || elementType(c.getOutput()) == out)) {
+        savedInputs.push_back({bn, c});
+        return;
+      }
+  });
+  for (auto [bn, c] : savedInputs) {
+    SmallVector<Type> types(bn->getResultTypes());
+    types.push_back(c.getType());
+    OpBuilder b(bn);
+    // Before the conversion's readers: where the conversion is, when that
+    // is earlier than the batch norm.
+    if (c->isBeforeInBlock(bn) && failed(moveReadersAfter(c.getOutput(), bn)))
+      continue;
+    OperationState state(bn.getLoc(), bn->getName(), bn->getOperands(), types,
+                         bn->getAttrs());
+    Operation *both = b.create(state);
+    for (auto [from, into] : llvm::zip(bn->getResults(), both->getResults()))
+      from.replaceAllUsesWith(into);
+    c.getOutput().replaceAllUsesWith(both->getResult(5));
+    c.erase();
+    bn.erase();
     ++numFoldedConversions;
   }
   // After the transposes and concats, which narrow by now.

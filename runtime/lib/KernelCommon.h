@@ -581,6 +581,21 @@ MTC_HOST_DEVICE inline int64_t firstArgmax(const float *row, int64_t c,
   return best;
 }
 
+/// Calls f with t's data as the pointer type it is stored as: const float *
+/// or const uint16_t * (StoredIn), float * or uint16_t * (StoredOut).
+template <typename F> void withStoredIn(const StoredIn &t, F &&f) {
+  if (t.low)
+    f(static_cast<const uint16_t *>(t.data));
+  else
+    f(static_cast<const float *>(t.data));
+}
+template <typename F> void withStoredOut(const StoredOut &t, F &&f) {
+  if (t.low)
+    f(static_cast<uint16_t *>(t.data));
+  else
+    f(static_cast<float *>(t.data));
+}
+
 } // namespace mtc::rt
 
 #endif // MTC_RUNTIME_LIB_KERNELCOMMON_H

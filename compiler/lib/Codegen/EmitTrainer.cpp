@@ -87,6 +87,16 @@ std::string storageCall(StringRef name, Value v) {
   return (name + "16(ctx, " + storage16(v) + ", ").str();
 }
 
+/// The first 16-bit value among `values` (null ones skipped), or the first
+/// value: what storageCall names the entry point of a kernel by whose
+/// operands and results may each be float32 or 16-bit (in one format).
+Value storedLow(ArrayRef<Value> values) {
+  for (Value v : values)
+    if (v && isLowPrecision(v))
+      return v;
+  return values.front();
+}
+
 /// `expr` wrapped in the conversion `v`'s storage needs (none for float32):
 /// one of Half.h's bfloat16 / float16 functions.
 std::string throughStorage(Value v, StringRef bf16Fn, StringRef f16Fn,
@@ -1416,39 +1426,49 @@ void Emitter::emitOpBody(Operation *op) {
           if (offsetOf(from) != offsetOf(to))
             emitCall("copyBytes(ctx, " + ptr(to) + ", " + ptr(from) + ", " +
                      std::to_string(getTensorBytes(from.getType())) + ")");
-        emitCall(llvm::formatv(
-                     "batchNormTrainForward(ctx, {0}, {1}, {2}, {3}, {4}, "
-                     "{5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}",
-                     x[0], x[1], inner, ptr(bn.getInput()), ptr(bn.getScale()),
-                     ptr(bn.getBias()), ptr(bn.getNewRunningMean()),
-                     ptr(bn.getNewRunningVar()),
-                     floatLiteral(bn.getEpsilon().convertToFloat()),
-                     floatLiteral(bn.getMomentum().convertToFloat()),
-                     ptr(bn.getOutput()), ptr(bn.getSavedMean()),
-                     ptr(bn.getSavedInvstd()))
+        // 16-bit operands: the entry point that reads and writes them as
+        // stored, in the format of the 16-bit ones (one, by the verifier).
+        Value low = storedLow({bn.getInput(), bn.getOutput(), bn.getInput16()});
+        std::string activation = normActivationArg(
+            bn.getActivation(), bn.getClipMinAttr(), bn.getClipMaxAttr());
+        if (bn.getInput16())
+          activation =
+              (activation.empty() ? ", NormActivation{}" : activation) + ", " +
+              ptr(bn.getInput16());
+        emitCall(llvm::formatv("{13}{0}, {1}, {2}, {3}, {4}, "
+                               "{5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}",
+                               x[0], x[1], inner, ptr(bn.getInput()),
+                               ptr(bn.getScale()), ptr(bn.getBias()),
+                               ptr(bn.getNewRunningMean()),
+                               ptr(bn.getNewRunningVar()),
+                               floatLiteral(bn.getEpsilon().convertToFloat()),
+                               floatLiteral(bn.getMomentum().convertToFloat()),
+                               ptr(bn.getOutput()), ptr(bn.getSavedMean()),
+                               ptr(bn.getSavedInvstd()),
+                               storageCall("batchNormTrainForward", low))
                      .str() +
-                 normActivationArg(bn.getActivation(), bn.getClipMinAttr(),
-                                   bn.getClipMaxAttr()) +
-                 ")");
+                 activation + ")");
       })
       .Case([&](BatchNormTrainGradOp g) {
         ArrayRef<int64_t> x = shapeOf(g.getInput());
         int64_t inner = numel(g.getInput()) / (x[0] * x[1]);
         Value mask = g.getActivationOutput();
-        emitCall(llvm::formatv(
-                     "batchNormTrainBackward(ctx, {0}, {1}, {2}, {3}, {4}, "
-                     "{5}, {6}, {7}, {8}, {9}, {10}",
-                     x[0], x[1], inner, ptr(g.getGrad()), ptr(g.getInput()),
-                     ptr(g.getScale()), ptr(g.getSavedMean()),
-                     ptr(g.getSavedInvstd()), ptr(g.getInputGrad()),
-                     ptr(g.getScaleGrad()), ptr(g.getBiasGrad()))
-                     .str() +
-                 (mask ? ", " + ptr(mask) +
-                             normActivationArg(g.getActivation(),
-                                               g.getClipMinAttr(),
-                                               g.getClipMaxAttr())
-                       : std::string()) +
-                 ")");
+        Value low = storedLow({g.getInput(), g.getInputGrad(), mask});
+        emitCall(
+            llvm::formatv("{11}{0}, {1}, {2}, {3}, {4}, "
+                          "{5}, {6}, {7}, {8}, {9}, {10}",
+                          x[0], x[1], inner, ptr(g.getGrad()),
+                          ptr(g.getInput()), ptr(g.getScale()),
+                          ptr(g.getSavedMean()), ptr(g.getSavedInvstd()),
+                          ptr(g.getInputGrad()), ptr(g.getScaleGrad()),
+                          ptr(g.getBiasGrad()),
+                          storageCall("batchNormTrainBackward", low))
+                .str() +
+            (mask ? ", " + ptr(mask) +
+                        normActivationArg(g.getActivation(), g.getClipMinAttr(),
+                                          g.getClipMaxAttr())
+                  : std::string()) +
+            ")");
       })
       .Case([&](LayerNormOp ln) {
         if (ln->hasAttr(attr::kRowEpilogue)) {

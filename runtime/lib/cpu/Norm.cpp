@@ -175,12 +175,16 @@ void forEachChannelRun(int64_t n, int64_t c, bool parallel, Body &&body) {
 
 } // namespace
 
-void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
-                           const float *x, const float *scale,
-                           const float *bias, float *runningMean,
-                           float *runningVar, float eps, float momentum,
-                           float *y, float *savedMean, float *savedInvstd,
-                           NormActivation act) {
+namespace {
+
+/// batchNormTrainForward16 with x stored as XT and y as YT (float, or
+/// uint16_t in the format `bf16` names).
+template <typename XT, typename YT>
+void batchNormForwardAs(int64_t n, int64_t c, int64_t inner, const XT *x,
+                        bool bf16, const float *scale, const float *bias,
+                        float *runningMean, float *runningVar, float eps,
+                        float momentum, YT *y, float *savedMean,
+                        float *savedInvstd, NormActivation act, uint16_t *x16) {
   const int64_t m = n * inner;
   const bool parallel = m * c >= cpu::kParallelGrain;
   withActivation(act, [&](auto kind) {
@@ -196,17 +200,18 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
           const int64_t width = c1 - c0;
           if (inner == 1) {
             for (int64_t img = 0; img < n; ++img) {
-              const float *src = x + img * c + c0;
+              const XT *src = x + img * c + c0;
 #pragma omp simd
               for (int64_t k = 0; k < width; ++k)
-                sum[k] += src[k];
+                sum[k] += storedToFloat(src[k], bf16);
             }
           } else {
             for (int64_t img = 0; img < n; ++img)
               for (int64_t ch = c0; ch < c1; ++ch) {
-                const float *src = x + (img * c + ch) * inner;
-                sum[ch - c0] +=
-                    cpu::sumTerms(inner, [&](int64_t j) { return src[j]; });
+                const XT *src = x + (img * c + ch) * inner;
+                sum[ch - c0] += cpu::sumTerms(inner, [&](int64_t j) {
+                  return storedToFloat(src[j], bf16);
+                });
               }
           }
           // An empty batch has no statistics; keep the running ones and let
@@ -215,20 +220,20 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
             mean[ch - c0] = m > 0 ? sum[ch - c0] / static_cast<double>(m) : 0.0;
           if (inner == 1) {
             for (int64_t img = 0; img < n; ++img) {
-              const float *src = x + img * c + c0;
+              const XT *src = x + img * c + c0;
 #pragma omp simd
               for (int64_t k = 0; k < width; ++k) {
-                const double dev = src[k] - mean[k];
+                const double dev = storedToFloat(src[k], bf16) - mean[k];
                 squaredDevSum[k] += dev * dev;
               }
             }
           } else {
             for (int64_t img = 0; img < n; ++img)
               for (int64_t ch = c0; ch < c1; ++ch) {
-                const float *src = x + (img * c + ch) * inner;
+                const XT *src = x + (img * c + ch) * inner;
                 const double mu = mean[ch - c0];
                 squaredDevSum[ch - c0] += cpu::sumTerms(inner, [&](int64_t j) {
-                  double dev = src[j] - mu;
+                  double dev = storedToFloat(src[j], bf16) - mu;
                   return dev * dev;
                 });
               }
@@ -245,62 +250,93 @@ void batchNormTrainForward(Context &, int64_t n, int64_t c, int64_t inner,
         });
     // The normalization in a second pass over the rows in memory order, so
     // each thread writes the contiguous block of images its share of a
-    // following elementwise loop or convolution reads.
+    // following elementwise loop or convolution reads. x's 16-bit copy is
+    // written as x is read (before y, which may share x's storage).
     const NormActivation a = act;
     if (inner == 1) {
       forEachChannelRun(
           n, c, parallel, [&](int64_t e, int64_t ch0, int64_t ch1) {
-            const float *src = x + e - ch0;
-            float *dst = y + e - ch0;
+            const XT *src = x + e - ch0;
+            YT *dst = y + e - ch0;
+            if (x16) {
+              uint16_t *copy = x16 + e - ch0;
+#pragma omp simd
+              for (int64_t ch = ch0; ch < ch1; ++ch)
+                storeFloat(copy + ch, storedToFloat(src[ch], bf16), bf16);
+            }
 #pragma omp simd
             for (int64_t ch = ch0; ch < ch1; ++ch)
-              dst[ch] = activateAs<K>(normalizeElement(src[ch], savedMean[ch],
-                                                       savedInvstd[ch],
-                                                       scale[ch], bias[ch]),
-                                      a);
+              storeFloat(
+                  dst + ch,
+                  activateAs<K>(normalizeElement(storedToFloat(src[ch], bf16),
+                                                 savedMean[ch], savedInvstd[ch],
+                                                 scale[ch], bias[ch]),
+                                a),
+                  bf16);
           });
       return;
     }
     forEachRow(n, c, inner, parallel, [&](int64_t row, int64_t ch) {
       const float meanF = savedMean[ch], invstd = savedInvstd[ch];
       const float gamma = scale[ch], beta = bias[ch];
-      const float *src = x + row * inner;
-      float *dst = y + row * inner;
+      const XT *src = x + row * inner;
+      YT *dst = y + row * inner;
+      if (x16) {
+        uint16_t *copy = x16 + row * inner;
+#pragma omp simd
+        for (int64_t j = 0; j < inner; ++j)
+          storeFloat(copy + j, storedToFloat(src[j], bf16), bf16);
+      }
 #pragma omp simd
       for (int64_t j = 0; j < inner; ++j)
-        dst[j] = activateAs<K>(
-            normalizeElement(src[j], meanF, invstd, gamma, beta), a);
+        storeFloat(dst + j,
+                   activateAs<K>(normalizeElement(storedToFloat(src[j], bf16),
+                                                  meanF, invstd, gamma, beta),
+                                 a),
+                   bf16);
     });
   });
 }
 
-void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
-                            const float *dy, const float *x, const float *scale,
-                            const float *savedMean, const float *savedInvstd,
-                            float *dx, float *dscale, float *dbias,
-                            const float *actOut, NormActivation act) {
+/// batchNormTrainBackward16 with x and actOut stored as XT and dx as DXT.
+template <typename XT, typename DXT>
+void batchNormBackwardAs(int64_t n, int64_t c, int64_t inner, const float *dy,
+                         const XT *x, bool bf16, const float *scale,
+                         const float *savedMean, const float *savedInvstd,
+                         DXT *dx, float *dscale, float *dbias, const XT *actOut,
+                         NormActivation act) {
   const int64_t m = n * inner;
   const bool parallel = m * c >= cpu::kParallelGrain;
   if (!actOut)
     act = NormActivation{};
   withActivation(act, [&](auto kind) {
     constexpr NormActivationKind K = decltype(kind)::value;
+    const NormActivation a = act;
+    // With an activation and a float32 dx, its gradient goes into dx
+    // first, in a pass that vectorizes, as its own kernel would write it;
+    // the two passes below read it there. Element j depends on dy[j] and
+    // actOut[j] alone, so dx may still share storage with dy. A 16-bit dx
+    // cannot hold it: both passes form it from dy and actOut.
+    constexpr bool kFormed =
+        K == NormActivationKind::None || std::is_same_v<DXT, float>;
+    auto gradientAt = [&](const float *g, int64_t i) {
+      if constexpr (kFormed)
+        return g[i];
+      else
+        return activationGradAs<K>(dy[i], storedToFloat(actOut[i], bf16), a);
+    };
     forEachChannelBlock(
         c, channelBlock(n, inner), parallel, [&](int64_t c0, int64_t c1) {
-          // With an activation, its gradient goes into dx first, in a pass
-          // that vectorizes, as its own kernel would write it; the two passes
-          // below read it there. Element j depends on dy[j] and actOut[j]
-          // alone, so dx may still share storage with dy.
           const float *gradient = dy;
-          if constexpr (K != NormActivationKind::None) {
-            const NormActivation a = act;
+          if constexpr (K != NormActivationKind::None &&
+                        std::is_same_v<DXT, float>) {
             for (int64_t img = 0; img < n; ++img) {
               const int64_t base = (img * c + c0) * inner,
                             count = (c1 - c0) * inner;
 #pragma omp simd
               for (int64_t j = 0; j < count; ++j)
-                dx[base + j] =
-                    activationGradAs<K>(dy[base + j], actOut[base + j], a);
+                dx[base + j] = activationGradAs<K>(
+                    dy[base + j], storedToFloat(actOut[base + j], bf16), a);
             }
             gradient = dx;
           }
@@ -313,28 +349,30 @@ void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
           if (inner == 1) {
             const float *mean = savedMean + c0, *invstd = savedInvstd + c0;
             for (int64_t img = 0; img < n; ++img) {
-              const float *grad = gradient + img * c + c0,
-                          *src = x + img * c + c0;
+              const int64_t base = img * c + c0;
+              const XT *src = x + base;
 #pragma omp simd
               for (int64_t k = 0; k < width; ++k) {
-                const float g = grad[k];
+                const float g = gradientAt(gradient, base + k);
                 sumDy[k] += g;
                 sumDyXhat[k] +=
-                    static_cast<double>(g) * ((src[k] - mean[k]) * invstd[k]);
+                    static_cast<double>(g) *
+                    ((storedToFloat(src[k], bf16) - mean[k]) * invstd[k]);
               }
             }
           }
           for (int64_t img = 0; inner != 1 && img < n; ++img)
             for (int64_t ch = c0; ch < c1; ++ch) {
               const int64_t base = (img * c + ch) * inner;
-              const float *grad = gradient + base, *src = x + base;
+              const XT *src = x + base;
               const float mean = savedMean[ch], invstd = savedInvstd[ch];
               double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
               double b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;
               auto add = [&](int64_t j, double &sa, double &sb) {
-                const float g = grad[j];
+                const float g = gradientAt(gradient, base + j);
                 sa += g;
-                sb += static_cast<double>(g) * ((src[j] - mean) * invstd);
+                sb += static_cast<double>(g) *
+                      ((storedToFloat(src[j], bf16) - mean) * invstd);
               };
               int64_t j = 0;
               for (; j + 4 <= inner; j += 4) {
@@ -370,29 +408,96 @@ void batchNormTrainBackward(Context &, int64_t n, int64_t c, int64_t inner,
             const float *mean = savedMean + c0, *invstd = savedInvstd + c0;
             for (int64_t img = 0; img < n; ++img) {
               const int64_t base = img * c + c0;
-              const float *grad = gradient + base, *src = x + base;
-              float *dst = dx + base;
+              const XT *src = x + base;
+              DXT *dst = dx + base;
 #pragma omp simd
               for (int64_t k = 0; k < width; ++k)
-                dst[k] = normBackwardElement(
-                    grad[k], (src[k] - mean[k]) * invstd[k],
-                    NormBackwardFactors{gradMean[k], projMean[k], gain[k]});
+                storeFloat(
+                    dst + k,
+                    normBackwardElement(
+                        gradientAt(gradient, base + k),
+                        (storedToFloat(src[k], bf16) - mean[k]) * invstd[k],
+                        NormBackwardFactors{gradMean[k], projMean[k], gain[k]}),
+                    bf16);
             }
             return;
           }
           for (int64_t img = 0; img < n; ++img)
             for (int64_t ch = c0; ch < c1; ++ch) {
               const int64_t base = (img * c + ch) * inner;
-              const float *grad = gradient + base, *src = x + base;
-              float *dst = dx + base;
+              const XT *src = x + base;
+              DXT *dst = dx + base;
               const float mean = savedMean[ch], invstd = savedInvstd[ch];
               const NormBackwardFactors f = factors[ch - c0];
 #pragma omp simd
               for (int64_t j = 0; j < inner; ++j)
-                dst[j] =
-                    normBackwardElement(grad[j], (src[j] - mean) * invstd, f);
+                storeFloat(dst + j,
+                           normBackwardElement(
+                               gradientAt(gradient, base + j),
+                               (storedToFloat(src[j], bf16) - mean) * invstd,
+                               f),
+                           bf16);
             }
         });
+  });
+}
+
+} // namespace
+
+void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                           const float *x, const float *scale,
+                           const float *bias, float *runningMean,
+                           float *runningVar, float eps, float momentum,
+                           float *y, float *savedMean, float *savedInvstd,
+                           NormActivation act) {
+  batchNormTrainForward16(ctx, Storage16::Bf16, n, c, inner, x, scale, bias,
+                          runningMean, runningVar, eps, momentum, y, savedMean,
+                          savedInvstd, act);
+}
+
+void batchNormTrainForward16(Context &, Storage16 storage, int64_t n, int64_t c,
+                             int64_t inner, StoredIn x, const float *scale,
+                             const float *bias, float *runningMean,
+                             float *runningVar, float eps, float momentum,
+                             StoredOut y, float *savedMean, float *savedInvstd,
+                             NormActivation act, uint16_t *x16) {
+  withStoredIn(x, [&](auto xs) {
+    withStoredOut(y, [&](auto ys) {
+      batchNormForwardAs(n, c, inner, xs, storage == Storage16::Bf16, scale,
+                         bias, runningMean, runningVar, eps, momentum, ys,
+                         savedMean, savedInvstd, act, x16);
+    });
+  });
+}
+
+void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                            const float *dy, const float *x, const float *scale,
+                            const float *savedMean, const float *savedInvstd,
+                            float *dx, float *dscale, float *dbias,
+                            const float *actOut, NormActivation act) {
+  batchNormTrainBackward16(ctx, Storage16::Bf16, n, c, inner, dy, x, scale,
+                           savedMean, savedInvstd, dx, dscale, dbias, actOut,
+                           act);
+}
+
+void batchNormTrainBackward16(Context &ctx, Storage16 storage, int64_t n,
+                              int64_t c, int64_t inner, const float *dy,
+                              StoredIn x, const float *scale,
+                              const float *savedMean, const float *savedInvstd,
+                              StoredOut dx, float *dscale, float *dbias,
+                              StoredIn actOut, NormActivation act) {
+  if (actOut.data && actOut.low != x.low) {
+    reportError(ctx, "batchNormTrainBackward16: the activation output must "
+                     "be stored like the input");
+    return;
+  }
+  withStoredIn(x, [&](auto xs) {
+    using XT = std::remove_const_t<std::remove_pointer_t<decltype(xs)>>;
+    withStoredOut(dx, [&](auto dxs) {
+      batchNormBackwardAs(n, c, inner, dy, xs, storage == Storage16::Bf16,
+                          scale, savedMean, savedInvstd, dxs, dscale, dbias,
+                          static_cast<const XT *>(actOut.data), act);
+    });
   });
 }
 

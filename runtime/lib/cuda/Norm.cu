@@ -35,6 +35,7 @@
 #include "mtc/runtime/Kernels.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace mtc::rt {
 
@@ -121,9 +122,11 @@ __device__ inline double sumOfParts(const double *partials, int64_t ch,
 
 /// Part blockIdx.x of gridDim.x of each channel: its sum of x, or (with
 /// `sums`, the first kernel's partials) its sum of squared deviations from
-/// the channel's mean, to partials[ch * parts + part].
+/// the channel's mean, to partials[ch * parts + part]. x is float32 or
+/// 16-bit (bfloat16 when `bf16`), as are the x of the kernels below.
+template <typename X>
 __global__ void bnPartialStatsKernel(int64_t n, int64_t c, int64_t inner,
-                                     Divisor byInner, const float *x,
+                                     Divisor byInner, const X *x, bool bf16,
                                      const double *sums, double *partials) {
   __shared__ double scratch[kReduceWarps];
   const int64_t parts = gridDim.x, part = blockIdx.x, m = n * inner;
@@ -131,11 +134,11 @@ __global__ void bnPartialStatsKernel(int64_t n, int64_t c, int64_t inner,
     double acc = 0.0;
     if (!sums) {
       forEachInChannel(n, c, inner, byInner, ch, part, parts,
-                       [&](int64_t at) { acc += x[at]; });
+                       [&](int64_t at) { acc += storedToFloat(x[at], bf16); });
     } else {
       const double mean = sumOfParts(sums, ch, parts) / static_cast<double>(m);
       forEachInChannel(n, c, inner, byInner, ch, part, parts, [&](int64_t at) {
-        double dev = x[at] - mean;
+        double dev = storedToFloat(x[at], bf16) - mean;
         acc += dev * dev;
       });
     }
@@ -163,8 +166,9 @@ __global__ void bnFinishStatsKernel(int64_t c, int64_t parts, int64_t m,
   }
 }
 
+template <typename X>
 __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
-                                   Divisor byInner, const float *x,
+                                   Divisor byInner, const X *x, bool bf16,
                                    float *runningMean, float *runningVar,
                                    float eps, float momentum, float *savedMean,
                                    float *savedInvstd) {
@@ -173,11 +177,11 @@ __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double sum = 0.0;
     forEachInChannel(n, c, inner, byInner, ch, 0, 1,
-                     [&](int64_t at) { sum += x[at]; });
+                     [&](int64_t at) { sum += storedToFloat(x[at], bf16); });
     double mean = m > 0 ? blockSum(sum, scratch) / static_cast<double>(m) : 0.0;
     double squaredDevSum = 0.0;
     forEachInChannel(n, c, inner, byInner, ch, 0, 1, [&](int64_t at) {
-      double dev = x[at] - mean;
+      double dev = storedToFloat(x[at], bf16) - mean;
       squaredDevSum += dev * dev;
     });
     squaredDevSum = blockSum(squaredDevSum, scratch);
@@ -192,47 +196,57 @@ __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
   }
 }
 
-/// y from the statistics; with var non-null they are running statistics
-/// (inference) and invstd is formed here, else savedInvstd holds it.
-__global__ void bnApplyKernel(int64_t n, int64_t c, int64_t inner,
-                              Divisor byInner, const float *x,
-                              const float *scale, const float *bias,
-                              const float *mean, const float *savedInvstd,
-                              const float *var, float eps, float *y,
-                              NormActivation act) {
+/// y (stored as Y) from the statistics; with var non-null they are running
+/// statistics (inference) and invstd is formed here, else savedInvstd
+/// holds it. With x16, x's 16-bit copy is written there too.
+template <typename X, typename Y>
+__global__ void
+bnApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner, const X *x,
+              bool bf16, const float *scale, const float *bias,
+              const float *mean, const float *savedInvstd, const float *var,
+              float eps, Y *y, NormActivation act, uint16_t *x16) {
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
     const float mu = mean[ch];
     const float invstd = var ? inverseStd(var[ch], eps) : savedInvstd[ch];
     const float gamma = scale[ch], beta = bias[ch];
     forEachInChannel(
         n, c, inner, byInner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
-          y[at] =
-              activate(normalizeElement(x[at], mu, invstd, gamma, beta), act);
+          const float v = storedToFloat(x[at], bf16);
+          if (x16)
+            storeFloat(x16 + at, v, bf16);
+          storeFloat(
+              y + at,
+              activate(normalizeElement(v, mu, invstd, gamma, beta), act),
+              bf16);
         });
   }
 }
 
-/// dy through the activation when there is one (actOut non-null).
-__device__ inline float gradientAt(const float *dy, const float *actOut,
-                                   int64_t at, const NormActivation &act) {
-  return actOut ? activationGrad(dy[at], actOut[at], act) : dy[at];
+/// dy through the activation when there is one (actOut non-null, stored
+/// like x).
+template <typename X>
+__device__ inline float gradientAt(const float *dy, const X *actOut, int64_t at,
+                                   const NormActivation &act, bool bf16) {
+  return actOut ? activationGrad(dy[at], storedToFloat(actOut[at], bf16), act)
+                : dy[at];
 }
 
 /// The block's sums of dy and of dy * xhat over part `part` of `parts` of
 /// channel ch (valid in thread 0).
+template <typename X>
 __device__ void
 channelGradientSums(int64_t n, int64_t c, int64_t inner, const Divisor &byInner,
-                    const float *dy, const float *x, const float *savedMean,
-                    const float *savedInvstd, const float *actOut,
-                    const NormActivation &act, int64_t ch, int64_t part,
-                    int64_t parts, double *scratch, double &sumDy,
+                    const float *dy, const X *x, bool bf16,
+                    const float *savedMean, const float *savedInvstd,
+                    const X *actOut, const NormActivation &act, int64_t ch,
+                    int64_t part, int64_t parts, double *scratch, double &sumDy,
                     double &sumDyXhat) {
   const float mean = savedMean[ch], invstd = savedInvstd[ch];
   sumDy = 0.0;
   sumDyXhat = 0.0;
   forEachInChannel(n, c, inner, byInner, ch, part, parts, [&](int64_t at) {
-    float xhat = (x[at] - mean) * invstd;
-    float g = gradientAt(dy, actOut, at, act);
+    float xhat = (storedToFloat(x[at], bf16) - mean) * invstd;
+    float g = gradientAt(dy, actOut, at, act, bf16);
     sumDy += g;
     sumDyXhat += static_cast<double>(g) * xhat;
   });
@@ -240,17 +254,17 @@ channelGradientSums(int64_t n, int64_t c, int64_t inner, const Divisor &byInner,
   sumDyXhat = blockSum(sumDyXhat, scratch);
 }
 
-__global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
-                                       Divisor byInner, const float *dy,
-                                       const float *x, const float *savedMean,
-                                       const float *savedInvstd, float *dscale,
-                                       float *dbias, const float *actOut,
-                                       NormActivation act) {
+template <typename X>
+__global__ void bnBackwardReduceKernel(
+    int64_t n, int64_t c, int64_t inner, Divisor byInner, const float *dy,
+    const X *x, bool bf16, const float *savedMean, const float *savedInvstd,
+    float *dscale, float *dbias, const X *actOut, NormActivation act) {
   __shared__ double scratch[kReduceWarps];
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double sumDy, sumDyXhat;
-    channelGradientSums(n, c, inner, byInner, dy, x, savedMean, savedInvstd,
-                        actOut, act, ch, 0, 1, scratch, sumDy, sumDyXhat);
+    channelGradientSums(n, c, inner, byInner, dy, x, bf16, savedMean,
+                        savedInvstd, actOut, act, ch, 0, 1, scratch, sumDy,
+                        sumDyXhat);
     if (threadIdx.x == 0) {
       dbias[ch] = static_cast<float>(sumDy);
       dscale[ch] = static_cast<float>(sumDyXhat);
@@ -260,18 +274,18 @@ __global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
 
 /// Part blockIdx.x of gridDim.x of each channel: its sums of dy and of
 /// dy * xhat, to partials[2 * (ch * parts + part)] and the next.
-__global__ void bnPartialBackwardKernel(int64_t n, int64_t c, int64_t inner,
-                                        Divisor byInner, const float *dy,
-                                        const float *x, const float *savedMean,
-                                        const float *savedInvstd,
-                                        const float *actOut, NormActivation act,
-                                        double *partials) {
+template <typename X>
+__global__ void
+bnPartialBackwardKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner,
+                        const float *dy, const X *x, bool bf16,
+                        const float *savedMean, const float *savedInvstd,
+                        const X *actOut, NormActivation act, double *partials) {
   __shared__ double scratch[kReduceWarps];
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
     double sumDy, sumDyXhat;
-    channelGradientSums(n, c, inner, byInner, dy, x, savedMean, savedInvstd,
-                        actOut, act, ch, blockIdx.x, gridDim.x, scratch, sumDy,
-                        sumDyXhat);
+    channelGradientSums(n, c, inner, byInner, dy, x, bf16, savedMean,
+                        savedInvstd, actOut, act, ch, blockIdx.x, gridDim.x,
+                        scratch, sumDy, sumDyXhat);
     if (threadIdx.x == 0) {
       const int64_t at = 2 * (ch * gridDim.x + blockIdx.x);
       partials[at] = sumDy;
@@ -296,12 +310,13 @@ __global__ void bnFinishBackwardKernel(int64_t c, int64_t parts,
   }
 }
 
-__global__ void
-bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner,
-                      const float *dy, const float *x, const float *scale,
-                      const float *savedMean, const float *savedInvstd,
-                      const float *dscale, const float *dbias, float *dx,
-                      const float *actOut, NormActivation act) {
+/// dx, stored as DX.
+template <typename X, typename DX>
+__global__ void bnBackwardApplyKernel(
+    int64_t n, int64_t c, int64_t inner, Divisor byInner, const float *dy,
+    const X *x, bool bf16, const float *scale, const float *savedMean,
+    const float *savedInvstd, const float *dscale, const float *dbias, DX *dx,
+    const X *actOut, NormActivation act) {
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
     const float mean = savedMean[ch], invstd = savedInvstd[ch];
     const NormBackwardFactors f =
@@ -309,8 +324,11 @@ bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner,
                             static_cast<double>(invstd) * scale[ch]);
     forEachInChannel(
         n, c, inner, byInner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
-          dx[at] = normBackwardElement(gradientAt(dy, actOut, at, act),
-                                       (x[at] - mean) * invstd, f);
+          storeFloat(dx + at,
+                     normBackwardElement(
+                         gradientAt(dy, actOut, at, act, bf16),
+                         (storedToFloat(x[at], bf16) - mean) * invstd, f),
+                     bf16);
         });
   }
 }
@@ -566,14 +584,15 @@ int64_t reduceParts(Context &ctx, int64_t n, int64_t c, int64_t inner,
 
 } // namespace
 
-void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
-                           const float *x, const float *scale,
-                           const float *bias, float *runningMean,
-                           float *runningVar, float eps, float momentum,
-                           float *y, float *savedMean, float *savedInvstd,
-                           NormActivation act) {
-  if (c <= 0)
-    return;
+namespace {
+
+template <typename X, typename Y>
+void batchNormForwardAs(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                        const X *x, bool bf16, const float *scale,
+                        const float *bias, float *runningMean,
+                        float *runningVar, float eps, float momentum, Y *y,
+                        float *savedMean, float *savedInvstd,
+                        NormActivation act, uint16_t *x16) {
   const int64_t parts = reduceParts(ctx, n, c, inner, 2);
   if (parts > 1) {
     double *sums = static_cast<double *>(ctx.ltWorkspace),
@@ -582,10 +601,10 @@ void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                     static_cast<unsigned>(std::min(c, kMaxGridY)));
     const Divisor byInner = makeDivisor(inner, n * inner);
     bnPartialStatsKernel<<<grid, kReduceThreads, 0, ctx.stream>>>(
-        n, c, inner, byInner, x, nullptr, sums);
+        n, c, inner, byInner, x, bf16, nullptr, sums);
     checkLaunch(ctx, "bnPartialStatsKernel");
     bnPartialStatsKernel<<<grid, kReduceThreads, 0, ctx.stream>>>(
-        n, c, inner, byInner, x, sums, sqDevs);
+        n, c, inner, byInner, x, bf16, sums, sqDevs);
     checkLaunch(ctx, "bnPartialStatsKernel");
     bnFinishStatsKernel<<<cuda::gridFor(c), cuda::kBlock, 0, ctx.stream>>>(
         c, parts, n * inner, sums, sqDevs, runningMean, runningVar, eps,
@@ -593,25 +612,24 @@ void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
     checkLaunch(ctx, "bnFinishStatsKernel");
   } else {
     bnTrainStatsKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0, ctx.stream>>>(
-        n, c, inner, makeDivisor(inner, n * inner), x, runningMean, runningVar,
-        eps, momentum, savedMean, savedInvstd);
+        n, c, inner, makeDivisor(inner, n * inner), x, bf16, runningMean,
+        runningVar, eps, momentum, savedMean, savedInvstd);
     checkLaunch(ctx, "bnTrainStatsKernel");
   }
   if (n * inner == 0)
     return;
   bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
-      n, c, inner, makeDivisor(inner, n * inner), x, scale, bias, savedMean,
-      savedInvstd, nullptr, eps, y, act);
+      n, c, inner, makeDivisor(inner, n * inner), x, bf16, scale, bias,
+      savedMean, savedInvstd, nullptr, eps, y, act, x16);
   checkLaunch(ctx, "bnApplyKernel");
 }
 
-void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
-                            const float *dy, const float *x, const float *scale,
-                            const float *savedMean, const float *savedInvstd,
-                            float *dx, float *dscale, float *dbias,
-                            const float *actOut, NormActivation act) {
-  if (c <= 0)
-    return;
+template <typename X, typename DX>
+void batchNormBackwardAs(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                         const float *dy, const X *x, bool bf16,
+                         const float *scale, const float *savedMean,
+                         const float *savedInvstd, DX *dx, float *dscale,
+                         float *dbias, const X *actOut, NormActivation act) {
   const int64_t parts = reduceParts(ctx, n, c, inner, 2);
   if (parts > 1) {
     double *partials = static_cast<double *>(ctx.ltWorkspace);
@@ -619,7 +637,7 @@ void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                                    static_cast<unsigned>(
                                        std::min(c, kMaxGridY))),
                               kReduceThreads, 0, ctx.stream>>>(
-        n, c, inner, makeDivisor(inner, n * inner), dy, x, savedMean,
+        n, c, inner, makeDivisor(inner, n * inner), dy, x, bf16, savedMean,
         savedInvstd, actOut, act, partials);
     checkLaunch(ctx, "bnPartialBackwardKernel");
     bnFinishBackwardKernel<<<cuda::gridFor(c), cuda::kBlock, 0, ctx.stream>>>(
@@ -628,7 +646,7 @@ void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
   } else {
     bnBackwardReduceKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0,
                              ctx.stream>>>(
-        n, c, inner, makeDivisor(inner, n * inner), dy, x, savedMean,
+        n, c, inner, makeDivisor(inner, n * inner), dy, x, bf16, savedMean,
         savedInvstd, dscale, dbias, actOut, act);
     checkLaunch(ctx, "bnBackwardReduceKernel");
   }
@@ -636,9 +654,73 @@ void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
     return;
   bnBackwardApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0,
                           ctx.stream>>>(
-      n, c, inner, makeDivisor(inner, n * inner), dy, x, scale, savedMean,
+      n, c, inner, makeDivisor(inner, n * inner), dy, x, bf16, scale, savedMean,
       savedInvstd, dscale, dbias, dx, actOut, act);
   checkLaunch(ctx, "bnBackwardApplyKernel");
+}
+
+} // namespace
+
+void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                           const float *x, const float *scale,
+                           const float *bias, float *runningMean,
+                           float *runningVar, float eps, float momentum,
+                           float *y, float *savedMean, float *savedInvstd,
+                           NormActivation act) {
+  batchNormTrainForward16(ctx, Storage16::Bf16, n, c, inner, x, scale, bias,
+                          runningMean, runningVar, eps, momentum, y, savedMean,
+                          savedInvstd, act);
+}
+
+void batchNormTrainForward16(Context &ctx, Storage16 storage, int64_t n,
+                             int64_t c, int64_t inner, StoredIn x,
+                             const float *scale, const float *bias,
+                             float *runningMean, float *runningVar, float eps,
+                             float momentum, StoredOut y, float *savedMean,
+                             float *savedInvstd, NormActivation act,
+                             uint16_t *x16) {
+  if (c <= 0)
+    return;
+  withStoredIn(x, [&](auto xs) {
+    withStoredOut(y, [&](auto ys) {
+      batchNormForwardAs(ctx, n, c, inner, xs, storage == Storage16::Bf16,
+                         scale, bias, runningMean, runningVar, eps, momentum,
+                         ys, savedMean, savedInvstd, act, x16);
+    });
+  });
+}
+
+void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
+                            const float *dy, const float *x, const float *scale,
+                            const float *savedMean, const float *savedInvstd,
+                            float *dx, float *dscale, float *dbias,
+                            const float *actOut, NormActivation act) {
+  batchNormTrainBackward16(ctx, Storage16::Bf16, n, c, inner, dy, x, scale,
+                           savedMean, savedInvstd, dx, dscale, dbias, actOut,
+                           act);
+}
+
+void batchNormTrainBackward16(Context &ctx, Storage16 storage, int64_t n,
+                              int64_t c, int64_t inner, const float *dy,
+                              StoredIn x, const float *scale,
+                              const float *savedMean, const float *savedInvstd,
+                              StoredOut dx, float *dscale, float *dbias,
+                              StoredIn actOut, NormActivation act) {
+  if (c <= 0)
+    return;
+  if (actOut.data && actOut.low != x.low) {
+    reportError(ctx, "batchNormTrainBackward16: the activation output must "
+                     "be stored like the input");
+    return;
+  }
+  withStoredIn(x, [&](auto xs) {
+    using X = std::remove_const_t<std::remove_pointer_t<decltype(xs)>>;
+    withStoredOut(dx, [&](auto dxs) {
+      batchNormBackwardAs(ctx, n, c, inner, dy, xs, storage == Storage16::Bf16,
+                          scale, savedMean, savedInvstd, dxs, dscale, dbias,
+                          static_cast<const X *>(actOut.data), act);
+    });
+  });
 }
 
 void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
@@ -649,8 +731,8 @@ void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
   if (c <= 0 || n * inner == 0)
     return;
   bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
-      n, c, inner, makeDivisor(inner, n * inner), x, scale, bias, mean, nullptr,
-      var, eps, y, NormActivation{});
+      n, c, inner, makeDivisor(inner, n * inner), x, false, scale, bias, mean,
+      nullptr, var, eps, y, NormActivation{}, nullptr);
   checkLaunch(ctx, "bnApplyKernel");
 }
 

@@ -213,6 +213,30 @@ func.func @batch_norm_channels(%x: tensor<2x8x4x4xf32>, %g: tensor<4xf32>) {
 
 // -----
 
+func.func @batch_norm_formats(%x: tensor<2x8x4x4xbf16>, %g: tensor<8xf32>) {
+  // expected-error@+1 {{16-bit operands and results must share one format}}
+  %y:5 = mtc.batch_norm_train %x, %g, %g, %g, %g {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x4x4xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+func.func @batch_norm_copy_of_16_bit_input(%x: tensor<2x8x4x4xbf16>, %g: tensor<8xf32>) {
+  // expected-error@+1 {{input16 must be a float32 input's 16-bit copy}}
+  %y:6 = mtc.batch_norm_train %x, %g, %g, %g, %g {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x4x4xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<2x8x4x4xbf16>)
+  return
+}
+
+// -----
+
+func.func @batch_norm_grad_activation_stored_otherwise(%dy: tensor<2x8x4x4xf32>, %x: tensor<2x8x4x4xbf16>, %g: tensor<8xf32>) {
+  // expected-error@+1 {{activation_output must have the gradient's shape and be stored as the input is}}
+  %r:3 = mtc.batch_norm_train_grad %dy, %x, %g, %g, %g activation %dy {activation = "relu"} : (tensor<2x8x4x4xf32>, tensor<2x8x4x4xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<2x8x4x4xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
 func.func @layer_norm_scale(%x: tensor<2x8x32xf32>, %g: tensor<8xf32>) {
   // expected-error@+1 {{scale must have the normalized dims' shape}}
   %y:3 = mtc.layer_norm %x, %g {axis = 2 : i64, epsilon = 1.0e-05 : f32} : (tensor<2x8x32xf32>, tensor<8xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x1xf32>, tensor<2x8x1xf32>)

@@ -577,4 +577,127 @@ TEST_F(Kernels, BatchNormActivationIsTheSeparateKernels) {
   }
 }
 
+TEST_F(Kernels, BatchNorm16IsTheFloatKernelOnStoredValues) {
+  // x and the activation output read as 16-bit values, y and dx written
+  // as 16-bit values: bit for bit the float32 kernels on the widened
+  // values, each result rounded as a conversion rounds it; the statistics
+  // and parameter gradients unchanged. The shapes walk each way the
+  // kernels split channels (see BatchNormMatchesReference).
+  const int64_t shapes[][3] = {
+      {4, 3, 37}, {64, 4, 49}, {16, 70, 1}, {32, 2, 600}};
+  unsigned seed = 40;
+  for (const auto &shape : shapes) {
+    const int64_t n = shape[0], c = shape[1], inner = shape[2];
+    const int64_t size = n * c * inner;
+    std::vector<float> xv = randomVector(size, -2.0f, 6.0f, seed++);
+    std::vector<float> dyv = randomVector(size, -1.0f, 1.0f, seed++);
+    std::vector<float> scalev = randomVector(c, 0.5f, 1.5f, seed++);
+    std::vector<float> biasv = randomVector(c, -1.0f, 1.0f, seed++);
+    std::vector<float> rmv = randomVector(c, -1.0f, 1.0f, seed++);
+    std::vector<float> rvv = randomVector(c, 0.5f, 1.5f, seed++);
+    float *scale = upload(scalev), *bias = upload(biasv), *dy = upload(dyv);
+    for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+      const bool bf16 = storage == Storage16::Bf16;
+      auto round = [&](const std::vector<float> &v) {
+        std::vector<uint16_t> r(v.size());
+        for (size_t i = 0; i < v.size(); ++i)
+          r[i] = bf16 ? floatToBf16(v[i]) : floatToHalf(v[i]);
+        return r;
+      };
+      auto widen = [&](const std::vector<uint16_t> &v) {
+        std::vector<float> w(v.size());
+        for (size_t i = 0; i < v.size(); ++i)
+          w[i] = storedToFloat(v[i], bf16);
+        return w;
+      };
+      const std::vector<uint16_t> x16v = round(xv);
+      const std::vector<float> widened = widen(x16v);
+      for (NormActivation act :
+           {NormActivation{}, NormActivation{NormActivationKind::Relu}}) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " c=" + std::to_string(c) +
+                     " inner=" + std::to_string(inner) +
+                     (bf16 ? " bf16" : " fp16") +
+                     (act.kind == NormActivationKind::None ? "" : " relu"));
+        // The float32 kernels on the widened x.
+        float *x = upload(widened), *y = upload(std::vector<float>(size));
+        float *mean = upload(std::vector<float>(c)),
+              *inv = upload(std::vector<float>(c));
+        float *rm = upload(rmv), *rv = upload(rvv);
+        batchNormTrainForward(ctx, n, c, inner, x, scale, bias, rm, rv, 1e-5f,
+                              0.9f, y, mean, inv, act);
+        const std::vector<float> y32 = download(y, size);
+
+        // 16-bit x and y, nothing written past y.
+        uint16_t *x16 = upload(x16v);
+        uint16_t *y16 = upload(std::vector<uint16_t>(size), 2);
+        float *mean16 = upload(std::vector<float>(c)),
+              *inv16 = upload(std::vector<float>(c));
+        float *rm16 = upload(rmv), *rv16 = upload(rvv);
+        batchNormTrainForward16(ctx, storage, n, c, inner, x16, scale, bias,
+                                rm16, rv16, 1e-5f, 0.9f, y16, mean16, inv16,
+                                act);
+        std::vector<uint16_t> got = download(y16, size + 2);
+        EXPECT_EQ(got[size], static_cast<uint16_t>(kSentinel));
+        EXPECT_EQ(got[size + 1], static_cast<uint16_t>(kSentinel));
+        got.resize(size);
+        EXPECT_EQ(got, round(y32));
+        EXPECT_EQ(download(mean16, c), download(mean, c));
+        EXPECT_EQ(download(inv16, c), download(inv, c));
+        EXPECT_EQ(download(rm16, c), download(rm, c));
+        EXPECT_EQ(download(rv16, c), download(rv, c));
+
+        // float32 x in, its 16-bit copy written as it is read, float32 y.
+        float *xf = upload(xv), *yf = upload(std::vector<float>(size));
+        uint16_t *copy = upload(std::vector<uint16_t>(size), 2);
+        batchNormTrainForward16(ctx, storage, n, c, inner, xf, scale, bias,
+                                nullptr, nullptr, 1e-5f, 0.9f, yf, mean16,
+                                inv16, act, copy);
+        std::vector<uint16_t> copied = download(copy, size + 2);
+        EXPECT_EQ(copied[size], static_cast<uint16_t>(kSentinel));
+        copied.resize(size);
+        EXPECT_EQ(copied, x16v);
+        float *yWant = upload(std::vector<float>(size));
+        batchNormTrainForward(ctx, n, c, inner, xf, scale, bias, nullptr,
+                              nullptr, 1e-5f, 0.9f, yWant, mean, inv, act);
+        EXPECT_EQ(download(yf, size), download(yWant, size));
+
+        // Backward from the stored x and activation output: the float32
+        // kernel on their widened values.
+        const bool withAct = act.kind != NormActivationKind::None;
+        batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr,
+                              nullptr, 1e-5f, 0.9f, y, mean, inv, act);
+        float *actWide = upload(widen(round(y32)));
+        float *dx = upload(std::vector<float>(size)),
+              *ds = upload(std::vector<float>(c)),
+              *db = upload(std::vector<float>(c));
+        batchNormTrainBackward(ctx, n, c, inner, dy, x, scale, mean, inv, dx,
+                               ds, db, withAct ? actWide : nullptr, act);
+        const std::vector<float> dx32 = download(dx, size);
+        for (bool narrowDx : {false, true}) {
+          SCOPED_TRACE(narrowDx ? "16-bit dx" : "float32 dx");
+          float *ds16 = upload(std::vector<float>(c)),
+                *db16 = upload(std::vector<float>(c));
+          uint16_t *act16 = withAct ? upload(round(y32)) : nullptr;
+          if (narrowDx) {
+            uint16_t *dx16 = upload(std::vector<uint16_t>(size), 2);
+            batchNormTrainBackward16(ctx, storage, n, c, inner, dy, x16, scale,
+                                     mean, inv, dx16, ds16, db16, act16, act);
+            std::vector<uint16_t> gotDx = download(dx16, size + 2);
+            EXPECT_EQ(gotDx[size], static_cast<uint16_t>(kSentinel));
+            gotDx.resize(size);
+            EXPECT_EQ(gotDx, round(dx32));
+          } else {
+            float *dxf = upload(std::vector<float>(size));
+            batchNormTrainBackward16(ctx, storage, n, c, inner, dy, x16, scale,
+                                     mean, inv, dxf, ds16, db16, act16, act);
+            EXPECT_EQ(download(dxf, size), dx32);
+          }
+          EXPECT_EQ(download(ds16, c), download(ds, c));
+          EXPECT_EQ(download(db16, c), download(db, c));
+        }
+      }
+    }
+  }
+}
+
 } // namespace

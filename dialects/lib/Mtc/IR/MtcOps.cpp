@@ -680,6 +680,21 @@ LogicalResult SelectOp::inferReturnTypes(MLIRContext *,
 // Normalization
 //===----------------------------------------------------------------------===//
 
+/// Whether the 16-bit ones among `values` share one format.
+static LogicalResult verifyStoredAlike(Operation *op, ArrayRef<Value> values) {
+  Type low;
+  for (Value v : values) {
+    Type element = elementOf(v);
+    if (element.isF32())
+      continue;
+    if (low && element != low)
+      return op->emitOpError("16-bit operands and results must share one "
+                             "format");
+    low = element;
+  }
+  return success();
+}
+
 /// The activation attributes of a batch normalization (forward or
 /// backward): none, "relu", or "clip" with both bounds.
 static LogicalResult verifyNormActivation(Operation *op,
@@ -703,6 +718,13 @@ LogicalResult BatchNormTrainOp::verify() {
   if (shapeOf(getScale()) != ArrayRef<int64_t>{x[1]})
     return emitOpError("scale, bias and statistics must have C = ")
            << x[1] << " elements";
+  if (failed(verifyStoredAlike(*this, {getInput(), getOutput()})))
+    return failure();
+  if (Value copy = getInput16();
+      copy && (shapeOf(copy) != x || elementOf(copy).isF32() ||
+               !elementOf(getInput()).isF32() ||
+               failed(verifyStoredAlike(*this, {copy, getOutput()}))))
+    return emitOpError("input16 must be a float32 input's 16-bit copy");
   return verifyNormActivation(*this, getActivation(), getClipMinAttr() != nullptr,
                               getClipMaxAttr() != nullptr);
 }
@@ -711,8 +733,12 @@ LogicalResult BatchNormTrainGradOp::verify() {
   if (getActivation().has_value() != (getActivationOutput() != nullptr))
     return emitOpError("activation and activation_output go together");
   if (Value out = getActivationOutput();
-      out && out.getType() != getGrad().getType())
-    return emitOpError("activation_output must have the gradient's type");
+      out && (shapeOf(out) != shapeOf(getGrad()) ||
+              elementOf(out) != elementOf(getInput())))
+    return emitOpError("activation_output must have the gradient's shape "
+                       "and be stored as the input is");
+  if (failed(verifyStoredAlike(*this, {getInput(), getInputGrad()})))
+    return failure();
   return verifyNormActivation(*this, getActivation(),
                               getClipMinAttr() != nullptr,
                               getClipMaxAttr() != nullptr);

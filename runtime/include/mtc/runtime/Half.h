@@ -99,6 +99,13 @@ MTC_HOST_DEVICE inline float storedToFloat(uint16_t h, bool bf16) {
   return bf16 ? bf16ToFloat(h) : halfToFloat(h);
 }
 
+/// Stores float32 v as `*p` holds it: as is, or rounded to 16 bits
+/// (bfloat16 when `bf16`, else float16) as a conversion rounds it.
+MTC_HOST_DEVICE inline void storeFloat(float *p, float v, bool) { *p = v; }
+MTC_HOST_DEVICE inline void storeFloat(uint16_t *p, float v, bool bf16) {
+  *p = bf16 ? floatToBf16(v) : floatToHalf(v);
+}
+
 } // namespace mtc::rt
 
 #endif // MTC_RUNTIME_HALF_H

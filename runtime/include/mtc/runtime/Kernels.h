@@ -31,6 +31,25 @@ constexpr int kMaxRank = 8;
 /// How a 16-bit float tensor is stored.
 enum class Storage16 : int { Bf16 = 0, F16 = 1 };
 
+/// A tensor a kernel reads as it is stored: float32, or 16 bits in the
+/// format its call names (Storage16). Either pointer (or nullptr, for an
+/// optional one) converts to it.
+struct StoredIn {
+  const void *data = nullptr;
+  bool low = false;
+  StoredIn(std::nullptr_t) {}
+  StoredIn(const float *p) : data(p) {}
+  StoredIn(const uint16_t *p) : data(p), low(true) {}
+};
+/// A tensor a kernel writes as it is stored: float32, or 16 bits rounded
+/// as a conversion rounds them.
+struct StoredOut {
+  void *data = nullptr;
+  bool low = false;
+  StoredOut(float *p) : data(p) {}
+  StoredOut(uint16_t *p) : data(p), low(true) {}
+};
+
 //===----------------------------------------------------------------------===//
 // GEMM
 //===----------------------------------------------------------------------===//
@@ -490,6 +509,18 @@ void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                            float *runningVar, float eps, float momentum,
                            float *y, float *savedMean, float *savedInvstd,
                            NormActivation act = {});
+/// The same with x read and y written as they are stored (either may be
+/// 16-bit, in `storage`; y rounded as a conversion of the float32 result
+/// would round it). With `x16` non-null, x's 16-bit copy (x rounded, for
+/// the backward pass) is also written there as x is read. y may share
+/// storage with x only when both are stored alike.
+void batchNormTrainForward16(Context &ctx, Storage16 storage, int64_t n,
+                             int64_t c, int64_t inner, StoredIn x,
+                             const float *scale, const float *bias,
+                             float *runningMean, float *runningVar, float eps,
+                             float momentum, StoredOut y, float *savedMean,
+                             float *savedInvstd, NormActivation act = {},
+                             uint16_t *x16 = nullptr);
 /// Gradients of batchNormTrainForward: dx, dscale, dbias (all overwritten).
 /// With xhat = (x - mean) * invstd and sums over n and inner:
 /// dbias = sum(dy), dscale = sum(dy * xhat),
@@ -504,6 +535,19 @@ void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                             float *dscale, float *dbias,
                             const float *actOut = nullptr,
                             NormActivation act = {});
+/// The same with x and actOut read and dx written as they are stored
+/// (16-bit ones in `storage`; actOut, when given, stored like x; dx
+/// rounded as a conversion of the float32 gradient would round it): the
+/// saved input and activation output a 16-bit backward pass keeps, the
+/// gradient only 16-bit convolutions read. A 16-bit dx does not share
+/// storage with dy.
+void batchNormTrainBackward16(Context &ctx, Storage16 storage, int64_t n,
+                              int64_t c, int64_t inner, const float *dy,
+                              StoredIn x, const float *scale,
+                              const float *savedMean, const float *savedInvstd,
+                              StoredOut dx, float *dscale, float *dbias,
+                              StoredIn actOut = nullptr,
+                              NormActivation act = {});
 /// BatchNormalization with given statistics (inference, or frozen stats):
 /// y = (x - mean) / sqrt(var + eps) * scale + bias.
 void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,

@@ -762,7 +762,7 @@ def Mtc_SoftmaxGradOp : Mtc_ComputeOp<"softmax_grad",
 }
 
 def Mtc_BatchNormTrainOp : Mtc_DiffOp<"batch_norm_train",
-    [AllTypesMatch<["input", "output"]>,
+    [AllShapesMatch<["input", "output"]>,
      AllTypesMatch<["scale", "bias", "running_mean", "running_var",
                     "new_running_mean", "new_running_var", "saved_mean",
                     "saved_invstd"]>]> {
@@ -776,7 +776,12 @@ def Mtc_BatchNormTrainOp : Mtc_DiffOp<"batch_norm_train",
     to their buffers, so the trainer writes them back in place. With
     `activation` ("relu", or "clip" to [`clip_min`, `clip_max`]) the output
     is that activation of the normalized values: the fusion pass folds a
-    `mtc.relu` or `mtc.clip` that alone reads the output.
+    `mtc.relu` or `mtc.clip` that alone reads the output. Under 16-bit
+    precision the fusion pass lets the op read a 16-bit `input` as stored
+    and store `output` in 16 bits (in one format), rounded as a conversion
+    rounds it, where only 16-bit copies of it are read; and return
+    `input16`, a float32 input's 16-bit copy (the backward pass's saved
+    input), written as the input is read.
 
     Example:
 
@@ -788,17 +793,18 @@ def Mtc_BatchNormTrainOp : Mtc_DiffOp<"batch_norm_train",
            tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$scale,
+  let arguments = (ins Mtc_StorageFloatTensor:$input, Mtc_FloatTensor:$scale,
                    Mtc_FloatTensor:$bias, Mtc_FloatTensor:$running_mean,
                    Mtc_FloatTensor:$running_var, F32Attr:$epsilon,
                    F32Attr:$momentum, OptionalAttr<StrAttr>:$activation,
                    OptionalAttr<F32Attr>:$clip_min,
                    OptionalAttr<F32Attr>:$clip_max);
-  let results = (outs Mtc_FloatTensor:$output,
+  let results = (outs Mtc_StorageFloatTensor:$output,
                       Mtc_FloatTensor:$new_running_mean,
                       Mtc_FloatTensor:$new_running_var,
                       Mtc_FloatTensor:$saved_mean,
-                      Mtc_FloatTensor:$saved_invstd);
+                      Mtc_FloatTensor:$saved_invstd,
+                      Optional<Mtc_StorageFloatTensor>:$input16);
   let assemblyFormat = "$input `,` $scale `,` $bias `,` $running_mean `,` "
                        "$running_var attr-dict `:` "
                        "functional-type(operands, results)";
@@ -809,7 +815,7 @@ def Mtc_BatchNormTrainOp : Mtc_DiffOp<"batch_norm_train",
 }
 
 def Mtc_BatchNormTrainGradOp : Mtc_ComputeOp<"batch_norm_train_grad",
-    [AllTypesMatch<["grad", "input", "input_grad"]>,
+    [AllShapesMatch<["grad", "input", "input_grad"]>,
      AllTypesMatch<["scale", "saved_mean", "saved_invstd", "scale_grad",
                     "bias_grad"]>]> {
   let summary = "Gradient of batch normalization in training mode";
@@ -819,7 +825,10 @@ def Mtc_BatchNormTrainGradOp : Mtc_ComputeOp<"batch_norm_train_grad",
     `activation`, `clip_min`, `clip_max`), `grad` is first taken through
     that activation's gradient, as `mtc.relu_grad` / `mtc.clip_grad` of
     `grad` and `activation_output` compute it (the fusion pass folds
-    them).
+    them). `input` and `activation_output` may be stored in 16 bits, in one
+    format (the fusion pass folds their widening), and `input_grad` in
+    that format too, rounded as a conversion rounds it (where only 16-bit
+    copies of it are read).
 
     Example:
 
@@ -830,15 +839,15 @@ def Mtc_BatchNormTrainGradOp : Mtc_ComputeOp<"batch_norm_train_grad",
            tensor<8xf32>, tensor<8xf32>)
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_FloatTensor:$input,
+  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_StorageFloatTensor:$input,
                    Mtc_FloatTensor:$scale, Mtc_FloatTensor:$saved_mean,
                    Mtc_FloatTensor:$saved_invstd,
-                   Optional<Mtc_FloatTensor>:$activation_output,
+                   Optional<Mtc_StorageFloatTensor>:$activation_output,
                    OptionalAttr<StrAttr>:$activation,
                    OptionalAttr<F32Attr>:$clip_min,
                    OptionalAttr<F32Attr>:$clip_max);
-  let results = (outs Mtc_FloatTensor:$input_grad, Mtc_FloatTensor:$scale_grad,
-                      Mtc_FloatTensor:$bias_grad);
+  let results = (outs Mtc_StorageFloatTensor:$input_grad,
+                      Mtc_FloatTensor:$scale_grad, Mtc_FloatTensor:$bias_grad);
   let assemblyFormat = "$grad `,` $input `,` $scale `,` $saved_mean `,` "
                        "$saved_invstd (`activation` $activation_output^)? "
                        "attr-dict `:` functional-type(operands, results)";
