@@ -180,11 +180,12 @@ namespace {
 /// batchNormTrainForward16 with x stored as XT and y as YT (float, or
 /// uint16_t in the format `bf16` names).
 template <typename XT, typename YT>
-void batchNormForwardAs(int64_t n, int64_t c, int64_t inner, const XT *x,
-                        bool bf16, const float *scale, const float *bias,
-                        float *runningMean, float *runningVar, float eps,
-                        float momentum, YT *y, float *savedMean,
-                        float *savedInvstd, NormActivation act, uint16_t *x16) {
+void batchNormForwardAs(Context &, int64_t n, int64_t c, int64_t inner,
+                        const XT *x, bool bf16, const float *scale,
+                        const float *bias, float *runningMean,
+                        float *runningVar, float eps, float momentum, YT *y,
+                        float *savedMean, float *savedInvstd,
+                        NormActivation act, uint16_t *x16) {
   const int64_t m = n * inner;
   const bool parallel = m * c >= cpu::kParallelGrain;
   withActivation(act, [&](auto kind) {
@@ -300,11 +301,11 @@ void batchNormForwardAs(int64_t n, int64_t c, int64_t inner, const XT *x,
 
 /// batchNormTrainBackward16 with x and actOut stored as XT and dx as DXT.
 template <typename XT, typename DXT>
-void batchNormBackwardAs(int64_t n, int64_t c, int64_t inner, const float *dy,
-                         const XT *x, bool bf16, const float *scale,
-                         const float *savedMean, const float *savedInvstd,
-                         DXT *dx, float *dscale, float *dbias, const XT *actOut,
-                         NormActivation act) {
+void batchNormBackwardAs(Context &, int64_t n, int64_t c, int64_t inner,
+                         const float *dy, const XT *x, bool bf16,
+                         const float *scale, const float *savedMean,
+                         const float *savedInvstd, DXT *dx, float *dscale,
+                         float *dbias, const XT *actOut, NormActivation act) {
   const int64_t m = n * inner;
   const bool parallel = m * c >= cpu::kParallelGrain;
   if (!actOut)
@@ -444,62 +445,7 @@ void batchNormBackwardAs(int64_t n, int64_t c, int64_t inner, const float *dy,
 
 } // namespace
 
-void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
-                           const float *x, const float *scale,
-                           const float *bias, float *runningMean,
-                           float *runningVar, float eps, float momentum,
-                           float *y, float *savedMean, float *savedInvstd,
-                           NormActivation act) {
-  batchNormTrainForward16(ctx, Storage16::Bf16, n, c, inner, x, scale, bias,
-                          runningMean, runningVar, eps, momentum, y, savedMean,
-                          savedInvstd, act);
-}
-
-void batchNormTrainForward16(Context &, Storage16 storage, int64_t n, int64_t c,
-                             int64_t inner, StoredIn x, const float *scale,
-                             const float *bias, float *runningMean,
-                             float *runningVar, float eps, float momentum,
-                             StoredOut y, float *savedMean, float *savedInvstd,
-                             NormActivation act, uint16_t *x16) {
-  withStoredIn(x, [&](auto xs) {
-    withStoredOut(y, [&](auto ys) {
-      batchNormForwardAs(n, c, inner, xs, storage == Storage16::Bf16, scale,
-                         bias, runningMean, runningVar, eps, momentum, ys,
-                         savedMean, savedInvstd, act, x16);
-    });
-  });
-}
-
-void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
-                            const float *dy, const float *x, const float *scale,
-                            const float *savedMean, const float *savedInvstd,
-                            float *dx, float *dscale, float *dbias,
-                            const float *actOut, NormActivation act) {
-  batchNormTrainBackward16(ctx, Storage16::Bf16, n, c, inner, dy, x, scale,
-                           savedMean, savedInvstd, dx, dscale, dbias, actOut,
-                           act);
-}
-
-void batchNormTrainBackward16(Context &ctx, Storage16 storage, int64_t n,
-                              int64_t c, int64_t inner, const float *dy,
-                              StoredIn x, const float *scale,
-                              const float *savedMean, const float *savedInvstd,
-                              StoredOut dx, float *dscale, float *dbias,
-                              StoredIn actOut, NormActivation act) {
-  if (actOut.data && actOut.low != x.low) {
-    reportError(ctx, "batchNormTrainBackward16: the activation output must "
-                     "be stored like the input");
-    return;
-  }
-  withStoredIn(x, [&](auto xs) {
-    using XT = std::remove_const_t<std::remove_pointer_t<decltype(xs)>>;
-    withStoredOut(dx, [&](auto dxs) {
-      batchNormBackwardAs(n, c, inner, dy, xs, storage == Storage16::Bf16,
-                          scale, savedMean, savedInvstd, dxs, dscale, dbias,
-                          static_cast<const XT *>(actOut.data), act);
-    });
-  });
-}
+#include "BatchNormEntryPoints.inc"
 
 void batchNormInferenceForward(Context &, int64_t n, int64_t c, int64_t inner,
                                const float *x, const float *scale,

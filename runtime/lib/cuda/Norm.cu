@@ -661,67 +661,7 @@ void batchNormBackwardAs(Context &ctx, int64_t n, int64_t c, int64_t inner,
 
 } // namespace
 
-void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
-                           const float *x, const float *scale,
-                           const float *bias, float *runningMean,
-                           float *runningVar, float eps, float momentum,
-                           float *y, float *savedMean, float *savedInvstd,
-                           NormActivation act) {
-  batchNormTrainForward16(ctx, Storage16::Bf16, n, c, inner, x, scale, bias,
-                          runningMean, runningVar, eps, momentum, y, savedMean,
-                          savedInvstd, act);
-}
-
-void batchNormTrainForward16(Context &ctx, Storage16 storage, int64_t n,
-                             int64_t c, int64_t inner, StoredIn x,
-                             const float *scale, const float *bias,
-                             float *runningMean, float *runningVar, float eps,
-                             float momentum, StoredOut y, float *savedMean,
-                             float *savedInvstd, NormActivation act,
-                             uint16_t *x16) {
-  if (c <= 0)
-    return;
-  withStoredIn(x, [&](auto xs) {
-    withStoredOut(y, [&](auto ys) {
-      batchNormForwardAs(ctx, n, c, inner, xs, storage == Storage16::Bf16,
-                         scale, bias, runningMean, runningVar, eps, momentum,
-                         ys, savedMean, savedInvstd, act, x16);
-    });
-  });
-}
-
-void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
-                            const float *dy, const float *x, const float *scale,
-                            const float *savedMean, const float *savedInvstd,
-                            float *dx, float *dscale, float *dbias,
-                            const float *actOut, NormActivation act) {
-  batchNormTrainBackward16(ctx, Storage16::Bf16, n, c, inner, dy, x, scale,
-                           savedMean, savedInvstd, dx, dscale, dbias, actOut,
-                           act);
-}
-
-void batchNormTrainBackward16(Context &ctx, Storage16 storage, int64_t n,
-                              int64_t c, int64_t inner, const float *dy,
-                              StoredIn x, const float *scale,
-                              const float *savedMean, const float *savedInvstd,
-                              StoredOut dx, float *dscale, float *dbias,
-                              StoredIn actOut, NormActivation act) {
-  if (c <= 0)
-    return;
-  if (actOut.data && actOut.low != x.low) {
-    reportError(ctx, "batchNormTrainBackward16: the activation output must "
-                     "be stored like the input");
-    return;
-  }
-  withStoredIn(x, [&](auto xs) {
-    using X = std::remove_const_t<std::remove_pointer_t<decltype(xs)>>;
-    withStoredOut(dx, [&](auto dxs) {
-      batchNormBackwardAs(ctx, n, c, inner, dy, xs, storage == Storage16::Bf16,
-                          scale, savedMean, savedInvstd, dxs, dscale, dbias,
-                          static_cast<const X *>(actOut.data), act);
-    });
-  });
-}
+#include "BatchNormEntryPoints.inc"
 
 void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
                                int64_t inner, const float *x,
