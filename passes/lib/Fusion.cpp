@@ -1264,6 +1264,18 @@ static bool foldMatMulNarrowing(MatMulOp matmul) {
          storeNarrowed(matmul->getResults(), to);
 }
 
+/// A convolution that multiplies 16-bit operands as stored, not depthwise
+/// and without a bias, whose float32 result is only narrowed to their
+/// format (the rounding torch.autocast's convolution returns, which the
+/// batch norm after it reads) stores the result in 16 bits itself.
+static bool foldConvNarrowing(ConvOp conv) {
+  Type to = elementType(conv.getInput());
+  return isa<BFloat16Type, Float16Type>(to) &&
+         conv->hasAttr(attr::kNative16BitGemm) && !conv.getBias() &&
+         conv.getGroup() != shapeOf(conv.getInput())[1] &&
+         storeNarrowed(conv->getResults(), to);
+}
+
 /// A layer norm, transpose, concat or attention whose float32 result its
 /// readers only narrow to one 16-bit format (conversions for a GEMM or
 /// attention operand under --precision bf16 / fp16, or for the backward's
@@ -1427,13 +1439,15 @@ void FusionPass::foldConversions(func::FuncOp func) {
   // After the transposes and concats, which narrow by now.
   SmallVector<Operation *> producers;
   func.walk([&](Operation *op) {
-    if (isa<AttentionGradOp, MatMulOp>(op))
+    if (isa<AttentionGradOp, MatMulOp, ConvOp>(op))
       producers.push_back(op);
   });
   for (Operation *op : producers) {
     bool folded = false;
     if (auto grad = dyn_cast<AttentionGradOp>(op))
       folded = foldAttentionGradNarrowing(grad);
+    else if (auto conv = dyn_cast<ConvOp>(op))
+      folded = foldConvNarrowing(conv);
     else
       folded = foldMatMulNarrowing(cast<MatMulOp>(op));
     if (folded)

@@ -67,6 +67,7 @@ public:
         convertOperands(func, low);
     if (auto step = module.lookupSymbol<func::FuncOp>("train_step")) {
       roundLogits(step, low);
+      roundConvOutputs(step, low);
       storeSavedActivations(step, low);
       roundLinearOutputs(step, low);
       roundInputGradients(step, low);
@@ -83,6 +84,7 @@ private:
   void roundLogits(func::FuncOp func, Type low);
   void roundInputGradients(func::FuncOp func, Type low);
   void roundLinearOutputs(func::FuncOp func, Type low);
+  void roundConvOutputs(func::FuncOp func, Type low);
   void storeSavedActivations(func::FuncOp func, Type low);
   void keepParameterCopies(func::FuncOp func, func::FuncOp eval, Type low,
                            bool onlyLeavingArena);
@@ -336,6 +338,73 @@ void PrecisionPass::roundLinearOutputs(func::FuncOp func, Type low) {
   }
   for (Value v : outputs)
     roundForReaders(v, low, /*phase=*/"");
+}
+
+/// A convolution's result (16-bit operands) whose forward readers all take
+/// 16-bit values as they are stored (a batch normalization's input, an
+/// elementwise kernel, which widens them as it reads) is rounded to 16
+/// bits right after the convolution, and those readers read the widening,
+/// made right before the first of them: what torch.autocast's convolution
+/// returns. The backward pass's readers (a batch norm backward's saved
+/// input) read the same rounded values, widened right before the first of
+/// them: the float32 result dies right away. The fusion pass then lets
+/// a convolution that multiplies 16-bit operands as stored store its
+/// result in 16 bits, and the batch norm read it as stored: written once
+/// at half the bytes, read at half the bytes.
+void PrecisionPass::roundConvOutputs(func::FuncOp func, Type low) {
+  auto readsStored = [](OpOperand &use) {
+    Operation *user = use.getOwner();
+    if (auto norm = dyn_cast<BatchNormTrainOp>(user))
+      return use.get() == norm.getInput();
+    return isFusableElementwise(user) && !isa<ConvertOp>(user);
+  };
+  SmallVector<ConvOp> convs;
+  func.walk([&](ConvOp conv) {
+    if (isBackwardOp(conv) || getElementTypeOrSelf(conv.getInput()) != low ||
+        !getElementTypeOrSelf(conv.getOutput()).isF32())
+      return;
+    bool forwardReader = false;
+    for (OpOperand &use : conv.getOutput().getUses()) {
+      if (isBackwardOp(use.getOwner()))
+        continue;
+      if (!readsStored(use))
+        return;
+      forwardReader = true;
+    }
+    if (forwardReader)
+      convs.push_back(conv);
+  });
+  for (ConvOp conv : convs) {
+    Value v = conv.getOutput();
+    Operation *first = nullptr, *firstBackward = nullptr;
+    for (Operation *user : v.getUsers()) {
+      Operation *&at = isBackwardOp(user) ? firstBackward : first;
+      if (!at || user->isBeforeInBlock(at))
+        at = user;
+    }
+    auto type = cast<RankedTensorType>(v.getType());
+    OpBuilder b(conv);
+    b.setInsertionPointAfter(conv);
+    auto rounded = b.create<ConvertOp>(conv.getLoc(), type.clone(low), v);
+    b.setInsertionPoint(first);
+    auto widened = b.create<ConvertOp>(conv.getLoc(), type, rounded);
+    ConvertOp widenedBack;
+    if (firstBackward && !isa<func::ReturnOp>(firstBackward)) {
+      b.setInsertionPoint(firstBackward);
+      widenedBack = b.create<ConvertOp>(conv.getLoc(), type, rounded);
+      widenedBack->setAttr(attr::kBackward, b.getUnitAttr());
+    }
+    v.replaceUsesWithIf(widened, [&](OpOperand &use) {
+      Operation *user = use.getOwner();
+      return user != rounded && !isBackwardOp(user);
+    });
+    if (widenedBack)
+      v.replaceUsesWithIf(widenedBack, [&](OpOperand &use) {
+        Operation *user = use.getOwner();
+        return user != rounded && isBackwardOp(user) &&
+               !isa<func::ReturnOp>(user);
+      });
+  }
 }
 
 /// A forward value the backward pass reads (outside GEMMs and convolutions,

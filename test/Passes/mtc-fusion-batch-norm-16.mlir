@@ -50,3 +50,36 @@ func.func @train_step(%x: tensor<2x4x3x3xf32> {mtc.role = "input"}, %dy: tensor<
   %dxh = mtc.convert %dx2 {mtc.backward} : tensor<2x4x3x3xf32> to tensor<2x4x3x3xf16>
   return %sum, %yh, %dx, %dxh : tensor<2x4x3x3xf32>, tensor<2x4x3x3xbf16>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf16>
 }
+
+// -----
+
+// A convolution's result rounded to bfloat16 for its batch norm (see the
+// precision pass): a convolution that multiplies the 16-bit operands as
+// stored stores the rounded result itself, which the batch norm reads as
+// stored. Not: a convolution with a bias, or one that widens its operands
+// (the CPU's), which keep the conversion.
+// CHECK-LABEL: func.func @train_step
+// CHECK-NOT: mtc.convert
+// CHECK: %[[Y:.+]] = mtc.conv {{.+}} -> tensor<2x8x4x4xbf16>
+// CHECK-NEXT: mtc.batch_norm_train %[[Y]], {{.+}} : (tensor<2x8x4x4xbf16>,
+// CHECK: %[[B:.+]] = mtc.conv {{.+}} -> tensor<2x8x4x4xf32>
+// CHECK-NEXT: %[[BH:.+]] = mtc.convert %[[B]] : tensor<2x8x4x4xf32> to tensor<2x8x4x4xbf16>
+// CHECK-NEXT: mtc.batch_norm_train %[[BH]],
+// CHECK: %[[C:.+]] = mtc.conv {{.+}} -> tensor<2x8x4x4xf32>
+// CHECK-NEXT: %[[CH:.+]] = mtc.convert %[[C]] : tensor<2x8x4x4xf32> to tensor<2x8x4x4xbf16>
+// CHECK-NEXT: mtc.batch_norm_train %[[CH]],
+func.func @train_step(%x: tensor<2x3x4x4xbf16> {mtc.role = "input"}, %w: tensor<8x3x3x3xbf16> {mtc.role = "param"}, %cb: tensor<8xf32> {mtc.role = "param"}, %g: tensor<8xf32> {mtc.role = "param"}, %b: tensor<8xf32> {mtc.role = "param"}, %rm: tensor<8xf32> {mtc.role = "buffer"}, %rv: tensor<8xf32> {mtc.role = "buffer"}) -> (tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>) {
+  %y = mtc.conv %x, %w {mtc.native_16bit_gemm, strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x4x4xbf16>, tensor<8x3x3x3xbf16>) -> tensor<2x8x4x4xf32>
+  %yh = mtc.convert %y : tensor<2x8x4x4xf32> to tensor<2x8x4x4xbf16>
+  %yw = mtc.convert %yh : tensor<2x8x4x4xbf16> to tensor<2x8x4x4xf32>
+  %n1:5 = mtc.batch_norm_train %yw, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %z = mtc.conv %x, %w, %cb {mtc.native_16bit_gemm, strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x4x4xbf16>, tensor<8x3x3x3xbf16>, tensor<8xf32>) -> tensor<2x8x4x4xf32>
+  %zh = mtc.convert %z : tensor<2x8x4x4xf32> to tensor<2x8x4x4xbf16>
+  %zw = mtc.convert %zh : tensor<2x8x4x4xbf16> to tensor<2x8x4x4xf32>
+  %n2:5 = mtc.batch_norm_train %zw, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %u = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x4x4xbf16>, tensor<8x3x3x3xbf16>) -> tensor<2x8x4x4xf32>
+  %uh = mtc.convert %u : tensor<2x8x4x4xf32> to tensor<2x8x4x4xbf16>
+  %uw = mtc.convert %uh : tensor<2x8x4x4xbf16> to tensor<2x8x4x4xf32>
+  %n3:5 = mtc.batch_norm_train %uw, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return %n1#0, %n2#0, %n3#0 : tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>
+}

@@ -88,9 +88,13 @@ func.func @forward(%x: tensor<64x64xf32> {mtc.name = "x", mtc.role = "param"},
 // incoming gradient of conv_backward_filter go to bfloat16, each value once.
 // The weight copies and the 16-bit activations of the forward convs serve
 // their backward convs; one 16-bit copy of each incoming gradient feeds both
-// of its backward convs. Results and the bias stay f32, and so does the
-// ReLU: its gradient reads the f32 ReLU output, too small (under 4096
-// elements) to be kept in 16 bits between the passes.
+// of its backward convs. Results and the bias stay f32, except that a
+// forward conv's result that only elementwise ops read (the ReLU) is
+// rounded to bfloat16 and widened for them, as torch.autocast's conv
+// returns it (the second conv's result goes on through a reshape and
+// stays f32). The ReLU computes in f32: its gradient reads the f32 ReLU
+// output, too small (under 4096 elements) to be kept in 16 bits between
+// the passes.
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: %[[X:[^:]+]]: tensor<2x3x8x8xf32>
 // CHECK-SAME: %[[W:[^:]+]]: tensor<4x3x3x3xf32>
@@ -99,10 +103,13 @@ func.func @forward(%x: tensor<64x64xf32> {mtc.name = "x", mtc.role = "param"},
 // CHECK: %[[XH:.+]] = mtc.convert %[[X]] : tensor<2x3x8x8xf32> to tensor<2x3x8x8xbf16>
 // CHECK-NEXT: %[[WH:.+]] = mtc.convert %[[W]] : tensor<4x3x3x3xf32> to tensor<4x3x3x3xbf16>
 // CHECK-NEXT: %[[Y:.+]] = mtc.conv %[[XH]], %[[WH]], %[[B]] {{.+}} : (tensor<2x3x8x8xbf16>, tensor<4x3x3x3xbf16>, tensor<4xf32>) -> tensor<2x4x8x8xf32>
-// CHECK-NEXT: %[[A:.+]] = mtc.relu %[[Y]] : tensor<2x4x8x8xf32>
+// CHECK-NEXT: %[[YH:.+]] = mtc.convert %[[Y]] : tensor<2x4x8x8xf32> to tensor<2x4x8x8xbf16>
+// CHECK-NEXT: %[[YW:.+]] = mtc.convert %[[YH]] : tensor<2x4x8x8xbf16> to tensor<2x4x8x8xf32>
+// CHECK-NEXT: %[[A:.+]] = mtc.relu %[[YW]] : tensor<2x4x8x8xf32>
 // CHECK-NEXT: %[[AH:.+]] = mtc.convert %[[A]] : tensor<2x4x8x8xf32> to tensor<2x4x8x8xbf16>
 // CHECK-NEXT: %[[W2H:.+]] = mtc.convert %[[W2]] : tensor<5x4x3x3xf32> to tensor<5x4x3x3xbf16>
-// CHECK-NEXT: mtc.conv %[[AH]], %[[W2H]] {{.+}} -> tensor<2x5x1x1xf32>
+// CHECK-NEXT: %[[Y2:.+]] = mtc.conv %[[AH]], %[[W2H]] {{.+}} -> tensor<2x5x1x1xf32>
+// CHECK-NEXT: mtc.reshape %[[Y2]]
 // The incoming gradient is a reshape: its 16-bit copy is the reshape of
 // the copy (a view).
 // CHECK: %[[DYH0:.+]] = mtc.convert %{{.+}} {mtc.backward} : tensor<2x5xf32> to tensor<2x5xbf16>
@@ -214,5 +221,36 @@ func.func @forward(%x: tensor<4x8xf32> {mtc.name = "x", mtc.role = "input"},
   %y = mtc.add %p, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
   %r = mtc.add %h, %y : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   %l = mtc.reduce_sum %r {axes = array<i64: 0, 1>, keepdims = false} : (tensor<4x8xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// A conv followed by a batch normalization: the conv's result is rounded to
+// bfloat16 right after it (torch.autocast's conv returns it so), the batch
+// norm normalizes the widening, and the batch norm backward reads the same
+// 16-bit copy, widened, as its saved input: no float32 result lives past
+// the batch norm.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[Y:.+]] = mtc.conv {{.+}} -> tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[YH:.+]] = mtc.convert %[[Y]] : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK-NEXT: %[[YW:.+]] = mtc.convert %[[YH]] : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: mtc.batch_norm_train %[[YW]],
+// CHECK: %[[YB:.+]] = mtc.convert %[[YH]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK: mtc.batch_norm_train_grad %{{[^,]+}}, %[[YB]],
+// CHECK-NOT: %[[Y]]
+// CHECK: return
+func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "input"},
+                   %t: tensor<2xi64> {mtc.name = "target", mtc.role = "input"},
+                   %w: tensor<8x3x3x3xf32> {mtc.name = "conv.weight", mtc.role = "param"},
+                   %g: tensor<8xf32> {mtc.name = "bn.weight", mtc.role = "param"},
+                   %b: tensor<8xf32> {mtc.name = "bn.bias", mtc.role = "param"},
+                   %rm: tensor<8xf32> {mtc.name = "bn.running_mean", mtc.role = "buffer"},
+                   %rv: tensor<8xf32> {mtc.name = "bn.running_var", mtc.role = "buffer"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x8x8xf32>, tensor<8x3x3x3xf32>) -> tensor<2x8x8x8xf32>
+  %y, %nm, %nv, %m, %s = mtc.batch_norm_train %0, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %1 = mtc.reduce_mean %y {axes = array<i64: 2, 3>, keepdims = false} : (tensor<2x8x8x8xf32>) -> tensor<2x8xf32>
+  %l, %p = mtc.softmax_cross_entropy %1, %t : (tensor<2x8xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x8xf32>)
   return %l : tensor<f32>
 }

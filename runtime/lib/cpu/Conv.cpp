@@ -112,8 +112,9 @@ void gather(const Conv2dParams &p, const ConvShape &s, const Operand &y,
 
 /// The inverse of gather: image j's planes of the group (from `y`) take
 /// stage[k, j * pixels + q].
-void scatterGroup(Context &, const Conv2dParams &p, const ConvShape &s,
-                  const float *stage, int64_t count, float *y) {
+void scatterGroup(Context &, Storage16, const Conv2dParams &p,
+                  const ConvShape &s, const float *stage, int64_t count,
+                  float *y) {
   const int64_t ld = count * s.pixels;
   const bool parallel = s.kg * ld >= cpu::kParallelGrain;
   cpu::parallelFor(0, s.kg, parallel, [&](int64_t k) {

@@ -180,16 +180,19 @@ __global__ void gatherKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
 }
 
 /// The inverse of gather: y[first + j, g * kg + k, q] = stage[k, j *
-/// pixels + q], `y` pointing at image `first`, group g.
+/// pixels + q], `y` pointing at image `first`, group g; a 16-bit y takes
+/// the values rounded (bfloat16 when `bf16`).
+template <typename Y>
 __global__ void scatterKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
-                              const float *stage, int64_t count, float *y) {
+                              const float *stage, int64_t count, Y *y,
+                              bool bf16) {
   const int64_t ld = count * s.pixels;
   for (int64_t idx = cuda::threadIndex(); idx < s.kg * ld;
        idx += cuda::threadCount()) {
     const int64_t k = d.ld.divide(idx), column = d.ld.remainder(idx, k);
     const int64_t image = d.pixels.divide(column),
                   q = d.pixels.remainder(column, image);
-    y[(image * p.k + k) * s.pixels + q] = stage[idx];
+    storeFloat(y + (image * p.k + k) * s.pixels + q, stage[idx], bf16);
   }
 }
 
@@ -382,22 +385,24 @@ void gemmOf(Context &ctx, Storage16, bool transA, bool transB, int64_t m,
   gemm(ctx, transA, transB, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
+/// A GEMM of 16-bit operands into a float32 or 16-bit C.
+template <typename C>
 void gemmOf(Context &ctx, Storage16 storage, bool transA, bool transB,
             int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
-            const uint16_t *b, int64_t ldb, float beta, float *c,
-            int64_t ldc) {
+            const uint16_t *b, int64_t ldb, float beta, C *c, int64_t ldc) {
   gemm16(ctx, storage, transA, transB, m, n, k, 1.0f, a, lda, b, ldb, beta, c,
          ldc);
 }
 
-void scatterGroup(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-                  const float *stage, int64_t count, float *y) {
+template <typename Y>
+void scatterGroup(Context &ctx, Storage16 storage, const Conv2dParams &p,
+                  const ConvShape &s, const float *stage, int64_t count, Y *y) {
   if (s.kg * count * s.pixels == 0)
     return;
   scatterKernel<<<cuda::gridFor(s.kg * count * s.pixels), cuda::kBlock, 0,
                   ctx.stream>>>(
-      p, s, convDivisors(p, s, count, s.kg * count * s.pixels), stage, count,
-      y);
+      p, s, convDivisors(p, s, count, s.kg * count * s.pixels), stage, count, y,
+      storage == Storage16::Bf16);
   checkLaunch(ctx, "scatterKernel");
 }
 
@@ -445,9 +450,9 @@ void forEachNativeGemm(const Conv2dParams &p, const ConvShape &s, F &&f) {
 /// matrix (image-major in the workspace) or, for a pointwise convolution,
 /// its input planes themselves. No staging matrix, no scatter, and no
 /// im2col copy of a 1x1 convolution's input.
+template <typename Y>
 void nativeForward(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-                   const Operand &x, const uint16_t *w, uint16_t *col,
-                   float *y) {
+                   const Operand &x, const uint16_t *w, uint16_t *col, Y *y) {
   const bool pointwise = convIsPointwise(p);
   forEachNativeGemm(p, s, [&](int64_t first, int64_t count, int64_t g) {
     const uint16_t *b = static_cast<const uint16_t *>(x.data) +
@@ -526,22 +531,32 @@ std::pair<First *, Second *> split(void *workspace, int64_t firstElems,
                                             bytes)};
 }
 
-template <typename Elem>
+/// y stored as Y: float, or (with 16-bit Elem) uint16_t in x's format,
+/// which takes neither a depthwise convolution nor a bias.
+template <typename Elem, typename Y>
 void convForward(Context &ctx, const Conv2dParams &p, const Operand &x,
-                 const Operand &w, const float *bias, float *y,
-                 void *workspace) {
+                 const Operand &w, const float *bias, Y *y, void *workspace) {
   ConvShape s = convShapeOf(p);
+  if constexpr (std::is_same_v<Y, uint16_t>) {
+    if (convIsDepthwise(p) || bias) {
+      reportError(ctx, "conv2dForwardNative16: a 16-bit result takes neither "
+                       "a depthwise convolution nor a bias");
+      return;
+    }
+  }
   if (p.n * p.k * s.pixels == 0)
     return;
   if (convIsDepthwise(p)) {
-    withStorage(x, [&](auto t, auto bf16) {
-      using T = decltype(t);
-      depthwiseForwardKernel<T, bf16()><<<cuda::gridFor(p.n * p.k * s.pixels),
-                                          cuda::kBlock, 0, ctx.stream>>>(
-          p, s, depthwiseDivisors(p, s, false), static_cast<const T *>(x.data),
-          static_cast<const T *>(w.data), y);
-    });
-    checkLaunch(ctx, "depthwiseForwardKernel");
+    if constexpr (std::is_same_v<Y, float>) {
+      withStorage(x, [&](auto t, auto bf16) {
+        using T = decltype(t);
+        depthwiseForwardKernel<T, bf16()><<<cuda::gridFor(p.n * p.k * s.pixels),
+                                            cuda::kBlock, 0, ctx.stream>>>(
+            p, s, depthwiseDivisors(p, s, false),
+            static_cast<const T *>(x.data), static_cast<const T *>(w.data), y);
+      });
+      checkLaunch(ctx, "depthwiseForwardKernel");
+    }
   } else if (std::is_same_v<Elem, uint16_t> && convNativeBatched(p)) {
     nativeForward(ctx, p, s, x, static_cast<const uint16_t *>(w.data),
                   static_cast<uint16_t *>(workspace), y);
@@ -557,13 +572,15 @@ void convForward(Context &ctx, const Conv2dParams &p, const Operand &x,
                    s.images > 1 ? stage + s.kg * s.pixels * s.images : stage);
     gemmForward(ctx, p, s, x.storage, x, wm, col, stage, y);
   }
-  if (!bias)
-    return;
-  addBiasKernel<<<cuda::gridFor(p.n * p.k * s.pixels), cuda::kBlock, 0,
-                  ctx.stream>>>(p.n * p.k, makeDivisor(p.k, p.n * p.k),
-                                makeDivisor(s.pixels, p.n * p.k * s.pixels),
-                                bias, y);
-  checkLaunch(ctx, "addBiasKernel");
+  if constexpr (std::is_same_v<Y, float>) {
+    if (!bias)
+      return;
+    addBiasKernel<<<cuda::gridFor(p.n * p.k * s.pixels), cuda::kBlock, 0,
+                    ctx.stream>>>(p.n * p.k, makeDivisor(p.k, p.n * p.k),
+                                  makeDivisor(s.pixels, p.n * p.k * s.pixels),
+                                  bias, y);
+    checkLaunch(ctx, "addBiasKernel");
+  }
 }
 
 template <typename Elem>
@@ -653,7 +670,7 @@ void convBackwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
 void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
              const Operand &w, const float *bias, float *y, float *workspace) {
   if (validConvParams(ctx, p, "conv2dForward"))
-    convForward<float>(ctx, p, x, w, bias, y, workspace);
+    convForward<float, float>(ctx, p, x, w, bias, y, workspace);
 }
 
 void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
@@ -677,8 +694,17 @@ void conv2dForwardNative16(Context &ctx, Storage16 storage,
                            const uint16_t *w, const float *bias, float *y,
                            void *workspace) {
   if (validConvParams(ctx, p, "conv2dForwardNative16"))
-    convForward<uint16_t>(ctx, p, operand(storage, x), operand(storage, w),
-                          bias, y, workspace);
+    convForward<uint16_t, float>(ctx, p, operand(storage, x),
+                                 operand(storage, w), bias, y, workspace);
+}
+
+void conv2dForwardNative16(Context &ctx, Storage16 storage,
+                           const Conv2dParams &p, const uint16_t *x,
+                           const uint16_t *w, const float *bias, uint16_t *y,
+                           void *workspace) {
+  if (validConvParams(ctx, p, "conv2dForwardNative16"))
+    convForward<uint16_t, uint16_t>(ctx, p, operand(storage, x),
+                                    operand(storage, w), bias, y, workspace);
 }
 
 void conv2dBackwardDataNative16(Context &ctx, Storage16 storage,

@@ -332,12 +332,14 @@ void gemm16(Context &ctx, Storage16 storage, bool transA, bool transB,
              beta, c, ldc);
 }
 
-void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
-                          bool transB, int64_t m, int64_t n, int64_t k,
-                          float alpha, const uint16_t *a, int64_t lda,
-                          int64_t strideA, const uint16_t *b, int64_t ldb,
-                          int64_t strideB, float beta, float *c, int64_t ldc,
-                          int64_t strideC, int64_t batch) {
+namespace {
+template <typename C>
+void gemm16StridedBatchedInto(Context &ctx, Storage16 storage, bool transA,
+                              bool transB, int64_t m, int64_t n, int64_t k,
+                              float alpha, const uint16_t *a, int64_t lda,
+                              int64_t strideA, const uint16_t *b, int64_t ldb,
+                              int64_t strideB, float beta, C *c, int64_t ldc,
+                              int64_t strideC, int64_t batch) {
   if (!fitsBlasInt(ctx, "gemm16StridedBatched",
                    {m, n, k, lda, ldb, ldc, batch}))
     return;
@@ -345,19 +347,44 @@ void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
     return;
   if (k == 0) {
     for (int64_t i = 0; i < batch; ++i)
-      scaleOnly(ctx, m, n, beta, c + i * strideC, ldc);
+      scaleOnly(ctx, m, n, beta, c + i * strideC, ldc,
+                storage == Storage16::Bf16);
     return;
   }
   cudaDataType_t type = dataTypeOf(storage);
-  cuda::checkBlas(
-      ctx,
-      cublasGemmStridedBatchedEx(
-          ctx.blas, opOf(transB), opOf(transA), static_cast<int>(n),
-          static_cast<int>(m), static_cast<int>(k), &alpha, b, type,
-          static_cast<int>(ldb), strideB, a, type, static_cast<int>(lda),
-          strideA, &beta, c, CUDA_R_32F, static_cast<int>(ldc), strideC,
-          static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-      "gemm16StridedBatched");
+  cudaDataType_t cType = std::is_same_v<C, uint16_t> ? type : CUDA_R_32F;
+  cuda::checkBlas(ctx,
+                  cublasGemmStridedBatchedEx(
+                      ctx.blas, opOf(transB), opOf(transA), static_cast<int>(n),
+                      static_cast<int>(m), static_cast<int>(k), &alpha, b, type,
+                      static_cast<int>(ldb), strideB, a, type,
+                      static_cast<int>(lda), strideA, &beta, c, cType,
+                      static_cast<int>(ldc), strideC, static_cast<int>(batch),
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  "gemm16StridedBatched");
+}
+} // namespace
+
+void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
+                          bool transB, int64_t m, int64_t n, int64_t k,
+                          float alpha, const uint16_t *a, int64_t lda,
+                          int64_t strideA, const uint16_t *b, int64_t ldb,
+                          int64_t strideB, float beta, float *c, int64_t ldc,
+                          int64_t strideC, int64_t batch) {
+  gemm16StridedBatchedInto(ctx, storage, transA, transB, m, n, k, alpha, a, lda,
+                           strideA, b, ldb, strideB, beta, c, ldc, strideC,
+                           batch);
+}
+
+void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
+                          bool transB, int64_t m, int64_t n, int64_t k,
+                          float alpha, const uint16_t *a, int64_t lda,
+                          int64_t strideA, const uint16_t *b, int64_t ldb,
+                          int64_t strideB, float beta, uint16_t *c, int64_t ldc,
+                          int64_t strideC, int64_t batch) {
+  gemm16StridedBatchedInto(ctx, storage, transA, transB, m, n, k, alpha, a, lda,
+                           strideA, b, ldb, strideB, beta, c, ldc, strideC,
+                           batch);
 }
 
 namespace {

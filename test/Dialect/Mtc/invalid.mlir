@@ -471,3 +471,19 @@ func.func @attention_causal_and_mask(%q: tensor<2x8x16xf32>, %m: tensor<8x8xi1>)
   %o, %lse = mtc.attention %q, %q, %q, %m {causal, scale = 2.5e-01 : f32} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<8x8xi1>) -> (tensor<2x8x16xf32>, tensor<2x8xf32>)
   return
 }
+
+// -----
+
+func.func @conv_16_bit_result_with_bias(%x: tensor<2x3x4x4xbf16>, %w: tensor<8x3x3x3xbf16>, %b: tensor<8xf32>) {
+  // expected-error@+1 {{a 16-bit result takes neither a bias nor a depthwise convolution}}
+  %y = mtc.conv %x, %w, %b {mtc.native_16bit_gemm, strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x4x4xbf16>, tensor<8x3x3x3xbf16>, tensor<8xf32>) -> tensor<2x8x4x4xbf16>
+  return
+}
+
+// -----
+
+func.func @conv_16_bit_result_widened(%x: tensor<2x3x4x4xbf16>, %w: tensor<8x3x3x3xbf16>) {
+  // expected-error@+1 {{a 16-bit result must be stored as the operands are, which the convolution multiplies as stored}}
+  %y = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x4x4xbf16>, tensor<8x3x3x3xbf16>) -> tensor<2x8x4x4xbf16>
+  return
+}

@@ -384,6 +384,15 @@ LogicalResult ConvOp::verify() {
   if (Value b = getBias())
     if (shapeOf(b).size() != 1 || shapeOf(b)[0] != shapeOf(getWeight())[0])
       return emitOpError("bias must have one element per output channel");
+  if (Type out = elementOf(getOutput()); !out.isF32()) {
+    if (out != elementOf(getInput()) ||
+        !(*this)->hasAttr(attr::kNative16BitGemm))
+      return emitOpError("a 16-bit result must be stored as the operands "
+                         "are, which the convolution multiplies as stored");
+    if (getBias() || getGroup() == shapeOf(getInput())[1])
+      return emitOpError("a 16-bit result takes neither a bias nor a "
+                         "depthwise convolution");
+  }
   return verifyConvShapes(*this, shapeOf(getInput()), shapeOf(getWeight()),
                           shapeOf(getOutput()), getStrides(), getPads(),
                           getDilations(), getGroup());

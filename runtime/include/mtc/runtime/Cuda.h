@@ -35,12 +35,18 @@ void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
                           int64_t strideA, const uint16_t *b, int64_t ldb,
                           int64_t strideB, float beta, float *c, int64_t ldc,
                           int64_t strideC, int64_t batch);
-/// gemm16() with C stored in the operands' 16-bit format: each sum (in
-/// float32) rounded as a conversion rounds it.
+/// gemm16() and gemm16StridedBatched() with C stored in the operands'
+/// 16-bit format: each sum (in float32) rounded as a conversion rounds it.
 void gemm16(Context &ctx, Storage16 storage, bool transA, bool transB,
             int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
             int64_t lda, const uint16_t *b, int64_t ldb, float beta,
             uint16_t *c, int64_t ldc);
+void gemm16StridedBatched(Context &ctx, Storage16 storage, bool transA,
+                          bool transB, int64_t m, int64_t n, int64_t k,
+                          float alpha, const uint16_t *a, int64_t lda,
+                          int64_t strideA, const uint16_t *b, int64_t ldb,
+                          int64_t strideB, float beta, uint16_t *c, int64_t ldc,
+                          int64_t strideC, int64_t batch);
 /// gemmBias() and gemmBiasGrad() (Kernels.h) on 16-bit A and B; the bias,
 /// C and the bias gradient are float32, the sums those of the 16-bit
 /// values.
@@ -68,6 +74,13 @@ void gemm16BiasGrad(Context &ctx, Storage16 storage, bool transA,
 void conv2dForwardNative16(Context &ctx, Storage16 storage,
                            const Conv2dParams &p, const uint16_t *x,
                            const uint16_t *w, const float *bias, float *y,
+                           void *workspace);
+/// The same with y stored in the operands' 16-bit format, each sum rounded
+/// once as a conversion of the float32 y would round it; for convolutions
+/// that are not depthwise, without a bias.
+void conv2dForwardNative16(Context &ctx, Storage16 storage,
+                           const Conv2dParams &p, const uint16_t *x,
+                           const uint16_t *w, const float *bias, uint16_t *y,
                            void *workspace);
 void conv2dBackwardDataNative16(Context &ctx, Storage16 storage,
                                 const Conv2dParams &p, const uint16_t *dy,

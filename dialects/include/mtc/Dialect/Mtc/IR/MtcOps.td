@@ -358,7 +358,11 @@ def Mtc_ConvOp : Mtc_DiffOp<"conv", [InferTypeOpAdaptor,
     NCHW input, OIHW weight (`I = C / group`), optional bias of `O`
     elements. `pads` is `[top, left, bottom, right]`. Input and weight may
     be stored in bfloat16 or float16 (both the same): the products are
-    exact and accumulate in float32; the bias and the result are float32.
+    exact and accumulate in float32; the bias is float32, and so is the
+    result, except that the fusion pass stores in the operands' format the
+    result of a convolution multiplying them as stored
+    (`mtc.native_16bit_gemm`), not depthwise and without a bias, that only
+    16-bit copies read (each sum rounded once, as the copy would round it).
 
     Example:
 
@@ -374,10 +378,17 @@ def Mtc_ConvOp : Mtc_DiffOp<"conv", [InferTypeOpAdaptor,
                    Optional<Mtc_FloatTensor>:$bias,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                    DenseI64ArrayAttr:$dilations, I64Attr:$group);
-  let results = (outs Mtc_FloatTensor:$output);
+  let results = (outs Mtc_StorageFloatTensor:$output);
   let assemblyFormat = "$input `,` $weight (`,` $bias^)? attr-dict `:` "
                        "functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The result may be stored in 16 bits (see the description).
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual) {
+      return ::mtc::sameOr16BitFirst(inferred, actual);
+    }
+  }];
 }
 
 def Mtc_ConvBackwardDataOp : Mtc_ComputeOp<"conv_backward_data", [
