@@ -68,6 +68,8 @@ public:
     if (auto step = module.lookupSymbol<func::FuncOp>("train_step")) {
       roundLogits(step, low);
       roundConvOutputs(step, low);
+      roundNormOutputs(step, low);
+      roundResidualSums(step, low);
       storeSavedActivations(step, low);
       roundLinearOutputs(step, low);
       roundInputGradients(step, low);
@@ -85,6 +87,8 @@ private:
   void roundInputGradients(func::FuncOp func, Type low);
   void roundLinearOutputs(func::FuncOp func, Type low);
   void roundConvOutputs(func::FuncOp func, Type low);
+  void roundNormOutputs(func::FuncOp func, Type low);
+  void roundResidualSums(func::FuncOp func, Type low);
   void storeSavedActivations(func::FuncOp func, Type low);
   void keepParameterCopies(func::FuncOp func, func::FuncOp eval, Type low,
                            bool onlyLeavingArena);
@@ -175,6 +179,47 @@ void roundForReaders(Value v, Type low, StringRef phase) {
 bool isBackwardOp(Operation *op) {
   return op->hasAttr(attr::kBackward) || op->hasAttr(attr::kOptimizer) ||
          isa<func::ReturnOp>(op);
+}
+
+/// Rounds `v` to `low` right after its op: its forward readers read a
+/// widening made right before the first of them, its backward readers one
+/// made right before the first of them (the function's return reads `v`
+/// itself), so that the float32 value dies at once and the backward pass
+/// keeps the 16-bit copy; a reader converting to `low` reads the rounded
+/// values.
+void roundInBothPasses(Value v, Type low) {
+  auto type = cast<RankedTensorType>(v.getType());
+  OpBuilder b(v.getContext());
+  b.setInsertionPointAfter(v.getDefiningOp());
+  auto rounded = b.create<ConvertOp>(v.getLoc(), type.clone(low), v);
+  for (Operation *user : llvm::make_early_inc_range(v.getUsers()))
+    if (auto narrow = dyn_cast<ConvertOp>(user);
+        narrow && narrow != rounded && narrow.getType() == rounded.getType()) {
+      narrow.replaceAllUsesWith(rounded.getOutput());
+      narrow.erase();
+    }
+  Operation *first = nullptr, *firstBackward = nullptr;
+  for (Operation *user : v.getUsers()) {
+    if (user == rounded || isa<func::ReturnOp>(user))
+      continue;
+    Operation *&at = isBackwardOp(user) ? firstBackward : first;
+    if (!at || user->isBeforeInBlock(at))
+      at = user;
+  }
+  for (auto [at, backward] :
+       {std::pair(first, false), std::pair(firstBackward, true)}) {
+    if (!at)
+      continue;
+    b.setInsertionPoint(at);
+    auto widened = b.create<ConvertOp>(v.getLoc(), type, rounded);
+    if (backward)
+      widened->setAttr(attr::kBackward, b.getUnitAttr());
+    v.replaceUsesWithIf(widened, [&](OpOperand &use) {
+      Operation *user = use.getOwner();
+      return user != rounded && !isa<func::ReturnOp>(user) &&
+             isBackwardOp(user) == backward;
+    });
+  }
 }
 
 /// Activations smaller than this stay float32 (statistics, scalars).
@@ -374,36 +419,84 @@ void PrecisionPass::roundConvOutputs(func::FuncOp func, Type low) {
     if (forwardReader)
       convs.push_back(conv);
   });
-  for (ConvOp conv : convs) {
-    Value v = conv.getOutput();
-    Operation *first = nullptr, *firstBackward = nullptr;
+  for (ConvOp conv : convs)
+    roundInBothPasses(conv.getOutput(), low);
+}
+
+/// A batch normalization of 16-bit values (a convolution's rounded result,
+/// see roundConvOutputs) returns 16-bit values under torch.autocast too: its
+/// output, where only elementwise ops read it in the forward pass (a
+/// residual connection's add, a GELU), is rounded right after it, for the
+/// readers of both passes (roundInBothPasses): the forward ones' fused
+/// kernel widens it as it reads, and the fusion pass lets the batch norm
+/// store it in 16 bits. An output that a
+/// ReLU or ReLU6 alone reads is left alone: the fusion pass folds the
+/// activation into the batch norm, which then stores its 16-bit result
+/// where only 16-bit copies read it (the same values: rounding commutes
+/// with ReLU and clip).
+void PrecisionPass::roundNormOutputs(func::FuncOp func, Type low) {
+  SmallVector<Value> outputs;
+  func.walk([&](BatchNormTrainOp bn) {
+    auto widened = bn.getInput().getDefiningOp<ConvertOp>();
+    Value y = bn.getOutput();
+    if (isBackwardOp(bn) || !widened ||
+        getElementTypeOrSelf(widened.getInput()) != low ||
+        !getElementTypeOrSelf(y).isF32() || y.use_empty())
+      return;
+    if (y.hasOneUse() && isa<ReluOp, ClipOp>(*y.user_begin()))
+      return;
+    bool forwardReader = false, stored = true;
+    for (Operation *user : y.getUsers()) {
+      if (isBackwardOp(user))
+        continue;
+      forwardReader = true;
+      stored &= isFusableElementwise(user) && !isa<ConvertOp>(user);
+    }
+    if (forwardReader && stored)
+      outputs.push_back(y);
+  });
+  for (Value y : outputs)
+    roundInBothPasses(y, low);
+}
+
+/// A residual connection's sum of two 16-bit values (widened: two batch
+/// norms' rounded outputs, or one and the previous block's rounded output)
+/// is 16-bit under torch.autocast too: in the forward pass, such a sum, or
+/// the ReLU that alone reads it (rounding commutes with ReLU), is rounded in
+/// both passes when its forward readers take 16-bit values as stored
+/// (elementwise ops, the next convolution's conversion). In program order,
+/// so that a block's rounded output lets the next block's sum qualify. The
+/// fused kernel of the add then writes 16 bits only, and the next one
+/// reads them.
+void PrecisionPass::roundResidualSums(func::FuncOp func, Type low) {
+  auto widened16 = [&](Value v) {
+    auto c = v.getDefiningOp<ConvertOp>();
+    return c && getElementTypeOrSelf(c.getInput()) == low &&
+           getElementTypeOrSelf(v).isF32();
+  };
+  SmallVector<AddOp> adds;
+  func.walk([&](AddOp add) {
+    if (!isBackwardOp(add))
+      adds.push_back(add);
+  });
+  for (AddOp add : adds) {
+    Value v = add.getOutput();
+    if (!widened16(add.getLhs()) || !widened16(add.getRhs()) ||
+        add.getLhs().getType() != v.getType() ||
+        add.getRhs().getType() != v.getType())
+      continue;
+    if (v.hasOneUse())
+      if (auto relu = dyn_cast<ReluOp>(*v.user_begin()))
+        v = relu.getOutput();
+    bool forwardReader = false, stored = true;
     for (Operation *user : v.getUsers()) {
-      Operation *&at = isBackwardOp(user) ? firstBackward : first;
-      if (!at || user->isBeforeInBlock(at))
-        at = user;
+      if (isBackwardOp(user))
+        continue;
+      forwardReader = true;
+      stored &= isFusableElementwise(user);
     }
-    auto type = cast<RankedTensorType>(v.getType());
-    OpBuilder b(conv);
-    b.setInsertionPointAfter(conv);
-    auto rounded = b.create<ConvertOp>(conv.getLoc(), type.clone(low), v);
-    b.setInsertionPoint(first);
-    auto widened = b.create<ConvertOp>(conv.getLoc(), type, rounded);
-    ConvertOp widenedBack;
-    if (firstBackward && !isa<func::ReturnOp>(firstBackward)) {
-      b.setInsertionPoint(firstBackward);
-      widenedBack = b.create<ConvertOp>(conv.getLoc(), type, rounded);
-      widenedBack->setAttr(attr::kBackward, b.getUnitAttr());
-    }
-    v.replaceUsesWithIf(widened, [&](OpOperand &use) {
-      Operation *user = use.getOwner();
-      return user != rounded && !isBackwardOp(user);
-    });
-    if (widenedBack)
-      v.replaceUsesWithIf(widenedBack, [&](OpOperand &use) {
-        Operation *user = use.getOwner();
-        return user != rounded && isBackwardOp(user) &&
-               !isa<func::ReturnOp>(user);
-      });
+    if (forwardReader && stored)
+      roundInBothPasses(v, low);
   }
 }
 

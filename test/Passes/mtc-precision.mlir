@@ -254,3 +254,45 @@ func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "inpu
   %l, %p = mtc.softmax_cross_entropy %1, %t : (tensor<2x8xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x8xf32>)
   return %l : tensor<f32>
 }
+
+// -----
+
+// A residual block's end: each batch norm of a rounded conv result has
+// its output rounded (the add reads the widenings), and the sum of the two
+// 16-bit values, through the ReLU that alone reads it, is rounded as well:
+// the next conv and the ReLU's gradient read that one 16-bit copy.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[Y1:[^,]+]], {{.+}} = mtc.batch_norm_train
+// CHECK-NEXT: %[[Y1H:.+]] = mtc.convert %[[Y1]] : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK: %[[Y2:[^,]+]], {{.+}} = mtc.batch_norm_train
+// CHECK-NEXT: %[[Y2H:.+]] = mtc.convert %[[Y2]] : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK-NEXT: %[[Y1W:.+]] = mtc.convert %[[Y1H]] : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[Y2W:.+]] = mtc.convert %[[Y2H]] : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[S:.+]] = mtc.add %[[Y1W]], %[[Y2W]]
+// CHECK-NEXT: %[[R:.+]] = mtc.relu %[[S]]
+// CHECK-NEXT: %[[RH:.+]] = mtc.convert %[[R]] : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK-NOT: mtc.convert %[[R]]
+// CHECK: mtc.conv %[[RH]],
+// CHECK: %[[RW:.+]] = mtc.convert %[[RH]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: mtc.relu_grad %{{[^,]+}}, %[[RW]]
+func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "input"},
+                   %t: tensor<2xi64> {mtc.name = "target", mtc.role = "input"},
+                   %w1: tensor<8x3x3x3xf32> {mtc.name = "c1.weight", mtc.role = "param"},
+                   %w2: tensor<8x3x1x1xf32> {mtc.name = "c2.weight", mtc.role = "param"},
+                   %w3: tensor<4x8x8x8xf32> {mtc.name = "c3.weight", mtc.role = "param"},
+                   %g: tensor<8xf32> {mtc.name = "bn.weight", mtc.role = "param"},
+                   %b: tensor<8xf32> {mtc.name = "bn.bias", mtc.role = "param"},
+                   %rm: tensor<8xf32> {mtc.name = "bn.running_mean", mtc.role = "buffer"},
+                   %rv: tensor<8xf32> {mtc.name = "bn.running_var", mtc.role = "buffer"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.conv %x, %w1 {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x8x8xf32>, tensor<8x3x3x3xf32>) -> tensor<2x8x8x8xf32>
+  %y1, %nm1, %nv1, %m1, %s1 = mtc.batch_norm_train %0, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %1 = mtc.conv %x, %w2 {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x8x8xf32>, tensor<8x3x1x1xf32>) -> tensor<2x8x8x8xf32>
+  %y2, %nm2, %nv2, %m2, %s2 = mtc.batch_norm_train %1, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %2 = mtc.add %y1, %y2 : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %3 = mtc.relu %2 : tensor<2x8x8x8xf32>
+  %4 = mtc.conv %3, %w3 {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x8x8x8xf32>, tensor<4x8x8x8xf32>) -> tensor<2x4x1x1xf32>
+  %5 = mtc.reshape %4 : (tensor<2x4x1x1xf32>) -> tensor<2x4xf32>
+  %l, %p = mtc.softmax_cross_entropy %5, %t : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
+  return %l : tensor<f32>
+}
