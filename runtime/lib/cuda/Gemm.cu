@@ -50,13 +50,6 @@ bool fitsBlasInt(Context &ctx, const char *what,
   return true;
 }
 
-/// A C element as it is stored: float32, or 16 bits (`bf16` or float16)
-/// rounded as a conversion rounds it.
-__device__ inline void storeC(float *p, float v, bool) { *p = v; }
-__device__ inline void storeC(uint16_t *p, float v, bool bf16) {
-  *p = bf16 ? floatToBf16(v) : floatToHalf(v);
-}
-
 /// C = beta * C, used when k == 0 (cuBLAS rejects the leading dimensions
 /// such a call would need).
 template <typename T>
@@ -64,7 +57,7 @@ __global__ void gemmScaleKernel(int64_t m, int64_t n, float beta, T *c,
                                 int64_t ldc, bool bf16) {
   for (int64_t i = cuda::threadIndex(); i < m * n; i += cuda::threadCount()) {
     T *p = c + (i / n) * ldc + i % n;
-    storeC(p, beta == 0.0f ? 0.0f : beta * storedToFloat(*p, bf16), bf16);
+    storeFloat(p, beta == 0.0f ? 0.0f : beta * storedToFloat(*p, bf16), bf16);
   }
 }
 
@@ -88,7 +81,7 @@ template <typename T>
 __global__ void broadcastRowsKernel(int64_t m, int64_t n, const float *bias,
                                     T *c, int64_t ldc, bool bf16) {
   for (int64_t i = cuda::threadIndex(); i < m * n; i += cuda::threadCount())
-    storeC(c + (i / n) * ldc + i % n, bias[i % n], bf16);
+    storeFloat(c + (i / n) * ldc + i % n, bias[i % n], bf16);
 }
 
 constexpr int kSumColumns = 32, kSumRowGroups = 8;
