@@ -1272,7 +1272,18 @@ static bool foldConvNarrowing(ConvOp conv) {
   Type to = elementType(conv.getInput());
   return isa<BFloat16Type, Float16Type>(to) &&
          conv->hasAttr(attr::kNative16BitGemm) && !conv.getBias() &&
-         conv.getGroup() != shapeOf(conv.getInput())[1] &&
+         static_cast<int64_t>(conv.getGroup()) != shapeOf(conv.getInput())[1] &&
+         storeNarrowed(conv->getResults(), to);
+}
+
+/// A convolution backward that multiplies 16-bit operands as stored, whose
+/// float32 input gradient is only narrowed to their format (the rounding
+/// torch.autocast's convolution backward returns, which a batch norm
+/// backward or a fused kernel reads) stores the gradient in 16 bits itself.
+static bool foldConvBackwardDataNarrowing(ConvBackwardDataOp conv) {
+  Type to = elementType(conv.getGrad());
+  return isa<BFloat16Type, Float16Type>(to) &&
+         conv->hasAttr(attr::kNative16BitGemm) &&
          storeNarrowed(conv->getResults(), to);
 }
 
@@ -1313,14 +1324,15 @@ void FusionPass::foldConversions(func::FuncOp func) {
         return use.get() == loss.getLogits() &&
                elementType(widen.getInput()) == elementType(loss.getDlogits());
       // A batch norm (forward or backward) reads a 16-bit input as stored,
-      // the backward its activation's 16-bit output too when its input is
-      // (or will be) stored alike.
+      // the backward its activation's 16-bit output and its output
+      // gradient too when its input is (or will be) stored alike.
       if (auto norm = dyn_cast<BatchNormTrainOp>(use.getOwner()))
         return use.get() == norm.getInput();
       if (auto grad = dyn_cast<BatchNormTrainGradOp>(use.getOwner())) {
         Value act = grad.getActivationOutput();
         Type low = elementType(widen.getInput());
-        return (use.get() == grad.getInput() || use.get() == act) &&
+        return (use.get() == grad.getInput() || use.get() == act ||
+                use.get() == grad.getGrad()) &&
                storedType(grad.getInput()) == low &&
                (!act || storedType(act) == low);
       }
@@ -1439,7 +1451,7 @@ void FusionPass::foldConversions(func::FuncOp func) {
   // After the transposes and concats, which narrow by now.
   SmallVector<Operation *> producers;
   func.walk([&](Operation *op) {
-    if (isa<AttentionGradOp, MatMulOp, ConvOp>(op))
+    if (isa<AttentionGradOp, MatMulOp, ConvOp, ConvBackwardDataOp>(op))
       producers.push_back(op);
   });
   for (Operation *op : producers) {
@@ -1448,6 +1460,8 @@ void FusionPass::foldConversions(func::FuncOp func) {
       folded = foldAttentionGradNarrowing(grad);
     else if (auto conv = dyn_cast<ConvOp>(op))
       folded = foldConvNarrowing(conv);
+    else if (auto data = dyn_cast<ConvBackwardDataOp>(op))
+      folded = foldConvBackwardDataNarrowing(data);
     else
       folded = foldMatMulNarrowing(cast<MatMulOp>(op));
     if (folded)

@@ -73,6 +73,7 @@ public:
       storeSavedActivations(step, low);
       roundLinearOutputs(step, low);
       roundInputGradients(step, low);
+      roundResidualGradients(step, low);
       // Last: the steps above find parameters through their conversions.
       if (parameterCopies || frozenCopies)
         keepParameterCopies(
@@ -89,6 +90,7 @@ private:
   void roundConvOutputs(func::FuncOp func, Type low);
   void roundNormOutputs(func::FuncOp func, Type low);
   void roundResidualSums(func::FuncOp func, Type low);
+  void roundResidualGradients(func::FuncOp func, Type low);
   void storeSavedActivations(func::FuncOp func, Type low);
   void keepParameterCopies(func::FuncOp func, func::FuncOp eval, Type low,
                            bool onlyLeavingArena);
@@ -174,6 +176,35 @@ void roundForReaders(Value v, Type low, StringRef phase) {
   }
   if (widened.use_empty())
     widened.erase();
+}
+
+/// Rounds `v` to `low` right after its op and gives each reader a
+/// widening of its own, made right before it: a reader that reads 16-bit
+/// values as stored folds its widening, and one that does not (a fused
+/// kernel) widens as it reads, so no float32 copy is ever stored (one
+/// widening made for all, right after the op, would join the op's own
+/// kernel and store one); a reader converting to `low` reads the rounded
+/// values. All conversions carry attr::kBackward.
+void roundForEachBackwardReader(Value v, Type low) {
+  auto type = cast<RankedTensorType>(v.getType());
+  OpBuilder b(v.getContext());
+  b.setInsertionPointAfter(v.getDefiningOp());
+  auto rounded = b.create<ConvertOp>(v.getLoc(), type.clone(low), v);
+  rounded->setAttr(attr::kBackward, b.getUnitAttr());
+  for (Operation *user : llvm::make_early_inc_range(v.getUsers())) {
+    if (user == rounded)
+      continue;
+    if (auto narrow = dyn_cast<ConvertOp>(user);
+        narrow && narrow.getType() == rounded.getType()) {
+      narrow.replaceAllUsesWith(rounded.getOutput());
+      narrow.erase();
+      continue;
+    }
+    b.setInsertionPoint(user);
+    auto widened = b.create<ConvertOp>(v.getLoc(), type, rounded);
+    widened->setAttr(attr::kBackward, b.getUnitAttr());
+    user->replaceUsesOfWith(v, widened);
+  }
 }
 
 bool isBackwardOp(Operation *op) {
@@ -325,24 +356,36 @@ void PrecisionPass::roundLogits(func::FuncOp func, Type low) {
 /// whose saved input is stored in the same format, a conversion to it. A
 /// transpose, say, would need a widening kernel of its own. Weight
 /// gradients stay float32 (autocast rounds them as well, but the
-/// optimizer's parameters are float32 and lose nothing here).
+/// optimizer's parameters are float32 and lose nothing here). A
+/// convolution's input gradient from 16-bit operands is rounded alike (a
+/// batch norm backward whose saved input is 16-bit reads it as stored
+/// too), which the fusion pass lets a convolution backward that multiplies
+/// them as stored store in 16 bits itself.
 void PrecisionPass::roundInputGradients(func::FuncOp func, Type low) {
+  auto savedIn16Bits = [&](Value input) {
+    auto saved = input.getDefiningOp<ConvertOp>();
+    return saved && getElementTypeOrSelf(saved.getInput()) == low;
+  };
   auto readsStored = [&](OpOperand &use) {
     Operation *user = use.getOwner();
     if (isFusableElementwise(user))
       return true;
-    auto norm = dyn_cast<LayerNormGradOp>(user);
-    if (!norm || use.get() != norm.getGrad())
-      return false;
-    auto saved = norm.getInput().getDefiningOp<ConvertOp>();
-    return saved && getElementTypeOrSelf(saved.getInput()) == low;
+    if (auto norm = dyn_cast<LayerNormGradOp>(user))
+      return use.get() == norm.getGrad() && savedIn16Bits(norm.getInput());
+    if (auto norm = dyn_cast<BatchNormTrainGradOp>(user))
+      return use.get() == norm.getGrad() && savedIn16Bits(norm.getInput());
+    return false;
   };
   SmallVector<Value> gradients;
-  func.walk([&](MatMulOp mm) {
-    if (mm->hasAttr(attr::kBackward) && !mm->hasAttr(attr::kRecompute) &&
-        isWeightMatMul(mm, low) &&
-        llvm::all_of(mm.getOutput().getUses(), readsStored))
-      gradients.push_back(mm.getOutput());
+  func.walk([&](Operation *op) {
+    if (!op->hasAttr(attr::kBackward) || op->hasAttr(attr::kRecompute))
+      return;
+    auto mm = dyn_cast<MatMulOp>(op);
+    auto conv = dyn_cast<ConvBackwardDataOp>(op);
+    if (((mm && isWeightMatMul(mm, low)) ||
+         (conv && getElementTypeOrSelf(conv.getGrad()) == low)) &&
+        llvm::all_of(op->getResult(0).getUses(), readsStored))
+      gradients.push_back(op->getResult(0));
   });
   for (Value v : gradients)
     roundForReaders(v, low, attr::kBackward);
@@ -498,6 +541,41 @@ void PrecisionPass::roundResidualSums(func::FuncOp func, Type low) {
     if (forwardReader && stored)
       roundInBothPasses(v, low);
   }
+}
+
+/// The backward of roundResidualSums: the gradient of a ReLU whose output
+/// is 16-bit (widened: a residual connection's rounded sum) is 16-bit under
+/// torch.autocast too. Where its readers all take 16-bit values as stored
+/// (elementwise ops, such as the sum with the gradient coming back through
+/// the block's convolutions; a batch norm backward whose saved input is
+/// 16-bit) it is rounded for them: the fused kernel that forms it writes 16
+/// bits only, which the batch norm backwards and the next fused kernel read
+/// as stored. A gradient that a batch norm backward alone reads is left
+/// alone: the fusion pass folds it into that batch norm backward, which
+/// reads the incoming gradient and the ReLU's output as stored.
+void PrecisionPass::roundResidualGradients(func::FuncOp func, Type low) {
+  auto widened16 = [&](Value v) {
+    auto c = v.getDefiningOp<ConvertOp>();
+    return c && getElementTypeOrSelf(c.getInput()) == low &&
+           getElementTypeOrSelf(v).isF32();
+  };
+  auto readsStored = [&](OpOperand &use) {
+    Operation *user = use.getOwner();
+    if (isFusableElementwise(user))
+      return true;
+    auto norm = dyn_cast<BatchNormTrainGradOp>(user);
+    return norm && use.get() == norm.getGrad() && widened16(norm.getInput());
+  };
+  SmallVector<Value> gradients;
+  func.walk([&](ReluGradOp grad) {
+    Value v = grad.getOutput();
+    if (isBackwardOp(grad) && widened16(grad.getInput()) &&
+        !(v.hasOneUse() && isa<BatchNormTrainGradOp>(*v.user_begin())) &&
+        llvm::all_of(v.getUses(), readsStored))
+      gradients.push_back(v);
+  });
+  for (Value v : gradients)
+    roundForEachBackwardReader(v, low);
 }
 
 /// A forward value the backward pass reads (outside GEMMs and convolutions,

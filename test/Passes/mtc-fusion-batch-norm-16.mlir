@@ -83,3 +83,33 @@ func.func @train_step(%x: tensor<2x3x4x4xbf16> {mtc.role = "input"}, %w: tensor<
   %n3:5 = mtc.batch_norm_train %uw, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
   return %n1#0, %n2#0, %n3#0 : tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>
 }
+
+// -----
+
+// A convolution backward's input gradient rounded to bfloat16 (see the
+// precision pass): one that multiplies the 16-bit operands as stored
+// stores the rounded gradient itself, and a batch norm backward whose
+// saved input is 16-bit reads it as stored. One that widens its operands
+// (the CPU's) keeps the conversion, whose result the batch norm backward
+// reads as stored all the same.
+// CHECK-LABEL: func.func @train_step
+// CHECK-NOT: mtc.convert
+// CHECK: %[[D:.+]] = mtc.conv_backward_data {{.+}} -> tensor<2x8x4x4xbf16>
+// CHECK-NOT: mtc.convert
+// CHECK: mtc.batch_norm_train_grad %[[D]], %{{[^,]+}}, {{.+}} : (tensor<2x8x4x4xbf16>, tensor<2x8x4x4xbf16>,
+// CHECK: %[[E:.+]] = mtc.conv_backward_data {{.+}} -> tensor<2x8x4x4xf32>
+// CHECK-NEXT: %[[EH:.+]] = mtc.convert %[[E]] {mtc.backward} : tensor<2x8x4x4xf32> to tensor<2x8x4x4xbf16>
+// CHECK-NEXT: mtc.batch_norm_train_grad %[[EH]], %{{[^,]+}}, {{.+}} : (tensor<2x8x4x4xbf16>, tensor<2x8x4x4xbf16>,
+func.func @train_step(%xh: tensor<2x8x4x4xbf16> {mtc.role = "input"}, %dy: tensor<2x3x4x4xbf16> {mtc.role = "input"}, %w: tensor<3x8x3x3xbf16> {mtc.role = "param"}, %g: tensor<8xf32> {mtc.role = "param"}, %m: tensor<8xf32> {mtc.role = "input"}, %s: tensor<8xf32> {mtc.role = "input"}) -> (tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>) {
+  %d = mtc.conv_backward_data %dy, %w {mtc.backward, mtc.native_16bit_gemm, strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x4x4xbf16>, tensor<3x8x3x3xbf16>) -> tensor<2x8x4x4xf32>
+  %dh = mtc.convert %d {mtc.backward} : tensor<2x8x4x4xf32> to tensor<2x8x4x4xbf16>
+  %xw = mtc.convert %xh {mtc.backward} : tensor<2x8x4x4xbf16> to tensor<2x8x4x4xf32>
+  %dw = mtc.convert %dh {mtc.backward} : tensor<2x8x4x4xbf16> to tensor<2x8x4x4xf32>
+  %dx, %dg, %db = mtc.batch_norm_train_grad %dw, %xw, %g, %m, %s {mtc.backward} : (tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>)
+  %e = mtc.conv_backward_data %dy, %w {mtc.backward, strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x4x4xbf16>, tensor<3x8x3x3xbf16>) -> tensor<2x8x4x4xf32>
+  %eh = mtc.convert %e {mtc.backward} : tensor<2x8x4x4xf32> to tensor<2x8x4x4xbf16>
+  %xw2 = mtc.convert %xh {mtc.backward} : tensor<2x8x4x4xbf16> to tensor<2x8x4x4xf32>
+  %ew = mtc.convert %eh {mtc.backward} : tensor<2x8x4x4xbf16> to tensor<2x8x4x4xf32>
+  %ex, %eg, %eb = mtc.batch_norm_train_grad %ew, %xw2, %g, %m, %s {mtc.backward} : (tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>)
+  return %dx, %ex : tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>
+}

@@ -114,9 +114,14 @@ func.func @forward(%x: tensor<64x64xf32> {mtc.name = "x", mtc.role = "param"},
 // the copy (a view).
 // CHECK: %[[DYH0:.+]] = mtc.convert %{{.+}} {mtc.backward} : tensor<2x5xf32> to tensor<2x5xbf16>
 // CHECK-NEXT: %[[DYH:.+]] = mtc.reshape %[[DYH0]] {mtc.backward} : (tensor<2x5xbf16>) -> tensor<2x5x1x1xbf16>
+// The input gradient of the second conv, which only the ReLU's gradient
+// reads, is rounded as autocast's conv backward returns it and widened
+// for that reader.
 // CHECK-NEXT: %[[DA:.+]] = mtc.conv_backward_data %[[DYH]], %[[W2H]] {{.+}} : (tensor<2x5x1x1xbf16>, tensor<5x4x3x3xbf16>) -> tensor<2x4x8x8xf32>
+// CHECK-NEXT: %[[DAH:.+]] = mtc.convert %[[DA]] {mtc.backward} : tensor<2x4x8x8xf32> to tensor<2x4x8x8xbf16>
 // CHECK-NEXT: mtc.conv_backward_filter %[[AH]], %[[DYH]] {{.+}} : (tensor<2x4x8x8xbf16>, tensor<2x5x1x1xbf16>) -> tensor<5x4x3x3xf32>
-// CHECK-NEXT: %[[DY:.+]] = mtc.relu_grad %[[DA]], %[[A]] {mtc.backward} : tensor<2x4x8x8xf32>
+// CHECK-NEXT: %[[DAW:.+]] = mtc.convert %[[DAH]] {mtc.backward} : tensor<2x4x8x8xbf16> to tensor<2x4x8x8xf32>
+// CHECK-NEXT: %[[DY:.+]] = mtc.relu_grad %[[DAW]], %[[A]] {mtc.backward} : tensor<2x4x8x8xf32>
 // CHECK-NEXT: %[[DYH1:.+]] = mtc.convert %[[DY]] {mtc.backward} : tensor<2x4x8x8xf32> to tensor<2x4x8x8xbf16>
 // CHECK-NEXT: mtc.conv_backward_filter %[[XH]], %[[DYH1]] {{.+}} : (tensor<2x3x8x8xbf16>, tensor<2x4x8x8xbf16>) -> tensor<4x3x3x3xf32>
 // CHECK-NEXT: mtc.reduce_sum %[[DY]]
@@ -274,7 +279,8 @@ func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "inpu
 // CHECK-NOT: mtc.convert %[[R]]
 // CHECK: mtc.conv %[[RH]],
 // CHECK: %[[RW:.+]] = mtc.convert %[[RH]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
-// CHECK-NEXT: mtc.relu_grad %{{[^,]+}}, %[[RW]]
+// CHECK-NEXT: %[[DW:.+]] = mtc.convert %{{.+}} {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: mtc.relu_grad %[[DW]], %[[RW]]
 func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "input"},
                    %t: tensor<2xi64> {mtc.name = "target", mtc.role = "input"},
                    %w1: tensor<8x3x3x3xf32> {mtc.name = "c1.weight", mtc.role = "param"},
@@ -294,5 +300,91 @@ func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "inpu
   %4 = mtc.conv %3, %w3 {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x8x8x8xf32>, tensor<4x8x8x8xf32>) -> tensor<2x4x1x1xf32>
   %5 = mtc.reshape %4 : (tensor<2x4x1x1xf32>) -> tensor<2x4xf32>
   %l, %p = mtc.softmax_cross_entropy %5, %t : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
+  return %l : tensor<f32>
+}
+
+// -----
+
+// A batch norm read by a convolution alone: the gradient that convolution's
+// backward returns is rounded, and the batch norm backward, whose saved
+// input is 16-bit too, reads its widening.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[Y:.+]] = mtc.conv %{{.+}} -> tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[YH:.+]] = mtc.convert %[[Y]] : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK: %[[DN:.+]] = mtc.conv_backward_data {{.+}} -> tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[DNH:.+]] = mtc.convert %[[DN]] {mtc.backward} : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK: %[[YB:.+]] = mtc.convert %[[YH]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK: %[[DNW:.+]] = mtc.convert %[[DNH]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: mtc.batch_norm_train_grad %[[DNW]], %[[YB]],
+func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "input"},
+                   %t: tensor<2xi64> {mtc.name = "target", mtc.role = "input"},
+                   %w1: tensor<8x3x3x3xf32> {mtc.name = "c1.weight", mtc.role = "param"},
+                   %w2: tensor<4x8x8x8xf32> {mtc.name = "c2.weight", mtc.role = "param"},
+                   %g: tensor<8xf32> {mtc.name = "bn.weight", mtc.role = "param"},
+                   %b: tensor<8xf32> {mtc.name = "bn.bias", mtc.role = "param"},
+                   %rm: tensor<8xf32> {mtc.name = "bn.running_mean", mtc.role = "buffer"},
+                   %rv: tensor<8xf32> {mtc.name = "bn.running_var", mtc.role = "buffer"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.conv %x, %w1 {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x8x8xf32>, tensor<8x3x3x3xf32>) -> tensor<2x8x8x8xf32>
+  %y, %nm, %nv, %m, %s = mtc.batch_norm_train %0, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %1 = mtc.conv %y, %w2 {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x8x8x8xf32>, tensor<4x8x8x8xf32>) -> tensor<2x4x1x1xf32>
+  %2 = mtc.reshape %1 : (tensor<2x4x1x1xf32>) -> tensor<2x4xf32>
+  %l, %p = mtc.softmax_cross_entropy %2, %t : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Two residual blocks: the gradient of each block's ReLU of a rounded sum,
+// which batch norm backwards and the sum with the gradient coming back
+// through the convolutions read, is rounded as autocast's is. The second
+// block's comes from the rounded input gradient of the last convolution;
+// the first block's from the sum of the second block's and the rounded
+// input gradient of the second block's convolution.
+// CHECK-LABEL: func.func @train_step
+// Each reader reads a widening of its own, made right before it (the
+// fusion pass folds the batch norm backwards' ones).
+// CHECK: %[[G2:.+]] = mtc.relu_grad %{{.+}} {mtc.backward} : tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[G2H:.+]] = mtc.convert %[[G2]] {mtc.backward} : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK-NOT: %[[G2]]
+// CHECK: %[[G2B:.+]] = mtc.convert %[[G2H]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: mtc.batch_norm_train_grad %[[G2B]],
+// CHECK: %[[D3:.+]] = mtc.conv_backward_data
+// CHECK-NEXT: %[[D3H:.+]] = mtc.convert %[[D3]] {mtc.backward} : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK: %[[D3W:.+]] = mtc.convert %[[D3H]] {mtc.backward}
+// CHECK-NEXT: %[[G2A:.+]] = mtc.convert %[[G2H]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[S:.+]] = mtc.add %[[G2A]], %[[D3W]] {mtc.backward}
+// CHECK: %[[G1:.+]] = mtc.relu_grad %[[S]], %{{.+}} {mtc.backward} : tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[G1H:.+]] = mtc.convert %[[G1]] {mtc.backward} : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK-NOT: %[[G1]]
+// CHECK: %[[G1B:.+]] = mtc.convert %[[G1H]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: mtc.batch_norm_train_grad %[[G1B]],
+// CHECK: %[[G1C:.+]] = mtc.convert %[[G1H]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: mtc.batch_norm_train_grad %[[G1C]],
+// CHECK: return
+func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "input"},
+                   %t: tensor<2xi64> {mtc.name = "target", mtc.role = "input"},
+                   %w1: tensor<8x3x3x3xf32> {mtc.name = "c1.weight", mtc.role = "param"},
+                   %w2: tensor<8x3x1x1xf32> {mtc.name = "c2.weight", mtc.role = "param"},
+                   %w3: tensor<8x8x3x3xf32> {mtc.name = "c3.weight", mtc.role = "param"},
+                   %w4: tensor<4x8x8x8xf32> {mtc.name = "c4.weight", mtc.role = "param"},
+                   %g: tensor<8xf32> {mtc.name = "bn.weight", mtc.role = "param"},
+                   %b: tensor<8xf32> {mtc.name = "bn.bias", mtc.role = "param"},
+                   %rm: tensor<8xf32> {mtc.name = "bn.running_mean", mtc.role = "buffer"},
+                   %rv: tensor<8xf32> {mtc.name = "bn.running_var", mtc.role = "buffer"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.conv %x, %w1 {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x8x8xf32>, tensor<8x3x3x3xf32>) -> tensor<2x8x8x8xf32>
+  %y1, %nm1, %nv1, %m1, %s1 = mtc.batch_norm_train %0, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %1 = mtc.conv %x, %w2 {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x8x8xf32>, tensor<8x3x1x1xf32>) -> tensor<2x8x8x8xf32>
+  %y2, %nm2, %nv2, %m2, %s2 = mtc.batch_norm_train %1, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %2 = mtc.add %y1, %y2 : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %a = mtc.relu %2 : tensor<2x8x8x8xf32>
+  %3 = mtc.conv %a, %w3 {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x8x8x8xf32>, tensor<8x8x3x3xf32>) -> tensor<2x8x8x8xf32>
+  %y3, %nm3, %nv3, %m3, %s3 = mtc.batch_norm_train %3, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %4 = mtc.add %y3, %a : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %c = mtc.relu %4 : tensor<2x8x8x8xf32>
+  %5 = mtc.conv %c, %w4 {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x8x8x8xf32>, tensor<4x8x8x8xf32>) -> tensor<2x4x1x1xf32>
+  %6 = mtc.reshape %5 : (tensor<2x4x1x1xf32>) -> tensor<2x4xf32>
+  %l, %p = mtc.softmax_cross_entropy %6, %t : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
   return %l : tensor<f32>
 }

@@ -1453,7 +1453,8 @@ void Emitter::emitOpBody(Operation *op) {
         ArrayRef<int64_t> x = shapeOf(g.getInput());
         int64_t inner = numel(g.getInput()) / (x[0] * x[1]);
         Value mask = g.getActivationOutput();
-        Value low = storedLow({g.getInput(), g.getInputGrad(), mask});
+        Value low =
+            storedLow({g.getInput(), g.getInputGrad(), g.getGrad(), mask});
         emitCall(
             llvm::formatv("{11}{0}, {1}, {2}, {3}, {4}, "
                           "{5}, {6}, {7}, {8}, {9}, {10}",

@@ -224,8 +224,9 @@ private:
 /// The adjoint of im2col for `count` images: dx[j, ci, iy, ix] is the sum
 /// of col[r, j * pixels + pixel] over the taps that read (ci, iy, ix).
 /// Threads own whole channels and add in a fixed order.
-void col2imGroup(Context &, const Conv2dParams &p, const ConvShape &s,
-                 const float *col, int64_t count, float *dx) {
+void col2imGroup(Context &, Storage16, const Conv2dParams &p,
+                 const ConvShape &s, const float *col, int64_t count,
+                 float *dx) {
   const int64_t ld = count * s.pixels;
   const bool parallel = s.patch * ld >= cpu::kParallelGrain;
   const TapSpans spans(p);

@@ -299,10 +299,11 @@ void batchNormForwardAs(Context &, int64_t n, int64_t c, int64_t inner,
   });
 }
 
-/// batchNormTrainBackward16 with x and actOut stored as XT and dx as DXT.
-template <typename XT, typename DXT>
+/// batchNormTrainBackward16 with dy stored as GT (float32, or 16-bit like
+/// x), x and actOut as XT and dx as DXT.
+template <typename GT, typename XT, typename DXT>
 void batchNormBackwardAs(Context &, int64_t n, int64_t c, int64_t inner,
-                         const float *dy, const XT *x, bool bf16,
+                         const GT *dy, const XT *x, bool bf16,
                          const float *scale, const float *savedMean,
                          const float *savedInvstd, DXT *dx, float *dscale,
                          float *dbias, const XT *actOut, NormActivation act) {
@@ -316,30 +317,33 @@ void batchNormBackwardAs(Context &, int64_t n, int64_t c, int64_t inner,
     // With an activation and a float32 dx, its gradient goes into dx
     // first, in a pass that vectorizes, as its own kernel would write it;
     // the two passes below read it there. Element j depends on dy[j] and
-    // actOut[j] alone, so dx may still share storage with dy. A 16-bit dx
-    // cannot hold it: both passes form it from dy and actOut.
-    constexpr bool kFormed =
-        K == NormActivationKind::None || std::is_same_v<DXT, float>;
-    auto gradientAt = [&](const float *g, int64_t i) {
-      if constexpr (kFormed)
-        return g[i];
+    // actOut[j] alone, so dx may still share storage with a float32 dy. A
+    // 16-bit dx cannot hold it: both passes form it from dy and actOut.
+    constexpr bool kFormedInDx =
+        K != NormActivationKind::None && std::is_same_v<DXT, float>;
+    auto gradientAt = [&](int64_t i) {
+      float g;
+      if constexpr (kFormedInDx)
+        g = dx[i];
+      else if constexpr (K == NormActivationKind::None)
+        g = storedToFloat(dy[i], bf16);
       else
-        return activationGradAs<K>(dy[i], storedToFloat(actOut[i], bf16), a);
+        g = activationGradAs<K>(storedToFloat(dy[i], bf16),
+                                storedToFloat(actOut[i], bf16), a);
+      return g;
     };
     forEachChannelBlock(
         c, channelBlock(n, inner), parallel, [&](int64_t c0, int64_t c1) {
-          const float *gradient = dy;
-          if constexpr (K != NormActivationKind::None &&
-                        std::is_same_v<DXT, float>) {
+          if constexpr (kFormedInDx) {
             for (int64_t img = 0; img < n; ++img) {
               const int64_t base = (img * c + c0) * inner,
                             count = (c1 - c0) * inner;
 #pragma omp simd
               for (int64_t j = 0; j < count; ++j)
                 dx[base + j] = activationGradAs<K>(
-                    dy[base + j], storedToFloat(actOut[base + j], bf16), a);
+                    storedToFloat(dy[base + j], bf16),
+                    storedToFloat(actOut[base + j], bf16), a);
             }
-            gradient = dx;
           }
           // Each channel's sums over its images in order, both in one pass
           // over each row, in sumTerms's order.
@@ -354,7 +358,7 @@ void batchNormBackwardAs(Context &, int64_t n, int64_t c, int64_t inner,
               const XT *src = x + base;
 #pragma omp simd
               for (int64_t k = 0; k < width; ++k) {
-                const float g = gradientAt(gradient, base + k);
+                const float g = gradientAt(base + k);
                 sumDy[k] += g;
                 sumDyXhat[k] +=
                     static_cast<double>(g) *
@@ -370,7 +374,7 @@ void batchNormBackwardAs(Context &, int64_t n, int64_t c, int64_t inner,
               double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
               double b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;
               auto add = [&](int64_t j, double &sa, double &sb) {
-                const float g = gradientAt(gradient, base + j);
+                const float g = gradientAt(base + j);
                 sa += g;
                 sb += static_cast<double>(g) *
                       ((storedToFloat(src[j], bf16) - mean) * invstd);
@@ -416,7 +420,7 @@ void batchNormBackwardAs(Context &, int64_t n, int64_t c, int64_t inner,
                 storeFloat(
                     dst + k,
                     normBackwardElement(
-                        gradientAt(gradient, base + k),
+                        gradientAt(base + k),
                         (storedToFloat(src[k], bf16) - mean[k]) * invstd[k],
                         NormBackwardFactors{gradMean[k], projMean[k], gain[k]}),
                     bf16);
@@ -434,7 +438,7 @@ void batchNormBackwardAs(Context &, int64_t n, int64_t c, int64_t inner,
               for (int64_t j = 0; j < inner; ++j)
                 storeFloat(dst + j,
                            normBackwardElement(
-                               gradientAt(gradient, base + j),
+                               gradientAt(base + j),
                                (storedToFloat(src[j], bf16) - mean) * invstd,
                                f),
                            bf16);

@@ -128,10 +128,12 @@ __global__ void im2colKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
 
 /// dx_j[ci, iy, ix] = sum of col[r, j, pixel] (layout `c`) over the taps
 /// (i, j) and output pixels that read (ci, iy, ix), for the `count` images
-/// dx_j = dx + j * imageStride. dx is overwritten.
+/// dx_j = dx + j * imageStride. dx is overwritten; a 16-bit dx takes the
+/// sums rounded (bfloat16 when `bf16`).
+template <typename DX>
 __global__ void col2imKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
                              const float *col, ColLayout c, int64_t count,
-                             int64_t imageStride, float *dx) {
+                             int64_t imageStride, DX *dx, bool bf16) {
   const int64_t perImage = s.cg * s.inPlane;
   for (int64_t idx = cuda::threadIndex(); idx < count * perImage;
        idx += cuda::threadCount()) {
@@ -159,7 +161,8 @@ __global__ void col2imKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
                    oy * p.ow + ox];
       }
     }
-    dx[image * imageStride + ci * s.inPlane + iy * p.w + ix] = sum;
+    storeFloat(dx + image * imageStride + ci * s.inPlane + iy * p.w + ix, sum,
+               bf16);
   }
 }
 
@@ -264,11 +267,12 @@ __global__ void depthwiseForwardKernel(Conv2dParams p, ConvShape s,
 }
 
 /// Depthwise backward data, one thread per input element: the taps of
-/// its channel's kg output gradients that read it.
-template <typename T, bool Bf16>
+/// its channel's kg output gradients that read it, stored as DX (a 16-bit
+/// dx only with 16-bit T).
+template <typename T, bool Bf16, typename DX>
 __global__ void depthwiseBackwardDataKernel(Conv2dParams p, ConvShape s,
                                             DepthwiseDivisors d, const T *dy,
-                                            const T *w, float *dx) {
+                                            const T *w, DX *dx) {
   for (int64_t idx = cuda::threadIndex(); idx < p.n * p.c * s.inPlane;
        idx += cuda::threadCount()) {
     const int64_t plane = d.plane.divide(idx),
@@ -297,7 +301,7 @@ __global__ void depthwiseBackwardDataKernel(Conv2dParams p, ConvShape s,
         }
       }
     }
-    dx[idx] = sum;
+    storeFloat(dx + idx, sum, Bf16);
   }
 }
 
@@ -407,21 +411,24 @@ void scatterGroup(Context &ctx, Storage16 storage, const Conv2dParams &p,
 }
 
 /// col2im of `count` images' im2col matrices in `layout` into the input
-/// planes of their group at dx (overwritten).
-void col2imAs(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-              const float *col, ColLayout layout, int64_t count, float *dx) {
+/// planes of their group at dx (overwritten; a 16-bit dx in `storage`).
+template <typename DX>
+void col2imAs(Context &ctx, Storage16 storage, const Conv2dParams &p,
+              const ConvShape &s, const float *col, ColLayout layout,
+              int64_t count, DX *dx) {
   if (count * s.cg * s.inPlane == 0)
     return;
   col2imKernel<<<cuda::gridFor(count * s.cg * s.inPlane), cuda::kBlock, 0,
                  ctx.stream>>>(
       p, s, convDivisors(p, s, count, count * s.cg * s.inPlane), col, layout,
-      count, p.c * s.inPlane, dx);
+      count, p.c * s.inPlane, dx, storage == Storage16::Bf16);
   checkLaunch(ctx, "col2imKernel");
 }
 
-void col2imGroup(Context &ctx, const Conv2dParams &p, const ConvShape &s,
-                 const float *col, int64_t count, float *dx) {
-  col2imAs(ctx, p, s, col, sideBySide(s, count), count, dx);
+template <typename DX>
+void col2imGroup(Context &ctx, Storage16 storage, const Conv2dParams &p,
+                 const ConvShape &s, const float *col, int64_t count, DX *dx) {
+  col2imAs(ctx, storage, p, s, col, sideBySide(s, count), count, dx);
 }
 
 #include "ConvGemms.inc"
@@ -473,22 +480,30 @@ void nativeForward(Context &ctx, const Conv2dParams &p, const ConvShape &s,
 /// The backward data with 16-bit operands multiplied as stored: for each
 /// chunk of images and group, one strided-batched GEMM reads every image's
 /// output gradient planes in place, col_j = w_g^T * dy_j, then col2im
-/// (image-major); a pointwise convolution's products are dx itself.
+/// (image-major); a pointwise convolution's products are dx itself (a
+/// 16-bit dx: each sum rounded once).
+template <typename DX>
 void nativeBackwardData(Context &ctx, const Conv2dParams &p, const ConvShape &s,
                         const Operand &dy, const uint16_t *w, float *col,
-                        float *dx) {
+                        DX *dx) {
   const bool pointwise = convIsPointwise(p);
   forEachNativeGemm(p, s, [&](int64_t first, int64_t count, int64_t g) {
-    float *planes = dx + (first * p.c + g * s.cg) * s.inPlane;
-    gemm16StridedBatched(
-        ctx, dy.storage, true, false, s.patch, s.pixels, s.kg, 1.0f,
-        w + g * s.kg * s.patch, s.patch, 0,
-        static_cast<const uint16_t *>(dy.data) +
-            (first * p.k + g * s.kg) * s.pixels,
-        s.pixels, p.k * s.pixels, 0.0f, pointwise ? planes : col, s.pixels,
-        pointwise ? p.c * s.inPlane : s.patch * s.pixels, count);
-    if (!pointwise)
-      col2imAs(ctx, p, s, col, imageMajor(s), count, planes);
+    DX *planes = dx + (first * p.c + g * s.cg) * s.inPlane;
+    // Image j's products at c + j * strideC.
+    auto products = [&](auto *c, int64_t strideC) {
+      gemm16StridedBatched(ctx, dy.storage, true, false, s.patch, s.pixels,
+                           s.kg, 1.0f, w + g * s.kg * s.patch, s.patch, 0,
+                           static_cast<const uint16_t *>(dy.data) +
+                               (first * p.k + g * s.kg) * s.pixels,
+                           s.pixels, p.k * s.pixels, 0.0f, c, s.pixels, strideC,
+                           count);
+    };
+    if (pointwise) {
+      products(planes, p.c * s.inPlane);
+    } else {
+      products(col, s.patch * s.pixels);
+      col2imAs(ctx, dy.storage, p, s, col, imageMajor(s), count, planes);
+    }
   });
 }
 
@@ -583,20 +598,22 @@ void convForward(Context &ctx, const Conv2dParams &p, const Operand &x,
   }
 }
 
-template <typename Elem>
+/// dx stored as DX: float, or (with 16-bit Elem) uint16_t in dy's format.
+template <typename Elem, typename DX>
 void convBackwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
-                      const Operand &w, float *dx, void *workspace) {
+                      const Operand &w, DX *dx, void *workspace) {
   ConvShape s = convShapeOf(p);
   if (convIsDepthwise(p)) {
     if (p.n * p.c * s.inPlane == 0)
       return;
     withStorage(dy, [&](auto t, auto bf16) {
       using T = decltype(t);
-      depthwiseBackwardDataKernel<T, bf16()>
-          <<<cuda::gridFor(p.n * p.c * s.inPlane), cuda::kBlock, 0,
-             ctx.stream>>>(p, s, depthwiseDivisors(p, s, true),
-                           static_cast<const T *>(dy.data),
-                           static_cast<const T *>(w.data), dx);
+      if constexpr (std::is_same_v<DX, float> || !std::is_same_v<T, float>)
+        depthwiseBackwardDataKernel<T, bf16(), DX>
+            <<<cuda::gridFor(p.n * p.c * s.inPlane), cuda::kBlock, 0,
+               ctx.stream>>>(p, s, depthwiseDivisors(p, s, true),
+                             static_cast<const T *>(dy.data),
+                             static_cast<const T *>(w.data), dx);
     });
     checkLaunch(ctx, "depthwiseBackwardDataKernel");
     return;
@@ -676,7 +693,7 @@ void forward(Context &ctx, const Conv2dParams &p, const Operand &x,
 void backwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
                   const Operand &w, float *dx, float *workspace) {
   if (validConvParams(ctx, p, "conv2dBackwardData"))
-    convBackwardData<float>(ctx, p, dy, w, dx, workspace);
+    convBackwardData<float, float>(ctx, p, dy, w, dx, workspace);
 }
 
 void backwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
@@ -712,8 +729,17 @@ void conv2dBackwardDataNative16(Context &ctx, Storage16 storage,
                                 const uint16_t *w, float *dx,
                                 void *workspace) {
   if (validConvParams(ctx, p, "conv2dBackwardDataNative16"))
-    convBackwardData<uint16_t>(ctx, p, operand(storage, dy),
-                               operand(storage, w), dx, workspace);
+    convBackwardData<uint16_t, float>(ctx, p, operand(storage, dy),
+                                      operand(storage, w), dx, workspace);
+}
+
+void conv2dBackwardDataNative16(Context &ctx, Storage16 storage,
+                                const Conv2dParams &p, const uint16_t *dy,
+                                const uint16_t *w, uint16_t *dx,
+                                void *workspace) {
+  if (validConvParams(ctx, p, "conv2dBackwardDataNative16"))
+    convBackwardData<uint16_t, uint16_t>(ctx, p, operand(storage, dy),
+                                         operand(storage, w), dx, workspace);
 }
 
 void conv2dBackwardFilterNative16(Context &ctx, Storage16 storage,

@@ -222,25 +222,23 @@ bnApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner, const X *x,
   }
 }
 
-/// dy through the activation when there is one (actOut non-null, stored
-/// like x).
-template <typename X>
-__device__ inline float gradientAt(const float *dy, const X *actOut, int64_t at,
+/// dy (float32, or 16-bit like x) through the activation when there is
+/// one (actOut non-null, stored like x).
+template <typename G, typename X>
+__device__ inline float gradientAt(const G *dy, const X *actOut, int64_t at,
                                    const NormActivation &act, bool bf16) {
-  return actOut ? activationGrad(dy[at], storedToFloat(actOut[at], bf16), act)
-                : dy[at];
+  const float g = storedToFloat(dy[at], bf16);
+  return actOut ? activationGrad(g, storedToFloat(actOut[at], bf16), act) : g;
 }
 
 /// The block's sums of dy and of dy * xhat over part `part` of `parts` of
 /// channel ch (valid in thread 0).
-template <typename X>
-__device__ void
-channelGradientSums(int64_t n, int64_t c, int64_t inner, const Divisor &byInner,
-                    const float *dy, const X *x, bool bf16,
-                    const float *savedMean, const float *savedInvstd,
-                    const X *actOut, const NormActivation &act, int64_t ch,
-                    int64_t part, int64_t parts, double *scratch, double &sumDy,
-                    double &sumDyXhat) {
+template <typename G, typename X>
+__device__ void channelGradientSums(
+    int64_t n, int64_t c, int64_t inner, const Divisor &byInner, const G *dy,
+    const X *x, bool bf16, const float *savedMean, const float *savedInvstd,
+    const X *actOut, const NormActivation &act, int64_t ch, int64_t part,
+    int64_t parts, double *scratch, double &sumDy, double &sumDyXhat) {
   const float mean = savedMean[ch], invstd = savedInvstd[ch];
   sumDy = 0.0;
   sumDyXhat = 0.0;
@@ -254,11 +252,13 @@ channelGradientSums(int64_t n, int64_t c, int64_t inner, const Divisor &byInner,
   sumDyXhat = blockSum(sumDyXhat, scratch);
 }
 
-template <typename X>
-__global__ void bnBackwardReduceKernel(
-    int64_t n, int64_t c, int64_t inner, Divisor byInner, const float *dy,
-    const X *x, bool bf16, const float *savedMean, const float *savedInvstd,
-    float *dscale, float *dbias, const X *actOut, NormActivation act) {
+template <typename G, typename X>
+__global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
+                                       Divisor byInner, const G *dy, const X *x,
+                                       bool bf16, const float *savedMean,
+                                       const float *savedInvstd, float *dscale,
+                                       float *dbias, const X *actOut,
+                                       NormActivation act) {
   __shared__ double scratch[kReduceWarps];
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double sumDy, sumDyXhat;
@@ -274,10 +274,10 @@ __global__ void bnBackwardReduceKernel(
 
 /// Part blockIdx.x of gridDim.x of each channel: its sums of dy and of
 /// dy * xhat, to partials[2 * (ch * parts + part)] and the next.
-template <typename X>
+template <typename G, typename X>
 __global__ void
 bnPartialBackwardKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner,
-                        const float *dy, const X *x, bool bf16,
+                        const G *dy, const X *x, bool bf16,
                         const float *savedMean, const float *savedInvstd,
                         const X *actOut, NormActivation act, double *partials) {
   __shared__ double scratch[kReduceWarps];
@@ -311,12 +311,13 @@ __global__ void bnFinishBackwardKernel(int64_t c, int64_t parts,
 }
 
 /// dx, stored as DX.
-template <typename X, typename DX>
-__global__ void bnBackwardApplyKernel(
-    int64_t n, int64_t c, int64_t inner, Divisor byInner, const float *dy,
-    const X *x, bool bf16, const float *scale, const float *savedMean,
-    const float *savedInvstd, const float *dscale, const float *dbias, DX *dx,
-    const X *actOut, NormActivation act) {
+template <typename G, typename X, typename DX>
+__global__ void
+bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner,
+                      const G *dy, const X *x, bool bf16, const float *scale,
+                      const float *savedMean, const float *savedInvstd,
+                      const float *dscale, const float *dbias, DX *dx,
+                      const X *actOut, NormActivation act) {
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
     const float mean = savedMean[ch], invstd = savedInvstd[ch];
     const NormBackwardFactors f =
@@ -624,12 +625,12 @@ void batchNormForwardAs(Context &ctx, int64_t n, int64_t c, int64_t inner,
   checkLaunch(ctx, "bnApplyKernel");
 }
 
-template <typename X, typename DX>
+template <typename G, typename X, typename DX>
 void batchNormBackwardAs(Context &ctx, int64_t n, int64_t c, int64_t inner,
-                         const float *dy, const X *x, bool bf16,
-                         const float *scale, const float *savedMean,
-                         const float *savedInvstd, DX *dx, float *dscale,
-                         float *dbias, const X *actOut, NormActivation act) {
+                         const G *dy, const X *x, bool bf16, const float *scale,
+                         const float *savedMean, const float *savedInvstd,
+                         DX *dx, float *dscale, float *dbias, const X *actOut,
+                         NormActivation act) {
   const int64_t parts = reduceParts(ctx, n, c, inner, 2);
   if (parts > 1) {
     double *partials = static_cast<double *>(ctx.ltWorkspace);

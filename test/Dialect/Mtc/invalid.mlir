@@ -229,6 +229,22 @@ func.func @batch_norm_copy_of_16_bit_input(%x: tensor<2x8x4x4xbf16>, %g: tensor<
 
 // -----
 
+func.func @conv_backward_data_result_format(%dy: tensor<1x3x4x4xbf16>, %w: tensor<3x2x3x3xbf16>) {
+  // expected-error@+1 {{a 16-bit result must be stored as the operands are, which the convolution multiplies as stored}}
+  %dx = mtc.conv_backward_data %dy, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64, mtc.native_16bit_gemm} : (tensor<1x3x4x4xbf16>, tensor<3x2x3x3xbf16>) -> tensor<1x2x4x4xf16>
+  return
+}
+
+// -----
+
+func.func @batch_norm_grad_16_bit_grad_float_input(%dy: tensor<2x8x4x4xbf16>, %x: tensor<2x8x4x4xf32>, %g: tensor<8xf32>) {
+  // expected-error@+1 {{a 16-bit grad must be stored as the input is}}
+  %r:3 = mtc.batch_norm_train_grad %dy, %x, %g, %g, %g : (tensor<2x8x4x4xbf16>, tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
 func.func @batch_norm_grad_activation_stored_otherwise(%dy: tensor<2x8x4x4xf32>, %x: tensor<2x8x4x4xbf16>, %g: tensor<8xf32>) {
   // expected-error@+1 {{activation_output must have the gradient's shape and be stored as the input is}}
   %r:3 = mtc.batch_norm_train_grad %dy, %x, %g, %g, %g activation %dy {activation = "relu"} : (tensor<2x8x4x4xf32>, tensor<2x8x4x4xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<2x8x4x4xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>)
@@ -312,8 +328,8 @@ func.func @conv_filter_mixed_precision(%x: tensor<1x2x4x4xf32>, %dy: tensor<1x3x
 
 // -----
 
-func.func @conv_16bit_result(%dy: tensor<1x3x4x4xbf16>, %w: tensor<3x2x3x3xbf16>) {
-  // expected-error@+1 {{result #0 must be statically shaped tensor of 32-bit float values}}
+func.func @conv_backward_data_16bit_result_widened(%dy: tensor<1x3x4x4xbf16>, %w: tensor<3x2x3x3xbf16>) {
+  // expected-error@+1 {{a 16-bit result must be stored as the operands are, which the convolution multiplies as stored}}
   %dx = mtc.conv_backward_data %dy, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<1x3x4x4xbf16>, tensor<3x2x3x3xbf16>) -> tensor<1x2x4x4xbf16>
   return
 }

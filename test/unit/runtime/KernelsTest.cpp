@@ -536,26 +536,34 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
     conv2dForwardNative16(ctx, Storage16::Bf16, p, x16, w16, nullptr, y,
                           native(ConvKernel::Forward));
     checkThenPoison(y, ys, want.y);
-    if (!convIsDepthwise(p)) {
-      // y stored in bfloat16: each sum rounded once, within half a bf16
-      // unit of the float32 result's tolerance; nothing written past it.
-      uint16_t *y16 = upload(std::vector<uint16_t>(ys, 0x7e00), 2);
-      conv2dForwardNative16(ctx, Storage16::Bf16, p, x16, w16, nullptr, y16,
-                            native(ConvKernel::Forward));
+    // A result stored in bfloat16: each sum rounded once, within half a
+    // bf16 unit of the float32 result's tolerance; nothing written past it.
+    auto checkRounded = [&](uint16_t *got16, int64_t n,
+                            const std::vector<double> &expected) {
       EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
-      std::vector<uint16_t> got = download(y16, ys + 2);
-      EXPECT_EQ(got[ys], static_cast<uint16_t>(kSentinel));
-      EXPECT_EQ(got[ys + 1], static_cast<uint16_t>(kSentinel));
-      for (int64_t i = 0; i < ys; ++i) {
-        const double w = want.y[i], tol = 1e-5 * std::abs(w) + 1e-4;
+      std::vector<uint16_t> got = download(got16, n + 2);
+      EXPECT_EQ(got[n], static_cast<uint16_t>(kSentinel));
+      EXPECT_EQ(got[n + 1], static_cast<uint16_t>(kSentinel));
+      for (int64_t i = 0; i < n; ++i) {
+        const double w = expected[i], tol = 1e-5 * std::abs(w) + 1e-4;
         ASSERT_NEAR(bf16ToFloat(got[i]), w,
                     tol + std::ldexp(std::abs(w) + tol, -8))
             << "element " << i;
       }
+    };
+    if (!convIsDepthwise(p)) {
+      uint16_t *y16 = upload(std::vector<uint16_t>(ys, 0x7e00), 2);
+      conv2dForwardNative16(ctx, Storage16::Bf16, p, x16, w16, nullptr, y16,
+                            native(ConvKernel::Forward));
+      checkRounded(y16, ys, want.y);
     }
     conv2dBackwardDataNative16(ctx, Storage16::Bf16, p, dy16, w16, dx,
                                native(ConvKernel::BackwardData));
     checkThenPoison(dx, xs, want.dx);
+    uint16_t *dx16 = upload(std::vector<uint16_t>(xs, 0x7e00), 2);
+    conv2dBackwardDataNative16(ctx, Storage16::Bf16, p, dy16, w16, dx16,
+                               native(ConvKernel::BackwardData));
+    checkRounded(dx16, xs, want.dx);
     conv2dBackwardFilterNative16(ctx, Storage16::Bf16, p, x16, dy16, dw,
                                  native(ConvKernel::BackwardFilter));
     checkThenPoison(dw, ws, want.dw);

@@ -578,8 +578,8 @@ TEST_F(Kernels, BatchNormActivationIsTheSeparateKernels) {
 }
 
 TEST_F(Kernels, BatchNorm16IsTheFloatKernelOnStoredValues) {
-  // x and the activation output read as 16-bit values, y and dx written
-  // as 16-bit values: bit for bit the float32 kernels on the widened
+  // x, the activation output and dy read as 16-bit values, y and dx
+  // written as 16-bit values: bit for bit the float32 kernels on the widened
   // values, each result rounded as a conversion rounds it; the statistics
   // and parameter gradients unchanged. The shapes walk each way the
   // kernels split channels (see BatchNormMatchesReference).
@@ -661,35 +661,45 @@ TEST_F(Kernels, BatchNorm16IsTheFloatKernelOnStoredValues) {
                               nullptr, 1e-5f, 0.9f, yWant, mean, inv, act);
         EXPECT_EQ(download(yf, size), download(yWant, size));
 
-        // Backward from the stored x and activation output: the float32
-        // kernel on their widened values.
+        // Backward from the stored x and activation output, and dy as
+        // given or rounded: the float32 kernel on their widened values.
         const bool withAct = act.kind != NormActivationKind::None;
         batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr,
                               nullptr, 1e-5f, 0.9f, y, mean, inv, act);
         float *actWide = upload(widen(round(y32)));
-        float *dx = upload(std::vector<float>(size)),
-              *ds = upload(std::vector<float>(c)),
-              *db = upload(std::vector<float>(c));
-        batchNormTrainBackward(ctx, n, c, inner, dy, x, scale, mean, inv, dx,
-                               ds, db, withAct ? actWide : nullptr, act);
-        const std::vector<float> dx32 = download(dx, size);
-        for (bool narrowDx : {false, true}) {
-          SCOPED_TRACE(narrowDx ? "16-bit dx" : "float32 dx");
+        const std::vector<uint16_t> dy16v = round(dyv);
+        for (auto [narrowDy, narrowDx] :
+             {std::pair(false, false), std::pair(false, true),
+              std::pair(true, false), std::pair(true, true)}) {
+          SCOPED_TRACE(std::string(narrowDy ? "16-bit dy, " : "float32 dy, ") +
+                       (narrowDx ? "16-bit dx" : "float32 dx"));
+          float *dx = upload(std::vector<float>(size)),
+                *ds = upload(std::vector<float>(c)),
+                *db = upload(std::vector<float>(c));
+          batchNormTrainBackward(
+              ctx, n, c, inner, narrowDy ? upload(widen(dy16v)) : dy, x, scale,
+              mean, inv, dx, ds, db, withAct ? actWide : nullptr, act);
+          const std::vector<float> dx32 = download(dx, size);
+          StoredIn dyIn = dy;
+          if (narrowDy)
+            dyIn = upload(dy16v);
           float *ds16 = upload(std::vector<float>(c)),
                 *db16 = upload(std::vector<float>(c));
           uint16_t *act16 = withAct ? upload(round(y32)) : nullptr;
           if (narrowDx) {
             uint16_t *dx16 = upload(std::vector<uint16_t>(size), 2);
-            batchNormTrainBackward16(ctx, storage, n, c, inner, dy, x16, scale,
-                                     mean, inv, dx16, ds16, db16, act16, act);
+            batchNormTrainBackward16(ctx, storage, n, c, inner, dyIn, x16,
+                                     scale, mean, inv, dx16, ds16, db16, act16,
+                                     act);
             std::vector<uint16_t> gotDx = download(dx16, size + 2);
             EXPECT_EQ(gotDx[size], static_cast<uint16_t>(kSentinel));
             gotDx.resize(size);
             EXPECT_EQ(gotDx, round(dx32));
           } else {
             float *dxf = upload(std::vector<float>(size));
-            batchNormTrainBackward16(ctx, storage, n, c, inner, dy, x16, scale,
-                                     mean, inv, dxf, ds16, db16, act16, act);
+            batchNormTrainBackward16(ctx, storage, n, c, inner, dyIn, x16,
+                                     scale, mean, inv, dxf, ds16, db16, act16,
+                                     act);
             EXPECT_EQ(download(dxf, size), dx32);
           }
           EXPECT_EQ(download(ds16, c), download(ds, c));

@@ -389,7 +389,7 @@ LogicalResult ConvOp::verify() {
         !(*this)->hasAttr(attr::kNative16BitGemm))
       return emitOpError("a 16-bit result must be stored as the operands "
                          "are, which the convolution multiplies as stored");
-    if (getBias() || getGroup() == shapeOf(getInput())[1])
+    if (getBias() || static_cast<int64_t>(getGroup()) == shapeOf(getInput())[1])
       return emitOpError("a 16-bit result takes neither a bias nor a "
                          "depthwise convolution");
   }
@@ -399,6 +399,11 @@ LogicalResult ConvOp::verify() {
 }
 
 LogicalResult ConvBackwardDataOp::verify() {
+  if (Type out = elementOf(getOutput());
+      !out.isF32() && (out != elementOf(getGrad()) ||
+                       !(*this)->hasAttr(attr::kNative16BitGemm)))
+    return emitOpError("a 16-bit result must be stored as the operands "
+                       "are, which the convolution multiplies as stored");
   return verifyConvShapes(*this, shapeOf(getOutput()), shapeOf(getWeight()),
                           shapeOf(getGrad()), getStrides(), getPads(),
                           getDilations(), getGroup());
@@ -748,6 +753,9 @@ LogicalResult BatchNormTrainGradOp::verify() {
                        "and be stored as the input is");
   if (failed(verifyStoredAlike(*this, {getInput(), getInputGrad()})))
     return failure();
+  if (!elementOf(getGrad()).isF32() &&
+      elementOf(getGrad()) != elementOf(getInput()))
+    return emitOpError("a 16-bit grad must be stored as the input is");
   return verifyNormActivation(*this, getActivation(),
                               getClipMinAttr() != nullptr,
                               getClipMaxAttr() != nullptr);

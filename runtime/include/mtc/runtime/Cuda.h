@@ -86,6 +86,13 @@ void conv2dBackwardDataNative16(Context &ctx, Storage16 storage,
                                 const Conv2dParams &p, const uint16_t *dy,
                                 const uint16_t *w, float *dx,
                                 void *workspace);
+/// The same with dx stored in the operands' 16-bit format, each sum
+/// rounded once as a conversion of the float32 dx would round it: the
+/// gradient torch.autocast's convolution backward returns.
+void conv2dBackwardDataNative16(Context &ctx, Storage16 storage,
+                                const Conv2dParams &p, const uint16_t *dy,
+                                const uint16_t *w, uint16_t *dx,
+                                void *workspace);
 void conv2dBackwardFilterNative16(Context &ctx, Storage16 storage,
                                   const Conv2dParams &p, const uint16_t *x,
                                   const uint16_t *dy, float *dw,

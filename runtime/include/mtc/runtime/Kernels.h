@@ -535,17 +535,18 @@ void batchNormTrainBackward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                             float *dscale, float *dbias,
                             const float *actOut = nullptr,
                             NormActivation act = {});
-/// The same with x and actOut read and dx written as they are stored
-/// (16-bit ones in `storage`; actOut, when given, stored like x; dx
-/// rounded as a conversion of the float32 gradient would round it): the
-/// saved input and activation output a 16-bit backward pass keeps, the
-/// gradient only 16-bit convolutions read. A 16-bit dx does not share
-/// storage with dy.
+/// The same with dy, x and actOut read and dx written as they are stored
+/// (16-bit ones in `storage`; actOut, when given, and a 16-bit dy stored
+/// like x; dx rounded as a conversion of the float32 gradient would round
+/// it): the saved input and activation output a 16-bit backward pass
+/// keeps, the rounded gradient a 16-bit convolution's backward returns,
+/// the gradient only 16-bit convolutions read. dx shares storage with dy
+/// only when both are float32.
 void batchNormTrainBackward16(Context &ctx, Storage16 storage, int64_t n,
-                              int64_t c, int64_t inner, const float *dy,
-                              StoredIn x, const float *scale,
-                              const float *savedMean, const float *savedInvstd,
-                              StoredOut dx, float *dscale, float *dbias,
+                              int64_t c, int64_t inner, StoredIn dy, StoredIn x,
+                              const float *scale, const float *savedMean,
+                              const float *savedInvstd, StoredOut dx,
+                              float *dscale, float *dbias,
                               StoredIn actOut = nullptr,
                               NormActivation act = {});
 /// BatchNormalization with given statistics (inference, or frozen stats):

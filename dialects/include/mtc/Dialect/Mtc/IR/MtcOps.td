@@ -398,7 +398,11 @@ def Mtc_ConvBackwardDataOp : Mtc_ComputeOp<"conv_backward_data", [
     The transposed convolution of `grad` (dY) with `weight`; the result has
     the shape of the forward input. Attributes are the forward op's. As for
     `mtc.conv`, both operands may be stored in 16 bits (the same format);
-    the result is float32.
+    the result is float32, except that the fusion pass stores in the
+    operands' format the result of a backward that multiplies them as
+    stored (`mtc.native_16bit_gemm`) and that only 16-bit copies read (each
+    sum rounded once, as the copy would round it: the gradient
+    torch.autocast's convolution backward returns).
 
     Example:
 
@@ -413,7 +417,7 @@ def Mtc_ConvBackwardDataOp : Mtc_ComputeOp<"conv_backward_data", [
                    Mtc_StorageFloatTensor:$weight,
                    DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                    DenseI64ArrayAttr:$dilations, I64Attr:$group);
-  let results = (outs Mtc_FloatTensor:$output);
+  let results = (outs Mtc_StorageFloatTensor:$output);
   let assemblyFormat = "$grad `,` $weight attr-dict `:` "
                        "functional-type(operands, results)";
   let hasVerifier = 1;
@@ -837,9 +841,10 @@ def Mtc_BatchNormTrainGradOp : Mtc_ComputeOp<"batch_norm_train_grad",
     that activation's gradient, as `mtc.relu_grad` / `mtc.clip_grad` of
     `grad` and `activation_output` compute it (the fusion pass folds
     them). `input` and `activation_output` may be stored in 16 bits, in one
-    format (the fusion pass folds their widening), and `input_grad` in
-    that format too, rounded as a conversion rounds it (where only 16-bit
-    copies of it are read).
+    format (the fusion pass folds their widening), `grad` in that format
+    too when `input` is (a convolution backward's rounded gradient), and
+    `input_grad` as well, rounded as a conversion rounds it (where only
+    16-bit copies of it are read).
 
     Example:
 
@@ -850,7 +855,8 @@ def Mtc_BatchNormTrainGradOp : Mtc_ComputeOp<"batch_norm_train_grad",
            tensor<8xf32>, tensor<8xf32>)
     ```
   }];
-  let arguments = (ins Mtc_FloatTensor:$grad, Mtc_StorageFloatTensor:$input,
+  let arguments = (ins Mtc_StorageFloatTensor:$grad,
+                   Mtc_StorageFloatTensor:$input,
                    Mtc_FloatTensor:$scale, Mtc_FloatTensor:$saved_mean,
                    Mtc_FloatTensor:$saved_invstd,
                    Optional<Mtc_StorageFloatTensor>:$activation_output,
