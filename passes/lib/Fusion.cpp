@@ -1287,6 +1287,52 @@ static bool foldConvBackwardDataNarrowing(ConvBackwardDataOp conv) {
          storeNarrowed(conv->getResults(), to);
 }
 
+/// A max pooling whose float32 result its readers only narrow to a 16-bit
+/// format, of an input that has a copy in that format (the one the
+/// backward pass keeps), pools the copy instead and stores its result in
+/// 16 bits: rounding is monotonic, so the max of the rounded values is the
+/// rounded max, bit for bit. The float32 input may then have no other
+/// reader than its copy, which the producer stores itself (a batch norm).
+/// Returns how many it folded.
+static int64_t foldMaxPoolNarrowing(func::FuncOp func) {
+  int64_t folded = 0;
+  SmallVector<MaxPoolOp> pools;
+  func.walk([&](MaxPoolOp pool) {
+    if (elementType(pool.getInput()).isF32())
+      pools.push_back(pool);
+  });
+  for (MaxPoolOp pool : pools) {
+    Type to = narrowedByEveryReader(pool.getOutput());
+    if (!to || !llvm::all_of(pool.getOutput().getUsers(),
+                             [](Operation *op) { return isa<ConvertOp>(op); }))
+      continue;
+    ConvertOp copy;
+    for (Operation *user : pool.getInput().getUsers())
+      if (auto c = dyn_cast<ConvertOp>(user);
+          c && elementType(c.getOutput()) == to && samePhase(pool, c))
+        copy = c;
+    if (!copy)
+      continue;
+    if (pool->isBeforeInBlock(copy))
+      copy->moveBefore(pool);
+    OpBuilder b(pool);
+    OperationState state(
+        pool.getLoc(), pool->getName(), ValueRange{copy.getOutput()},
+        TypeRange{cast<RankedTensorType>(pool.getOutput().getType()).clone(to)},
+        pool->getAttrs());
+    Operation *pooled = b.create(state);
+    for (Operation *user :
+         llvm::make_early_inc_range(pool.getOutput().getUsers())) {
+      auto convert = cast<ConvertOp>(user);
+      convert.getOutput().replaceAllUsesWith(pooled->getResult(0));
+      convert.erase();
+    }
+    pool.erase();
+    ++folded;
+  }
+  return folded;
+}
+
 /// A layer norm, transpose, concat or attention whose float32 result its
 /// readers only narrow to one 16-bit format (conversions for a GEMM or
 /// attention operand under --precision bf16 / fp16, or for the backward's
@@ -1336,6 +1382,17 @@ void FusionPass::foldConversions(func::FuncOp func) {
                storedType(grad.getInput()) == low &&
                (!act || storedType(act) == low);
       }
+      // A max pooling backward reads its saved input and its output
+      // gradient as stored (each 16-bit one in one format).
+      if (auto grad = dyn_cast<MaxPoolGradOp>(use.getOwner())) {
+        Type low = elementType(widen.getInput());
+        return llvm::all_of(
+            ValueRange{grad.getInput(), grad.getGrad(), grad.getOutput()},
+            [&](Value v) {
+              Type t = storedType(v);
+              return t.isF32() || t == low;
+            });
+      }
       return false;
     });
     if (widen.getOutput().use_empty()) {
@@ -1343,10 +1400,11 @@ void FusionPass::foldConversions(func::FuncOp func) {
       ++numFoldedConversions;
     }
   }
+  numFoldedConversions += foldMaxPoolNarrowing(func);
   SmallVector<Operation *> candidates;
   for (Operation &op : func.getBody().front())
     if (isa<LayerNormOp, TransposeOp, ConcatOp, BatchNormTrainOp,
-            BatchNormTrainGradOp>(op) &&
+            BatchNormTrainGradOp, MaxPoolGradOp>(op) &&
         cast<ShapedType>(op.getResult(0).getType()).getElementType().isF32())
       candidates.push_back(&op);
     else if (auto attention = dyn_cast<AttentionOp>(op);
@@ -1361,8 +1419,9 @@ void FusionPass::foldConversions(func::FuncOp func) {
     if (auto attention = dyn_cast<AttentionOp>(op);
         attention && to != elementType(attention.getQuery()))
       continue;
-    // A batch norm's 16-bit operands share one format.
-    if (isa<BatchNormTrainOp, BatchNormTrainGradOp>(op) &&
+    // A batch norm's or max pooling backward's 16-bit operands share one
+    // format.
+    if (isa<BatchNormTrainOp, BatchNormTrainGradOp, MaxPoolGradOp>(op) &&
         llvm::any_of(op->getOperands(), [&](Value v) {
           return is16Bit(v) && elementType(v) != to;
         }))

@@ -360,7 +360,8 @@ void PrecisionPass::roundLogits(func::FuncOp func, Type low) {
 /// convolution's input gradient from 16-bit operands is rounded alike (a
 /// batch norm backward whose saved input is 16-bit reads it as stored
 /// too), which the fusion pass lets a convolution backward that multiplies
-/// them as stored store in 16 bits itself.
+/// them as stored store in 16 bits itself, and so is a max pooling's input
+/// gradient whose saved input is 16-bit (the kernel stores it rounded).
 void PrecisionPass::roundInputGradients(func::FuncOp func, Type low) {
   auto savedIn16Bits = [&](Value input) {
     auto saved = input.getDefiningOp<ConvertOp>();
@@ -382,8 +383,10 @@ void PrecisionPass::roundInputGradients(func::FuncOp func, Type low) {
       return;
     auto mm = dyn_cast<MatMulOp>(op);
     auto conv = dyn_cast<ConvBackwardDataOp>(op);
+    auto pool = dyn_cast<MaxPoolGradOp>(op);
     if (((mm && isWeightMatMul(mm, low)) ||
-         (conv && getElementTypeOrSelf(conv.getGrad()) == low)) &&
+         (conv && getElementTypeOrSelf(conv.getGrad()) == low) ||
+         (pool && savedIn16Bits(pool.getInput()))) &&
         llvm::all_of(op->getResult(0).getUses(), readsStored))
       gradients.push_back(op->getResult(0));
   });
@@ -543,16 +546,20 @@ void PrecisionPass::roundResidualSums(func::FuncOp func, Type low) {
   }
 }
 
-/// The backward of roundResidualSums: the gradient of a ReLU whose output
-/// is 16-bit (widened: a residual connection's rounded sum) is 16-bit under
-/// torch.autocast too. Where its readers all take 16-bit values as stored
-/// (elementwise ops, such as the sum with the gradient coming back through
-/// the block's convolutions; a batch norm backward whose saved input is
-/// 16-bit) it is rounded for them: the fused kernel that forms it writes 16
-/// bits only, which the batch norm backwards and the next fused kernel read
-/// as stored. A gradient that a batch norm backward alone reads is left
-/// alone: the fusion pass folds it into that batch norm backward, which
-/// reads the incoming gradient and the ReLU's output as stored.
+/// The backward of roundResidualSums: under torch.autocast the gradient of
+/// a 16-bit value is 16-bit too, and so is the sum of two 16-bit gradients.
+/// In the backward pass, in program order (so that one rounded gradient
+/// lets the next qualify): the gradient of a ReLU whose output is 16-bit
+/// (widened: a residual connection's rounded sum), and the sum of two
+/// 16-bit gradients (widened: the rounded input gradients of convolutions,
+/// or one and a block's rounded gradient), are rounded where their readers
+/// all take 16-bit values as stored: elementwise ops, a batch norm
+/// backward or max pooling backward whose saved input is 16-bit. The fused
+/// kernel that forms such a gradient writes 16 bits only, which the next
+/// kernels read as stored. A ReLU's gradient that a batch norm backward
+/// alone reads is left alone: the fusion pass folds it into that batch
+/// norm backward, which reads the incoming gradient and the ReLU's output
+/// as stored.
 void PrecisionPass::roundResidualGradients(func::FuncOp func, Type low) {
   auto widened16 = [&](Value v) {
     auto c = v.getDefiningOp<ConvertOp>();
@@ -563,19 +570,31 @@ void PrecisionPass::roundResidualGradients(func::FuncOp func, Type low) {
     Operation *user = use.getOwner();
     if (isFusableElementwise(user))
       return true;
-    auto norm = dyn_cast<BatchNormTrainGradOp>(user);
-    return norm && use.get() == norm.getGrad() && widened16(norm.getInput());
+    if (auto norm = dyn_cast<BatchNormTrainGradOp>(user))
+      return use.get() == norm.getGrad() && widened16(norm.getInput());
+    if (auto pool = dyn_cast<MaxPoolGradOp>(user))
+      return use.get() == pool.getGrad() && widened16(pool.getInput());
+    return false;
   };
-  SmallVector<Value> gradients;
-  func.walk([&](ReluGradOp grad) {
-    Value v = grad.getOutput();
-    if (isBackwardOp(grad) && widened16(grad.getInput()) &&
-        !(v.hasOneUse() && isa<BatchNormTrainGradOp>(*v.user_begin())) &&
-        llvm::all_of(v.getUses(), readsStored))
-      gradients.push_back(v);
+  SmallVector<Operation *> candidates;
+  func.walk([&](Operation *op) {
+    if (isa<ReluGradOp, AddOp>(op) && isBackwardOp(op))
+      candidates.push_back(op);
   });
-  for (Value v : gradients)
-    roundForEachBackwardReader(v, low);
+  for (Operation *op : candidates) {
+    Value v = op->getResult(0);
+    if (auto grad = dyn_cast<ReluGradOp>(op)) {
+      if (!widened16(grad.getInput()) ||
+          (v.hasOneUse() && isa<BatchNormTrainGradOp>(*v.user_begin())))
+        continue;
+    } else if (!llvm::all_of(op->getOperands(), [&](Value operand) {
+                 return widened16(operand) && operand.getType() == v.getType();
+               })) {
+      continue;
+    }
+    if (!v.use_empty() && llvm::all_of(v.getUses(), readsStored))
+      roundForEachBackwardReader(v, low);
+  }
 }
 
 /// A forward value the backward pass reads (outside GEMMs and convolutions,

@@ -80,9 +80,12 @@ MTC_HOST_DEVICE inline void tapsInside(int64_t start, int64_t taps,
 /// found first, so the loop has no bounds test, and it has no branch on the
 /// data either: a larger number replaces the best by selects, and the
 /// first NaN is tracked on the side.
+/// The plane holds T: float32, or 16-bit values (bfloat16 when `bf16`),
+/// compared widened.
+template <typename T>
 MTC_HOST_DEVICE inline int64_t maxPoolArgmax(const Pool2dParams &p,
-                                             const float *plane, int64_t oy,
-                                             int64_t ox) {
+                                             const T *plane, int64_t oy,
+                                             int64_t ox, bool bf16 = false) {
   const int64_t hStart = oy * p.strideH - p.padTop;
   const int64_t wStart = ox * p.strideW - p.padLeft;
   int64_t i0, i1, j0, j1;
@@ -92,12 +95,12 @@ MTC_HOST_DEVICE inline int64_t maxPoolArgmax(const Pool2dParams &p,
     return -1;
   int64_t best = (hStart + i0 * p.dilationH) * p.w + wStart + j0 * p.dilationW;
   int64_t firstNaN = -1;
-  float bestValue = plane[best];
+  float bestValue = storedToFloat(plane[best], bf16);
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t rowAt = (hStart + i * p.dilationH) * p.w + wStart;
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t at = rowAt + j * p.dilationW;
-      const float v = plane[at];
+      const float v = storedToFloat(plane[at], bf16);
       const bool larger = v > bestValue; // false for a NaN on either side
       best = larger ? at : best;
       bestValue = larger ? v : bestValue;

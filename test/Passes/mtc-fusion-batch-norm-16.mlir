@@ -113,3 +113,37 @@ func.func @train_step(%xh: tensor<2x8x4x4xbf16> {mtc.role = "input"}, %dy: tenso
   %ex, %eg, %eb = mtc.batch_norm_train_grad %ew, %xw2, %g, %m, %s {mtc.backward} : (tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>)
   return %dx, %ex : tensor<2x8x4x4xf32>, tensor<2x8x4x4xf32>
 }
+
+// -----
+
+// A max pooling whose result only 16-bit copies read pools the 16-bit copy
+// of its input that the backward pass keeps (moved before it): the max of
+// the rounded values is the rounded max. The batch norm then stores its
+// output, which only that copy reads, in 16 bits. The max pooling backward
+// reads the saved input and the rounded gradient as stored and stores its
+// rounded input gradient, which the batch norm backward reads as stored.
+// CHECK-LABEL: func.func @train_step
+// CHECK-NOT: mtc.convert
+// CHECK: %[[Y:[^,]+]], {{.+}} = mtc.batch_norm_train {{.+}} -> (tensor<2x8x8x8xbf16>,
+// CHECK-NEXT: %[[P:.+]] = mtc.max_pool %[[Y]] {{.+}} : (tensor<2x8x8x8xbf16>) -> tensor<2x8x4x4xbf16>
+// CHECK: %[[DX:.+]] = mtc.max_pool_grad %[[Y]], %{{.+}} : (tensor<2x8x8x8xbf16>, tensor<2x8x4x4xbf16>) -> tensor<2x8x8x8xbf16>
+// CHECK-NEXT: mtc.batch_norm_train_grad %[[DX]], {{.+}} activation %[[Y]]
+// CHECK-NOT: mtc.convert
+// CHECK: return
+func.func @train_step(%x: tensor<2x8x8x8xbf16> {mtc.role = "input"}, %dyh: tensor<2x8x4x4xbf16> {mtc.role = "input"}, %g: tensor<8xf32> {mtc.role = "param"}, %b: tensor<8xf32> {mtc.role = "param"}, %rm: tensor<8xf32> {mtc.role = "buffer"}, %rv: tensor<8xf32> {mtc.role = "buffer"}) -> (tensor<2x8x4x4xbf16>, tensor<2x8x8x8xf32>) {
+  %xw = mtc.convert %x : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+  %y, %nm, %nv, %m, %s = mtc.batch_norm_train %xw, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %r = mtc.relu %y : tensor<2x8x8x8xf32>
+  %p = mtc.max_pool %r {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<2x8x8x8xf32>) -> tensor<2x8x4x4xf32>
+  %rh = mtc.convert %r : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+  %ph = mtc.convert %p : tensor<2x8x4x4xf32> to tensor<2x8x4x4xbf16>
+  %rw = mtc.convert %rh {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+  %dyw = mtc.convert %dyh {mtc.backward} : tensor<2x8x4x4xbf16> to tensor<2x8x4x4xf32>
+  %dp = mtc.max_pool_grad %rw, %dyw {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, mtc.backward} : (tensor<2x8x8x8xf32>, tensor<2x8x4x4xf32>) -> tensor<2x8x8x8xf32>
+  %dph = mtc.convert %dp {mtc.backward} : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+  %dpw = mtc.convert %dph {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+  %dr = mtc.relu_grad %dpw, %rw {mtc.backward} : tensor<2x8x8x8xf32>
+  %xw2 = mtc.convert %x {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+  %dx, %dg, %db = mtc.batch_norm_train_grad %dr, %xw2, %g, %m, %s {mtc.backward} : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return %ph, %dx : tensor<2x8x4x4xbf16>, tensor<2x8x8x8xf32>
+}

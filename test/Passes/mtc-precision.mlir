@@ -340,7 +340,8 @@ func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "inpu
 // through the convolutions read, is rounded as autocast's is. The second
 // block's comes from the rounded input gradient of the last convolution;
 // the first block's from the sum of the second block's and the rounded
-// input gradient of the second block's convolution.
+// input gradient of the second block's convolution, a sum of two 16-bit
+// gradients that is rounded as well.
 // CHECK-LABEL: func.func @train_step
 // Each reader reads a widening of its own, made right before it (the
 // fusion pass folds the batch norm backwards' ones).
@@ -354,7 +355,9 @@ func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "inpu
 // CHECK: %[[D3W:.+]] = mtc.convert %[[D3H]] {mtc.backward}
 // CHECK-NEXT: %[[G2A:.+]] = mtc.convert %[[G2H]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
 // CHECK-NEXT: %[[S:.+]] = mtc.add %[[G2A]], %[[D3W]] {mtc.backward}
-// CHECK: %[[G1:.+]] = mtc.relu_grad %[[S]], %{{.+}} {mtc.backward} : tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[SH:.+]] = mtc.convert %[[S]] {mtc.backward} : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK: %[[SW:.+]] = mtc.convert %[[SH]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[G1:.+]] = mtc.relu_grad %[[SW]], %{{.+}} {mtc.backward} : tensor<2x8x8x8xf32>
 // CHECK-NEXT: %[[G1H:.+]] = mtc.convert %[[G1]] {mtc.backward} : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
 // CHECK-NOT: %[[G1]]
 // CHECK: %[[G1B:.+]] = mtc.convert %[[G1H]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
@@ -386,5 +389,42 @@ func.func @forward(%x: tensor<2x3x8x8xf32> {mtc.name = "input", mtc.role = "inpu
   %5 = mtc.conv %c, %w4 {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x8x8x8xf32>, tensor<4x8x8x8xf32>) -> tensor<2x4x1x1xf32>
   %6 = mtc.reshape %5 : (tensor<2x4x1x1xf32>) -> tensor<2x4xf32>
   %l, %p = mtc.softmax_cross_entropy %6, %t : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
+  return %l : tensor<f32>
+}
+
+// -----
+
+// A max pooling (ResNet's stem): the sum of the two 16-bit input gradients
+// of the convolutions reading its result is rounded, and so is the max
+// pooling's input gradient, whose saved input is 16-bit; the max pooling
+// backward reads the widenings.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[S:.+]] = mtc.add %{{.+}}, %{{.+}} {mtc.backward} : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[SH:.+]] = mtc.convert %[[S]] {mtc.backward} : tensor<2x8x8x8xf32> to tensor<2x8x8x8xbf16>
+// CHECK-NEXT: %[[RW:.+]] = mtc.convert %{{.+}} {mtc.backward} : tensor<2x8x16x16xbf16> to tensor<2x8x16x16xf32>
+// CHECK-NEXT: %[[SW:.+]] = mtc.convert %[[SH]] {mtc.backward} : tensor<2x8x8x8xbf16> to tensor<2x8x8x8xf32>
+// CHECK-NEXT: %[[DX:.+]] = mtc.max_pool_grad %[[RW]], %[[SW]]
+// CHECK-NEXT: %[[DXH:.+]] = mtc.convert %[[DX]] {mtc.backward} : tensor<2x8x16x16xf32> to tensor<2x8x16x16xbf16>
+// CHECK-NEXT: %[[DXW:.+]] = mtc.convert %[[DXH]] {mtc.backward} : tensor<2x8x16x16xbf16> to tensor<2x8x16x16xf32>
+// CHECK-NEXT: mtc.relu_grad %[[DXW]], %[[RW]]
+func.func @forward(%x: tensor<2x3x16x16xf32> {mtc.name = "input", mtc.role = "input"},
+                   %t: tensor<2xi64> {mtc.name = "target", mtc.role = "input"},
+                   %w1: tensor<8x3x3x3xf32> {mtc.name = "c1.weight", mtc.role = "param"},
+                   %w2: tensor<4x8x8x8xf32> {mtc.name = "c2.weight", mtc.role = "param"},
+                   %w3: tensor<4x8x8x8xf32> {mtc.name = "c3.weight", mtc.role = "param"},
+                   %g: tensor<8xf32> {mtc.name = "bn.weight", mtc.role = "param"},
+                   %b: tensor<8xf32> {mtc.name = "bn.bias", mtc.role = "param"},
+                   %rm: tensor<8xf32> {mtc.name = "bn.running_mean", mtc.role = "buffer"},
+                   %rv: tensor<8xf32> {mtc.name = "bn.running_var", mtc.role = "buffer"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.conv %x, %w1 {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x16x16xf32>, tensor<8x3x3x3xf32>) -> tensor<2x8x16x16xf32>
+  %y, %nm, %nv, %m, %s = mtc.batch_norm_train %0, %g, %b, %rm, %rv {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x16x16xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x16x16xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  %r = mtc.relu %y : tensor<2x8x16x16xf32>
+  %p = mtc.max_pool %r {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<2x8x16x16xf32>) -> tensor<2x8x8x8xf32>
+  %1 = mtc.conv %p, %w2 {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x8x8x8xf32>, tensor<4x8x8x8xf32>) -> tensor<2x4x1x1xf32>
+  %2 = mtc.conv %p, %w3 {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x8x8x8xf32>, tensor<4x8x8x8xf32>) -> tensor<2x4x1x1xf32>
+  %3 = mtc.add %1, %2 : (tensor<2x4x1x1xf32>, tensor<2x4x1x1xf32>) -> tensor<2x4x1x1xf32>
+  %4 = mtc.reshape %3 : (tensor<2x4x1x1xf32>) -> tensor<2x4xf32>
+  %l, %lp = mtc.softmax_cross_entropy %4, %t : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
   return %l : tensor<f32>
 }

@@ -1222,12 +1222,15 @@ void Emitter::emitOpBody(Operation *op) {
                  ptr(c.getOutput()) + ", " + workspace(op) + ")");
       })
       .Case([&](MaxPoolOp p) {
-        emitCall("maxPool2dForward(ctx, " +
+        emitCall(storageCall("maxPool2dForward", p.getInput()) +
                  poolParams(p, p.getInput(), p.getOutput(), false) + ", " +
                  ptr(p.getInput()) + ", " + ptr(p.getOutput()) + ")");
       })
       .Case([&](MaxPoolGradOp p) {
-        emitCall("maxPool2dBackward(ctx, " +
+        // 16-bit operands: the entry point that reads and writes them as
+        // stored, in the format of the 16-bit ones (one, by the verifier).
+        Value low = storedLow({p.getInput(), p.getGrad(), p.getOutput()});
+        emitCall(storageCall("maxPool2dBackward", low) +
                  poolParams(p, p.getInput(), p.getGrad(), false) + ", " +
                  ptr(p.getInput()) + ", " + ptr(p.getGrad()) + ", " +
                  ptr(p.getOutput()) + ")");

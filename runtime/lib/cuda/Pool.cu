@@ -88,28 +88,33 @@ __device__ inline int64_t windowOf(int64_t in, int64_t t, int64_t pad,
   return out;
 }
 
-__global__ void maxPoolForwardKernel(Pool2dParams p, PoolDivisors d,
-                                     const float *x, float *y) {
+/// x stored as X, y as Y (16-bit ones in the format `bf16` names).
+template <typename X, typename Y>
+__global__ void maxPoolForwardKernel(Pool2dParams p, PoolDivisors d, const X *x,
+                                     Y *y, bool bf16) {
   int64_t total = p.n * p.c * p.oh * p.ow;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
     const PlaneAt o = planeAt(idx, d.outPlane, d.ow);
-    const float *src = x + o.plane * p.h * p.w;
-    int64_t at = maxPoolArgmax(p, src, o.y, o.x);
-    y[idx] = at < 0 ? -INFINITY : src[at];
+    const X *src = x + o.plane * p.h * p.w;
+    int64_t at = maxPoolArgmax(p, src, o.y, o.x, bf16);
+    storeFloat(y + idx, at < 0 ? -INFINITY : storedToFloat(src[at], bf16),
+               bf16);
   }
 }
 
+/// x stored as X, dy as G, dx as DX (each sum rounded once).
+template <typename X, typename G, typename DX>
 __global__ void maxPoolBackwardKernel(Pool2dParams p, PoolDivisors d,
-                                      const float *x, const float *dy,
-                                      float *dx) {
+                                      const X *x, const G *dy, DX *dx,
+                                      bool bf16) {
   int64_t total = p.n * p.c * p.h * p.w;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
     const PlaneAt in = planeAt(idx, d.inPlane, d.w);
     const int64_t iy = in.y, ix = in.x;
-    const float *src = x + in.plane * p.h * p.w;
-    const float *grad = dy + in.plane * p.oh * p.ow;
+    const X *src = x + in.plane * p.h * p.w;
+    const G *grad = dy + in.plane * p.oh * p.ow;
     float sum = 0.0f;
     // Taps in reverse give windows in increasing output order.
     for (int64_t i = p.kh - 1; i >= 0; --i) {
@@ -118,11 +123,11 @@ __global__ void maxPoolBackwardKernel(Pool2dParams p, PoolDivisors d,
         continue;
       for (int64_t j = p.kw - 1; j >= 0; --j) {
         int64_t ox = windowOf(ix, j, p.padLeft, p.dilationW, d.strideW, p.ow);
-        if (ox >= 0 && maxPoolArgmax(p, src, oy, ox) == iy * p.w + ix)
-          sum += grad[oy * p.ow + ox];
+        if (ox >= 0 && maxPoolArgmax(p, src, oy, ox, bf16) == iy * p.w + ix)
+          sum += storedToFloat(grad[oy * p.ow + ox], bf16);
       }
     }
-    dx[idx] = sum;
+    storeFloat(dx + idx, sum, bf16);
   }
 }
 
@@ -178,25 +183,25 @@ __global__ void avgPoolBackwardKernel(Pool2dParams p, PoolDivisors d,
   }
 }
 
-} // namespace
-
-void maxPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
-                      float *y) {
-  if (!validParams(ctx, p, "maxPool2dForward"))
-    return;
+template <typename X, typename Y>
+void maxPoolForwardAs(Context &ctx, const Pool2dParams &p, const X *x, Y *y,
+                      bool bf16) {
   maxPoolForwardKernel<<<cuda::gridFor(p.n * p.c * p.oh * p.ow), cuda::kBlock,
-                         0, ctx.stream>>>(p, poolDivisors(p), x, y);
+                         0, ctx.stream>>>(p, poolDivisors(p), x, y, bf16);
   checkLaunch(ctx, "maxPoolForwardKernel");
 }
 
-void maxPool2dBackward(Context &ctx, const Pool2dParams &p, const float *x,
-                       const float *dy, float *dx) {
-  if (!validParams(ctx, p, "maxPool2dBackward"))
-    return;
+template <typename X, typename G, typename DX>
+void maxPoolBackwardAs(Context &ctx, const Pool2dParams &p, const X *x,
+                       const G *dy, DX *dx, bool bf16) {
   maxPoolBackwardKernel<<<cuda::gridFor(p.n * p.c * p.h * p.w), cuda::kBlock, 0,
-                          ctx.stream>>>(p, poolDivisors(p), x, dy, dx);
+                          ctx.stream>>>(p, poolDivisors(p), x, dy, dx, bf16);
   checkLaunch(ctx, "maxPoolBackwardKernel");
 }
+
+} // namespace
+
+#include "MaxPoolEntryPoints.inc"
 
 void avgPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
                       float *y) {

@@ -503,3 +503,11 @@ func.func @conv_16_bit_result_widened(%x: tensor<2x3x4x4xbf16>, %w: tensor<8x3x3
   %y = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64} : (tensor<2x3x4x4xbf16>, tensor<8x3x3x3xbf16>) -> tensor<2x8x4x4xbf16>
   return
 }
+
+// -----
+
+func.func @max_pool_grad_formats(%x: tensor<2x8x8x8xbf16>, %dy: tensor<2x8x4x4xf16>) {
+  // expected-error@+1 {{16-bit operands and results must share one format}}
+  %dx = mtc.max_pool_grad %x, %dy {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<2x8x8x8xbf16>, tensor<2x8x4x4xf16>) -> tensor<2x8x8x8xf32>
+  return
+}

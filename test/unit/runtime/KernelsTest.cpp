@@ -684,6 +684,76 @@ TEST_F(Kernels, MaxPoolMatchesTheDefinition) {
   }
 }
 
+TEST_F(Kernels, MaxPool16IsTheFloatKernelOnStoredValues) {
+  // x, dy read and y, dx written as 16-bit values, in each combination:
+  // bit for bit the float32 kernels on the widened values, each result
+  // rounded as a conversion rounds it (y is one of the inputs, exactly).
+  // Overlapping windows (3x3, stride 2, padded): up to four gradients sum
+  // into one input element; ties among the rounded values.
+  Pool2dParams p{};
+  p.n = 2, p.c = 3, p.h = 9, p.w = 11;
+  p.kh = p.kw = 3;
+  p.strideH = p.strideW = 2;
+  p.padTop = p.padLeft = 1;
+  p.dilationH = p.dilationW = 1;
+  p.oh = 5, p.ow = 6;
+  const int64_t in = p.n * p.c * p.h * p.w, out = p.n * p.c * p.oh * p.ow;
+  std::vector<float> xv(in), dyv(out);
+  for (int64_t i = 0; i < in; ++i)
+    xv[i] = float((i * 7919) % 97) * 0.061f - 3.0f + 1.0f / float(i + 3);
+  for (int64_t i = 0; i < out; ++i)
+    dyv[i] = float((i * 104729) % 89) * 0.0221f - 1.0f + 1.0f / float(i + 7);
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    const bool bf16 = storage == Storage16::Bf16;
+    SCOPED_TRACE(bf16 ? "bf16" : "fp16");
+    auto round = [&](const std::vector<float> &v) {
+      std::vector<uint16_t> r(v.size());
+      for (size_t i = 0; i < v.size(); ++i)
+        r[i] = bf16 ? floatToBf16(v[i]) : floatToHalf(v[i]);
+      return r;
+    };
+    auto widen = [&](const std::vector<uint16_t> &v) {
+      std::vector<float> w(v.size());
+      for (size_t i = 0; i < v.size(); ++i)
+        w[i] = storedToFloat(v[i], bf16);
+      return w;
+    };
+    const std::vector<uint16_t> x16v = round(xv), dy16v = round(dyv);
+    float *xw = upload(widen(x16v));
+    float *y = upload(std::vector<float>(out));
+    maxPool2dForward(ctx, p, xw, y);
+    const std::vector<float> y32 = download(y, out);
+    uint16_t *x16 = upload(x16v);
+    uint16_t *y16 = upload(std::vector<uint16_t>(out), 2);
+    maxPool2dForward16(ctx, storage, p, x16, y16);
+    std::vector<uint16_t> got = download(y16, out + 2);
+    EXPECT_EQ(got[out], static_cast<uint16_t>(kSentinel));
+    got.resize(out);
+    EXPECT_EQ(got, round(y32));
+    float *yf = upload(std::vector<float>(out));
+    maxPool2dForward16(ctx, storage, p, x16, yf);
+    EXPECT_EQ(download(yf, out), y32);
+    for (bool narrowDy : {false, true}) {
+      SCOPED_TRACE(narrowDy ? "16-bit dy" : "float32 dy");
+      float *dx = upload(std::vector<float>(in));
+      maxPool2dBackward(ctx, p, xw, upload(narrowDy ? widen(dy16v) : dyv), dx);
+      const std::vector<float> dx32 = download(dx, in);
+      StoredIn dyIn = upload(dyv);
+      if (narrowDy)
+        dyIn = upload(dy16v);
+      uint16_t *dx16 = upload(std::vector<uint16_t>(in, 0x7e00), 2);
+      maxPool2dBackward16(ctx, storage, p, x16, dyIn, dx16);
+      std::vector<uint16_t> gotDx = download(dx16, in + 2);
+      EXPECT_EQ(gotDx[in], static_cast<uint16_t>(kSentinel));
+      gotDx.resize(in);
+      EXPECT_EQ(gotDx, round(dx32));
+      float *dxf = upload(std::vector<float>(in, 9.0f));
+      maxPool2dBackward16(ctx, storage, p, x16, dyIn, dxf);
+      EXPECT_EQ(download(dxf, in), dx32);
+    }
+  }
+}
+
 TEST_F(Kernels, AvgPoolCountIncludePad) {
   // 2x2 kernel, stride 1, pad 1 on [[1, 2], [3, 4]]: the corner window
   // holds one input cell and three padded ones, the centre all four.

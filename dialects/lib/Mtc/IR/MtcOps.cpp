@@ -709,6 +709,10 @@ static LogicalResult verifyStoredAlike(Operation *op, ArrayRef<Value> values) {
   return success();
 }
 
+LogicalResult MaxPoolGradOp::verify() {
+  return verifyStoredAlike(*this, {getInput(), getGrad(), getOutput()});
+}
+
 /// The activation attributes of a batch normalization (forward or
 /// backward): none, "relu", or "clip" with both bounds.
 static LogicalResult verifyNormActivation(Operation *op,

@@ -259,6 +259,14 @@ void maxPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
 /// dx is overwritten.
 void maxPool2dBackward(Context &ctx, const Pool2dParams &p, const float *x,
                        const float *dy, float *dx);
+/// The same with each tensor read or written as it is stored (16-bit ones
+/// in `storage`): the max of 16-bit values is one of them, stored exactly;
+/// a 16-bit dx takes each sum rounded as a conversion of the float32 dx
+/// would round it.
+void maxPool2dForward16(Context &ctx, Storage16 storage, const Pool2dParams &p,
+                        StoredIn x, StoredOut y);
+void maxPool2dBackward16(Context &ctx, Storage16 storage, const Pool2dParams &p,
+                         StoredIn x, StoredIn dy, StoredOut dx);
 void avgPool2dForward(Context &ctx, const Pool2dParams &p, const float *x,
                       float *y);
 /// dx is overwritten.

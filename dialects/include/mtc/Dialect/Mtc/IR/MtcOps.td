@@ -463,7 +463,11 @@ def Mtc_MaxPoolOp : Mtc_DiffOp<"max_pool", [InferTypeOpAdaptor]>,
   let summary = "2-D max pooling (ONNX MaxPool)";
   let description = [{
     Max over each window; padded cells never win. `pads` is
-    `[top, left, bottom, right]`.
+    `[top, left, bottom, right]`. The input may be stored in 16 bits; the
+    result is then stored alike (the max is one of the inputs). Rounding
+    is monotonic, so the max of rounded values is the rounded max: the
+    fusion pass pools the 16-bit copy of an input when only 16-bit copies
+    of the result are read.
 
     Example:
 
@@ -474,19 +478,23 @@ def Mtc_MaxPoolOp : Mtc_DiffOp<"max_pool", [InferTypeOpAdaptor]>,
            -> tensor<8x8x8x8xf32>
     ```
   }];
-  let arguments = !con((ins Mtc_FloatTensor:$input), poolAttrs);
-  let results = (outs Mtc_FloatTensor:$output);
+  let arguments = !con((ins Mtc_StorageFloatTensor:$input), poolAttrs);
+  let results = (outs Mtc_StorageFloatTensor:$output);
   let assemblyFormat =
       "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 
 def Mtc_MaxPoolGradOp : Mtc_ComputeOp<"max_pool_grad",
-    [AllTypesMatch<["input", "output"]>]>, Mtc_PoolAttrs {
+    [AllShapesMatch<["input", "output"]>]>, Mtc_PoolAttrs {
   let summary = "Gradient of max pooling";
   let description = [{
     Routes each element of `grad` to the position that won its window in the
     forward pass (recomputed from `input`, first maximum in window order).
+    Each of `input`, `grad` and the result may be stored in 16 bits, in one
+    format (the fusion pass folds a saved input's widening, and a gradient
+    rounded as under torch.autocast is read and written as stored; each
+    sum rounded once).
 
     Example:
 
@@ -497,11 +505,13 @@ def Mtc_MaxPoolGradOp : Mtc_ComputeOp<"max_pool_grad",
             tensor<8x8x8x8xf32>) -> tensor<8x8x16x16xf32>
     ```
   }];
-  let arguments = !con((ins Mtc_FloatTensor:$input, Mtc_FloatTensor:$grad),
+  let arguments = !con((ins Mtc_StorageFloatTensor:$input,
+                            Mtc_StorageFloatTensor:$grad),
                        poolAttrs);
-  let results = (outs Mtc_FloatTensor:$output);
+  let results = (outs Mtc_StorageFloatTensor:$output);
   let assemblyFormat =
       "$input `,` $grad attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def Mtc_AvgPoolOp : Mtc_DiffOp<"avg_pool", [InferTypeOpAdaptor]>,
