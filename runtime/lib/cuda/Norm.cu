@@ -4,8 +4,10 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Mirrors cpu/Norm.cpp: two-pass statistics accumulated in double, the same
-// per-element formulas (KernelCommon.h). Every reduction is a fixed tree
+// Mirrors cpu/Norm.cpp: statistics accumulated in double (batch norm: in
+// one pass over x, shifted by the channel's first element; layer norm: the
+// mean, then the squared deviations, of a row), the same per-element
+// formulas (KernelCommon.h). Every reduction is a fixed tree
 // over a fixed number of threads, so results are reproducible run to run;
 // they match the CPU to rounding, not bit for bit.
 //
@@ -111,61 +113,88 @@ int64_t bnReduceParts(int64_t n, int64_t c, int64_t inner) {
   return std::max<int64_t>(1, std::min(perChannel, wanted));
 }
 
-/// The sum of the `parts` partial sums of channel ch, in part order.
-__device__ inline double sumOfParts(const double *partials, int64_t ch,
-                                    int64_t parts) {
-  double sum = 0.0;
-  for (int64_t p = 0; p < parts; ++p)
-    sum += partials[ch * parts + p];
-  return sum;
+/// The channel statistics from one pass over x: with d = x - k, k the
+/// channel's first element (a shift inside the data, which keeps the
+/// subtraction below from cancelling: the shifted-data algorithm), the
+/// sums of d and d * d in double give mean = k + sum(d) / m and the sum of
+/// squared deviations sum(d * d) - sum(d)^2 / m. Both sums of a part of a
+/// channel (in one block) go to part[0] and part[1] of thread 0.
+template <typename X>
+__device__ void
+shiftedChannelSums(int64_t n, int64_t c, int64_t inner, const Divisor &byInner,
+                   const X *x, bool bf16, int64_t ch, int64_t part,
+                   int64_t parts, double *scratch, double sums[2]) {
+  const double k = storedToFloat(x[ch * inner], bf16);
+  double d1 = 0.0, d2 = 0.0;
+  forEachInChannel(n, c, inner, byInner, ch, part, parts, [&](int64_t at) {
+    const double d = storedToFloat(x[at], bf16) - k;
+    d1 += d;
+    d2 += d * d;
+  });
+  sums[0] = blockSum(d1, scratch);
+  sums[1] = blockSum(d2, scratch);
 }
 
-/// Part blockIdx.x of gridDim.x of each channel: its sum of x, or (with
-/// `sums`, the first kernel's partials) its sum of squared deviations from
-/// the channel's mean, to partials[ch * parts + part]. x is float32 or
-/// 16-bit (bfloat16 when `bf16`), as are the x of the kernels below.
+/// Mean and squared deviations of channel ch from its sums shifted by k
+/// (see shiftedChannelSums) over m elements; saves them and updates the
+/// running statistics.
+__device__ inline void finishChannelStats(int64_t ch, double d1, double d2,
+                                          int64_t m, float *runningMean,
+                                          float *runningVar, float eps,
+                                          float momentum, float *savedMean,
+                                          float *savedInvstd, double k) {
+  const double count = static_cast<double>(m);
+  const double mean = m > 0 ? k + d1 / count : 0.0;
+  const double squaredDevSum = m > 0 ? fmax(d2 - d1 * (d1 / count), 0.0) : 0.0;
+  savedMean[ch] = static_cast<float>(mean);
+  savedInvstd[ch] = inverseStd(m > 0 ? squaredDevSum / count : 0.0, eps);
+  if (m > 0 && runningMean && runningVar)
+    updateBatchNormRunningStats(runningMean[ch], runningVar[ch], mean,
+                                squaredDevSum, m, momentum);
+}
+
+/// Part blockIdx.x of gridDim.x of each channel: its shifted sums, to
+/// partials[2 * (ch * parts + part)] and the next. x is float32 or 16-bit
+/// (bfloat16 when `bf16`), as are the x of the kernels below.
 template <typename X>
 __global__ void bnPartialStatsKernel(int64_t n, int64_t c, int64_t inner,
                                      Divisor byInner, const X *x, bool bf16,
-                                     const double *sums, double *partials) {
+                                     double *partials) {
   __shared__ double scratch[kReduceWarps];
-  const int64_t parts = gridDim.x, part = blockIdx.x, m = n * inner;
+  const int64_t parts = gridDim.x, part = blockIdx.x;
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
-    double acc = 0.0;
-    if (!sums) {
-      forEachInChannel(n, c, inner, byInner, ch, part, parts,
-                       [&](int64_t at) { acc += storedToFloat(x[at], bf16); });
-    } else {
-      const double mean = sumOfParts(sums, ch, parts) / static_cast<double>(m);
-      forEachInChannel(n, c, inner, byInner, ch, part, parts, [&](int64_t at) {
-        double dev = storedToFloat(x[at], bf16) - mean;
-        acc += dev * dev;
-      });
+    double sums[2];
+    shiftedChannelSums(n, c, inner, byInner, x, bf16, ch, part, parts, scratch,
+                       sums);
+    if (threadIdx.x == 0) {
+      partials[2 * (ch * parts + part)] = sums[0];
+      partials[2 * (ch * parts + part) + 1] = sums[1];
     }
-    acc = blockSum(acc, scratch);
-    if (threadIdx.x == 0)
-      partials[ch * parts + part] = acc;
   }
 }
 
-/// The statistics from the parts' sums (a thread per channel), as
-/// bnTrainStatsKernel finishes them.
-__global__ void bnFinishStatsKernel(int64_t c, int64_t parts, int64_t m,
-                                    const double *sums, const double *sqDevs,
-                                    float *runningMean, float *runningVar,
-                                    float eps, float momentum, float *savedMean,
-                                    float *savedInvstd) {
+/// The statistics from the parts' shifted sums (a thread per channel),
+/// added in part order.
+template <typename X>
+__global__ void
+bnFinishStatsKernel(int64_t n, int64_t c, int64_t inner, int64_t parts,
+                    const X *x, bool bf16, const double *partials,
+                    float *runningMean, float *runningVar, float eps,
+                    float momentum, float *savedMean, float *savedInvstd) {
   for (int64_t ch = cuda::threadIndex(); ch < c; ch += cuda::threadCount()) {
-    const double mean = sumOfParts(sums, ch, parts) / static_cast<double>(m);
-    const double squaredDevSum = sumOfParts(sqDevs, ch, parts);
-    savedMean[ch] = static_cast<float>(mean);
-    savedInvstd[ch] = inverseStd(squaredDevSum / static_cast<double>(m), eps);
-    if (runningMean && runningVar)
-      updateBatchNormRunningStats(runningMean[ch], runningVar[ch], mean,
-                                  squaredDevSum, m, momentum);
+    double d1 = 0.0, d2 = 0.0;
+    for (int64_t p = 0; p < parts; ++p) {
+      d1 += partials[2 * (ch * parts + p)];
+      d2 += partials[2 * (ch * parts + p) + 1];
+    }
+    finishChannelStats(ch, d1, d2, n * inner, runningMean, runningVar, eps,
+                       momentum, savedMean, savedInvstd,
+                       n * inner > 0 ? storedToFloat(x[ch * inner], bf16)
+                                     : 0.0);
   }
 }
 
+/// A block per channel: its statistics from one pass over x.
 template <typename X>
 __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
                                    Divisor byInner, const X *x, bool bf16,
@@ -175,24 +204,14 @@ __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
   __shared__ double scratch[kReduceWarps];
   const int64_t m = n * inner;
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
-    double sum = 0.0;
-    forEachInChannel(n, c, inner, byInner, ch, 0, 1,
-                     [&](int64_t at) { sum += storedToFloat(x[at], bf16); });
-    double mean = m > 0 ? blockSum(sum, scratch) / static_cast<double>(m) : 0.0;
-    double squaredDevSum = 0.0;
-    forEachInChannel(n, c, inner, byInner, ch, 0, 1, [&](int64_t at) {
-      double dev = storedToFloat(x[at], bf16) - mean;
-      squaredDevSum += dev * dev;
-    });
-    squaredDevSum = blockSum(squaredDevSum, scratch);
-    if (threadIdx.x != 0)
-      continue;
-    savedMean[ch] = static_cast<float>(mean);
-    savedInvstd[ch] =
-        inverseStd(m > 0 ? squaredDevSum / static_cast<double>(m) : 0.0, eps);
-    if (m > 0 && runningMean && runningVar)
-      updateBatchNormRunningStats(runningMean[ch], runningVar[ch], mean,
-                                  squaredDevSum, m, momentum);
+    double sums[2] = {0.0, 0.0};
+    if (m > 0)
+      shiftedChannelSums(n, c, inner, byInner, x, bf16, ch, 0, 1, scratch,
+                         sums);
+    if (threadIdx.x == 0)
+      finishChannelStats(ch, sums[0], sums[1], m, runningMean, runningVar, eps,
+                         momentum, savedMean, savedInvstd,
+                         m > 0 ? storedToFloat(x[ch * inner], bf16) : 0.0);
   }
 }
 
@@ -596,19 +615,14 @@ void batchNormForwardAs(Context &ctx, int64_t n, int64_t c, int64_t inner,
                         NormActivation act, uint16_t *x16) {
   const int64_t parts = reduceParts(ctx, n, c, inner, 2);
   if (parts > 1) {
-    double *sums = static_cast<double *>(ctx.ltWorkspace),
-           *sqDevs = sums + c * parts;
+    double *partials = static_cast<double *>(ctx.ltWorkspace);
     const dim3 grid(static_cast<unsigned>(parts),
                     static_cast<unsigned>(std::min(c, kMaxGridY)));
-    const Divisor byInner = makeDivisor(inner, n * inner);
     bnPartialStatsKernel<<<grid, kReduceThreads, 0, ctx.stream>>>(
-        n, c, inner, byInner, x, bf16, nullptr, sums);
-    checkLaunch(ctx, "bnPartialStatsKernel");
-    bnPartialStatsKernel<<<grid, kReduceThreads, 0, ctx.stream>>>(
-        n, c, inner, byInner, x, bf16, sums, sqDevs);
+        n, c, inner, makeDivisor(inner, n * inner), x, bf16, partials);
     checkLaunch(ctx, "bnPartialStatsKernel");
     bnFinishStatsKernel<<<cuda::gridFor(c), cuda::kBlock, 0, ctx.stream>>>(
-        c, parts, n * inner, sums, sqDevs, runningMean, runningVar, eps,
+        n, c, inner, parts, x, bf16, partials, runningMean, runningVar, eps,
         momentum, savedMean, savedInvstd);
     checkLaunch(ctx, "bnFinishStatsKernel");
   } else {

@@ -279,6 +279,40 @@ TEST_F(Kernels, BatchNormMatchesReference) {
   }
 }
 
+TEST_F(Kernels, BatchNormStatisticsOfOffsetChannels) {
+  // Channels far from zero against their spread (about 3e4 +- 0.02: a
+  // mean 2.6e6 standard deviations away). The variance from E[x^2] -
+  // mean^2 would cancel (in double, 3e-5 to 4e-4 of it off here); the CPU's
+  // two passes and CUDA's one pass of sums shifted by a channel element
+  // keep the reference's statistics. CUDA splits the first shape's
+  // channels into parts, the second's not.
+  const int64_t shapes[][3] = {{64, 4, 49}, {4, 600, 37}};
+  unsigned seed = 300;
+  for (const auto &shape : shapes) {
+    const int64_t n = shape[0], c = shape[1], inner = shape[2];
+    const size_t size = n * c * inner;
+    SCOPED_TRACE("n=" + std::to_string(n) + " c=" + std::to_string(c) +
+                 " inner=" + std::to_string(inner));
+    std::vector<float> xv = randomVector(size, -0.02f, 0.02f, seed++);
+    for (size_t i = 0; i < size; ++i)
+      xv[i] += 30000.0f + float(i / inner % c);
+    std::vector<float> ones(c, 1.0f), zeros(c, 0.0f);
+    BatchNormReference ref =
+        batchNormReference(n, c, inner, xv, ones, zeros, zeros, ones,
+                           std::vector<float>(size, 0.0f), 1e-5, 0.9);
+    float *runningMean = upload(zeros), *runningVar = upload(ones);
+    float *savedMean = upload(std::vector<float>(c));
+    float *savedInvstd = upload(std::vector<float>(c));
+    batchNormTrainForward(ctx, n, c, inner, upload(xv), upload(ones),
+                          upload(zeros), runningMean, runningVar, 1e-5f, 0.9f,
+                          upload(std::vector<float>(size)), savedMean,
+                          savedInvstd);
+    expectRelNear(download(savedMean, c), ref.mean, 1e-7, 0);
+    expectRelNear(download(savedInvstd, c), ref.invstd, 1e-5, 0);
+    expectRelNear(download(runningVar, c), ref.runningVar, 1e-5, 0);
+  }
+}
+
 TEST_F(Kernels, LayerNormMatchesReference) {
   // CUDA keeps a row in registers when its length is a multiple of 4 up to
   // 4096 (768: one vector of 4 a thread; 4096: two), and reads it again in
