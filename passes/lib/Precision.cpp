@@ -207,6 +207,14 @@ void roundForEachBackwardReader(Value v, Type low) {
   }
 }
 
+/// Whether `v` is a float32 widening of a `low` value (one kept in 16
+/// bits and widened for its reader).
+bool isWidenedFrom(Type low, Value v) {
+  auto c = v.getDefiningOp<ConvertOp>();
+  return c && getElementTypeOrSelf(c.getInput()) == low &&
+         getElementTypeOrSelf(v).isF32();
+}
+
 bool isBackwardOp(Operation *op) {
   return op->hasAttr(attr::kBackward) || op->hasAttr(attr::kOptimizer) ||
          isa<func::ReturnOp>(op);
@@ -363,18 +371,14 @@ void PrecisionPass::roundLogits(func::FuncOp func, Type low) {
 /// them as stored store in 16 bits itself, and so is a max pooling's input
 /// gradient whose saved input is 16-bit (the kernel stores it rounded).
 void PrecisionPass::roundInputGradients(func::FuncOp func, Type low) {
-  auto savedIn16Bits = [&](Value input) {
-    auto saved = input.getDefiningOp<ConvertOp>();
-    return saved && getElementTypeOrSelf(saved.getInput()) == low;
-  };
   auto readsStored = [&](OpOperand &use) {
     Operation *user = use.getOwner();
     if (isFusableElementwise(user))
       return true;
     if (auto norm = dyn_cast<LayerNormGradOp>(user))
-      return use.get() == norm.getGrad() && savedIn16Bits(norm.getInput());
+      return use.get() == norm.getGrad() && isWidenedFrom(low, norm.getInput());
     if (auto norm = dyn_cast<BatchNormTrainGradOp>(user))
-      return use.get() == norm.getGrad() && savedIn16Bits(norm.getInput());
+      return use.get() == norm.getGrad() && isWidenedFrom(low, norm.getInput());
     return false;
   };
   SmallVector<Value> gradients;
@@ -386,7 +390,7 @@ void PrecisionPass::roundInputGradients(func::FuncOp func, Type low) {
     auto pool = dyn_cast<MaxPoolGradOp>(op);
     if (((mm && isWeightMatMul(mm, low)) ||
          (conv && getElementTypeOrSelf(conv.getGrad()) == low) ||
-         (pool && savedIn16Bits(pool.getInput()))) &&
+         (pool && isWidenedFrom(low, pool.getInput()))) &&
         llvm::all_of(op->getResult(0).getUses(), readsStored))
       gradients.push_back(op->getResult(0));
   });
@@ -515,11 +519,6 @@ void PrecisionPass::roundNormOutputs(func::FuncOp func, Type low) {
 /// fused kernel of the add then writes 16 bits only, and the next one
 /// reads them.
 void PrecisionPass::roundResidualSums(func::FuncOp func, Type low) {
-  auto widened16 = [&](Value v) {
-    auto c = v.getDefiningOp<ConvertOp>();
-    return c && getElementTypeOrSelf(c.getInput()) == low &&
-           getElementTypeOrSelf(v).isF32();
-  };
   SmallVector<AddOp> adds;
   func.walk([&](AddOp add) {
     if (!isBackwardOp(add))
@@ -527,7 +526,8 @@ void PrecisionPass::roundResidualSums(func::FuncOp func, Type low) {
   });
   for (AddOp add : adds) {
     Value v = add.getOutput();
-    if (!widened16(add.getLhs()) || !widened16(add.getRhs()) ||
+    if (!isWidenedFrom(low, add.getLhs()) ||
+        !isWidenedFrom(low, add.getRhs()) ||
         add.getLhs().getType() != v.getType() ||
         add.getRhs().getType() != v.getType())
       continue;
@@ -561,19 +561,14 @@ void PrecisionPass::roundResidualSums(func::FuncOp func, Type low) {
 /// norm backward, which reads the incoming gradient and the ReLU's output
 /// as stored.
 void PrecisionPass::roundResidualGradients(func::FuncOp func, Type low) {
-  auto widened16 = [&](Value v) {
-    auto c = v.getDefiningOp<ConvertOp>();
-    return c && getElementTypeOrSelf(c.getInput()) == low &&
-           getElementTypeOrSelf(v).isF32();
-  };
   auto readsStored = [&](OpOperand &use) {
     Operation *user = use.getOwner();
     if (isFusableElementwise(user))
       return true;
     if (auto norm = dyn_cast<BatchNormTrainGradOp>(user))
-      return use.get() == norm.getGrad() && widened16(norm.getInput());
+      return use.get() == norm.getGrad() && isWidenedFrom(low, norm.getInput());
     if (auto pool = dyn_cast<MaxPoolGradOp>(user))
-      return use.get() == pool.getGrad() && widened16(pool.getInput());
+      return use.get() == pool.getGrad() && isWidenedFrom(low, pool.getInput());
     return false;
   };
   SmallVector<Operation *> candidates;
@@ -584,11 +579,12 @@ void PrecisionPass::roundResidualGradients(func::FuncOp func, Type low) {
   for (Operation *op : candidates) {
     Value v = op->getResult(0);
     if (auto grad = dyn_cast<ReluGradOp>(op)) {
-      if (!widened16(grad.getInput()) ||
+      if (!isWidenedFrom(low, grad.getInput()) ||
           (v.hasOneUse() && isa<BatchNormTrainGradOp>(*v.user_begin())))
         continue;
     } else if (!llvm::all_of(op->getOperands(), [&](Value operand) {
-                 return widened16(operand) && operand.getType() == v.getType();
+                 return isWidenedFrom(low, operand) &&
+                        operand.getType() == v.getType();
                })) {
       continue;
     }
