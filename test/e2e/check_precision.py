@@ -9,7 +9,11 @@ GPT decoder, test/zoo/models.py):
    `torch.autocast(device_type="cpu", dtype=torch.bfloat16)` on the same
    batch (bar: 2e-2 relative, ||a - b|| / ||b|| per parameter); the
    trainer's and autocast's distances from PyTorch's fp32 gradients are
-   printed for scale;
+   printed for scale. Where autocast's own gradient is more than half the
+   bar from fp32's (PyTorch's CPU bfloat16 kernels are that coarse on
+   hosts without AVX-512: the zoo GPT's 4.5e-2 from fp32, against 7e-3
+   elsewhere), a gradient over the bar passes by being no farther from
+   fp32's than autocast's is; those are listed;
 2. 100 steps of the trainers compiled with --precision fp32, bf16 and fp16
    on the same data: the bf16 and fp16 losses follow the fp32 ones within
    2% (relative, at every step).
@@ -196,7 +200,7 @@ def check_model(args, name, failures):
                 for n, p in wrapper.named_parameters()}
 
     auto, fp32 = torch_grads(True), torch_grads(False)
-    worst = (0.0, None)
+    worst, coarse = (0.0, None), []
     for pname, ref in auto.items():
         key = pname if pname in ours else pname + ".grad"
         if key not in ours:
@@ -206,15 +210,30 @@ def check_model(args, name, failures):
         err = tl.rel_err(ours[key], ref)
         if err > worst[0]:
             worst = (err, pname)
-        if err > GRAD_BAR:
-            failures.append("%s: gradient of %s %.3e from autocast (bar %g)"
-                            % (name, pname, err, GRAD_BAR))
+        if err <= GRAD_BAR:
+            continue
+        # Where autocast's own gradient is coarse (more than half the bar
+        # from fp32's, as PyTorch's CPU bfloat16 kernels are on hosts
+        # without AVX-512), ours passes by being no farther from fp32's.
+        ours_off = tl.rel_err(ours[key], fp32[pname])
+        auto_off = tl.rel_err(ref, fp32[pname])
+        if auto_off > GRAD_BAR / 2 and ours_off <= auto_off:
+            coarse.append("%s (%.1e from fp32, autocast %.1e)" % (
+                pname, ours_off, auto_off))
+            continue
+        failures.append("%s: gradient of %s %.3e from autocast (bar %g)"
+                        % (name, pname, err, GRAD_BAR))
     ours_fp32 = max(tl.rel_err(ours[p if p in ours else p + ".grad"], fp32[p])
                     for p in fp32 if (p in ours or p + ".grad" in ours))
     auto_fp32 = max(tl.rel_err(auto[p], fp32[p]) for p in fp32)
     print("%s: bf16 gradients vs torch.autocast(bf16): worst %.3e (%s); "
           "vs fp32: mtc %.3e, autocast %.3e" % (name, worst[0], worst[1],
                                                ours_fp32, auto_fp32))
+    if coarse:
+        print("%s: %d gradient(s) over the bar from autocast's, where "
+              "autocast's is over half the bar from fp32's and ours is "
+              "closer: %s" % (name, len(coarse), "; ".join(coarse[:4]) +
+                              (" ..." if len(coarse) > 4 else "")))
 
     # 2. Loss trajectories.
     check_trajectories(args, name, work, data_dir, onnx_path, lr, failures)
