@@ -150,6 +150,9 @@ private:
   /// Folds ReLU / clip into the batch normalization before them, and their
   /// gradients into the batch normalization backward after them.
   void foldNormActivations(func::FuncOp func);
+  /// Folds a residual block's sum and ReLU into the batch normalization
+  /// computing one term (see foldNormResiduals).
+  void foldNormResiduals(func::FuncOp func);
 };
 
 bool FusionPass::continuesRun(ArrayRef<Operation *> run, Operation *op) {
@@ -247,6 +250,7 @@ void FusionPass::fuse(func::FuncOp func) {
   for (ArrayRef<Operation *> group : runs)
     build(group);
   recomputeSaved(func);
+  foldNormResiduals(func);
   groupUpdates(func);
   markRowEpilogues(func);
   formStridedViews(func);
@@ -1549,6 +1553,123 @@ static bool sameUpdate(Operation *a, Operation *b) {
   };
   return a->getName() == b->getName() && attrs(a) == attrs(b) &&
          *updateStatus(a) == *updateStatus(b);
+}
+
+namespace {
+/// A residual block's sum: an add of two tensors of one type, then
+/// optionally a relu, as one op.
+struct ResidualSum {
+  Operation *op;
+  Value terms[2];
+  bool relu;
+};
+} // namespace
+
+/// `op` as a residual sum: an add of two different float32 tensors of its
+/// shape, or a fused op of two inputs and one result whose body is exactly
+/// the widenings of its 16-bit inputs, one float32 add of the two, an
+/// optional relu and an optional narrowing of the result.
+static std::optional<ResidualSum> residualSumOf(Operation *op) {
+  if (auto add = dyn_cast<AddOp>(op)) {
+    if (add.getLhs() == add.getRhs() ||
+        add.getLhs().getType() != add.getType() ||
+        add.getRhs().getType() != add.getType() ||
+        !elementType(add.getResult()).isF32())
+      return std::nullopt;
+    return ResidualSum{op, {add.getLhs(), add.getRhs()}, false};
+  }
+  auto fused = dyn_cast<FusedOp>(op);
+  if (!fused || fused.getInputs().size() != 2 || fused.getOutputs().size() != 1)
+    return std::nullopt;
+  Block &body = fused.getBody().front();
+  Value v = body.getTerminator()->getOperand(0);
+  int64_t ops = 0;
+  if (auto narrow = v.getDefiningOp<ConvertOp>()) {
+    if (!is16Bit(narrow.getOutput()) || is16Bit(narrow.getInput()))
+      return std::nullopt;
+    v = narrow.getInput(), ++ops;
+  }
+  auto relu = v.getDefiningOp<ReluOp>();
+  if (relu)
+    v = relu.getInput(), ++ops;
+  auto add = v.getDefiningOp<AddOp>();
+  if (!add || !elementType(add.getResult()).isF32())
+    return std::nullopt;
+  ++ops;
+  SmallVector<BlockArgument> args;
+  for (Value term : {add.getLhs(), add.getRhs()}) {
+    if (auto widen = term.getDefiningOp<ConvertOp>()) {
+      if (!is16Bit(widen.getInput()))
+        return std::nullopt;
+      term = widen.getInput(), ++ops;
+    }
+    auto arg = dyn_cast<BlockArgument>(term);
+    if (!arg || !term.hasOneUse())
+      return std::nullopt;
+    args.push_back(arg);
+  }
+  if (args[0] == args[1] ||
+      static_cast<int64_t>(body.getOperations().size()) != ops + 1)
+    return std::nullopt;
+  return ResidualSum{op,
+                     {fused.getInputs()[args[0].getArgNumber()],
+                      fused.getInputs()[args[1].getArgNumber()]},
+                     static_cast<bool>(relu)};
+}
+
+/// A residual block's sum (an add of two tensors of its type, or the fused
+/// add and relu, 16-bit values widened) whose one term is a batch
+/// normalization's output that nothing else reads becomes that batch
+/// normalization's `residual` (the other term) and activation: the
+/// normalized values, rounded as they were stored, are added as they are
+/// computed, so they are neither stored nor read again. The other term must
+/// be computed before the normalization (the later of two normalizations
+/// takes the sum), and both stored as the sum is, as the normalization's
+/// output then is.
+void FusionPass::foldNormResiduals(func::FuncOp func) {
+  // Matched as they come: folding one sum replaces the value a later one
+  // reads.
+  SmallVector<Operation *> candidates;
+  for (Operation &op : func.getBody().front())
+    if (residualSumOf(&op))
+      candidates.push_back(&op);
+  for (Operation *op : candidates) {
+    ResidualSum sum = *residualSumOf(op);
+    Value out = sum.op->getResult(0);
+    BatchNormTrainOp bn;
+    Value residual;
+    for (int t = 0; t < 2; ++t) {
+      Value term = sum.terms[t], other = sum.terms[1 - t];
+      auto norm = term.getDefiningOp<BatchNormTrainOp>();
+      if (!norm || term != norm.getOutput() || !term.hasOneUse() ||
+          norm.getActivation() || norm.getResidual() ||
+          !samePhase(norm, sum.op) || term.getType() != out.getType() ||
+          other.getType() != out.getType())
+        continue;
+      Operation *def = other.getDefiningOp();
+      if ((def && !def->isBeforeInBlock(norm)) ||
+          (bn && !bn->isBeforeInBlock(norm)))
+        continue;
+      bn = norm, residual = other;
+    }
+    if (!bn)
+      continue;
+    SmallVector<Value> operands(bn->getOperands());
+    operands.push_back(residual);
+    OperationState state(bn.getLoc(), bn->getName(), operands,
+                         bn->getResultTypes(), bn->getAttrs());
+    OpBuilder b(bn);
+    auto with = cast<BatchNormTrainOp>(b.create(state));
+    if (sum.relu)
+      with.setActivationAttr(b.getStringAttr("relu"));
+    out.replaceAllUsesWith(with.getOutput());
+    for (auto [from, into] : llvm::zip(bn->getResults().drop_front(),
+                                       with->getResults().drop_front()))
+      from.replaceAllUsesWith(into);
+    sum.op->erase();
+    bn.erase();
+    ++numNormResiduals;
+  }
 }
 
 void FusionPass::groupUpdates(func::FuncOp func) {

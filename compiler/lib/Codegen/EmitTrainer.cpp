@@ -1431,13 +1431,19 @@ void Emitter::emitOpBody(Operation *op) {
                      std::to_string(getTensorBytes(from.getType())) + ")");
         // 16-bit operands: the entry point that reads and writes them as
         // stored, in the format of the 16-bit ones (one, by the verifier).
-        Value low = storedLow({bn.getInput(), bn.getOutput(), bn.getInput16()});
+        Value low = storedLow(
+            {bn.getInput(), bn.getOutput(), bn.getInput16(), bn.getResidual()});
         std::string activation = normActivationArg(
             bn.getActivation(), bn.getClipMinAttr(), bn.getClipMaxAttr());
+        if (bn.getInput16() || bn.getResidual())
+          activation = activation.empty() ? ", NormActivation{}" : activation;
+        // The 16-bit entry point takes x's copy before the residual.
         if (bn.getInput16())
-          activation =
-              (activation.empty() ? ", NormActivation{}" : activation) + ", " +
-              ptr(bn.getInput16());
+          activation += ", " + ptr(bn.getInput16());
+        else if (bn.getResidual() && isLowPrecision(low))
+          activation += ", nullptr";
+        if (bn.getResidual())
+          activation += ", " + ptr(bn.getResidual());
         emitCall(llvm::formatv("{13}{0}, {1}, {2}, {3}, {4}, "
                                "{5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}",
                                x[0], x[1], inner, ptr(bn.getInput()),

@@ -185,7 +185,7 @@ void batchNormForwardAs(Context &, int64_t n, int64_t c, int64_t inner,
                         const float *bias, float *runningMean,
                         float *runningVar, float eps, float momentum, YT *y,
                         float *savedMean, float *savedInvstd,
-                        NormActivation act, uint16_t *x16) {
+                        NormActivation act, uint16_t *x16, const YT *residual) {
   const int64_t m = n * inner;
   const bool parallel = m * c >= cpu::kParallelGrain;
   withActivation(act, [&](auto kind) {
@@ -254,6 +254,11 @@ void batchNormForwardAs(Context &, int64_t n, int64_t c, int64_t inner,
     // following elementwise loop or convolution reads. x's 16-bit copy is
     // written as x is read (before y, which may share x's storage).
     const NormActivation a = act;
+    auto result = [&](float normalized, int64_t at) {
+      return activateAs<K>(
+          residual ? addResidual(normalized, residual, at, bf16) : normalized,
+          a);
+    };
     if (inner == 1) {
       forEachChannelRun(
           n, c, parallel, [&](int64_t e, int64_t ch0, int64_t ch1) {
@@ -267,13 +272,12 @@ void batchNormForwardAs(Context &, int64_t n, int64_t c, int64_t inner,
             }
 #pragma omp simd
             for (int64_t ch = ch0; ch < ch1; ++ch)
-              storeFloat(
-                  dst + ch,
-                  activateAs<K>(normalizeElement(storedToFloat(src[ch], bf16),
+              storeFloat(dst + ch,
+                         result(normalizeElement(storedToFloat(src[ch], bf16),
                                                  savedMean[ch], savedInvstd[ch],
                                                  scale[ch], bias[ch]),
-                                a),
-                  bf16);
+                                e - ch0 + ch),
+                         bf16);
           });
       return;
     }
@@ -291,9 +295,9 @@ void batchNormForwardAs(Context &, int64_t n, int64_t c, int64_t inner,
 #pragma omp simd
       for (int64_t j = 0; j < inner; ++j)
         storeFloat(dst + j,
-                   activateAs<K>(normalizeElement(storedToFloat(src[j], bf16),
-                                                  meanF, invstd, gamma, beta),
-                                 a),
+                   result(normalizeElement(storedToFloat(src[j], bf16), meanF,
+                                           invstd, gamma, beta),
+                          row * inner + j),
                    bf16);
     });
   });

@@ -217,13 +217,15 @@ __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
 
 /// y (stored as Y) from the statistics; with var non-null they are running
 /// statistics (inference) and invstd is formed here, else savedInvstd
-/// holds it. With x16, x's 16-bit copy is written there too.
+/// holds it. With x16, x's 16-bit copy is written there too; with a
+/// residual, it is added before the activation (addResidual).
 template <typename X, typename Y>
 __global__ void
 bnApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner, const X *x,
               bool bf16, const float *scale, const float *bias,
               const float *mean, const float *savedInvstd, const float *var,
-              float eps, Y *y, NormActivation act, uint16_t *x16) {
+              float eps, Y *y, NormActivation act, uint16_t *x16,
+              const Y *residual) {
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
     const float mu = mean[ch];
     const float invstd = var ? inverseStd(var[ch], eps) : savedInvstd[ch];
@@ -233,10 +235,10 @@ bnApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner, const X *x,
           const float v = storedToFloat(x[at], bf16);
           if (x16)
             storeFloat(x16 + at, v, bf16);
-          storeFloat(
-              y + at,
-              activate(normalizeElement(v, mu, invstd, gamma, beta), act),
-              bf16);
+          float t = normalizeElement(v, mu, invstd, gamma, beta);
+          if (residual)
+            t = addResidual(t, residual, at, bf16);
+          storeFloat(y + at, activate(t, act), bf16);
         });
   }
 }
@@ -612,7 +614,7 @@ void batchNormForwardAs(Context &ctx, int64_t n, int64_t c, int64_t inner,
                         const float *bias, float *runningMean,
                         float *runningVar, float eps, float momentum, Y *y,
                         float *savedMean, float *savedInvstd,
-                        NormActivation act, uint16_t *x16) {
+                        NormActivation act, uint16_t *x16, const Y *residual) {
   const int64_t parts = reduceParts(ctx, n, c, inner, 2);
   if (parts > 1) {
     double *partials = static_cast<double *>(ctx.ltWorkspace);
@@ -635,7 +637,7 @@ void batchNormForwardAs(Context &ctx, int64_t n, int64_t c, int64_t inner,
     return;
   bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
       n, c, inner, makeDivisor(inner, n * inner), x, bf16, scale, bias,
-      savedMean, savedInvstd, nullptr, eps, y, act, x16);
+      savedMean, savedInvstd, nullptr, eps, y, act, x16, residual);
   checkLaunch(ctx, "bnApplyKernel");
 }
 
@@ -687,7 +689,8 @@ void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
     return;
   bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
       n, c, inner, makeDivisor(inner, n * inner), x, false, scale, bias, mean,
-      nullptr, var, eps, y, NormActivation{}, nullptr);
+      nullptr, var, eps, y, NormActivation{}, nullptr,
+      static_cast<const float *>(nullptr));
   checkLaunch(ctx, "bnApplyKernel");
 }
 

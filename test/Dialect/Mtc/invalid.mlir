@@ -221,6 +221,14 @@ func.func @batch_norm_formats(%x: tensor<2x8x4x4xbf16>, %g: tensor<8xf32>) {
 
 // -----
 
+func.func @batch_norm_residual_stored_unlike_output(%x: tensor<2x8x4x4xbf16>, %r: tensor<2x8x4x4xf32>, %g: tensor<8xf32>) {
+  // expected-error@+1 {{residual must have the output's type}}
+  %y:5 = mtc.batch_norm_train %x, %g, %g, %g, %g residual %r {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x4x4xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<2x8x4x4xf32>) -> (tensor<2x8x4x4xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
 func.func @batch_norm_copy_of_16_bit_input(%x: tensor<2x8x4x4xbf16>, %g: tensor<8xf32>) {
   // expected-error@+1 {{input16 must be a float32 input's 16-bit copy}}
   %y:6 = mtc.batch_norm_train %x, %g, %g, %g, %g {epsilon = 1.0e-05 : f32, momentum = 0.9 : f32} : (tensor<2x8x4x4xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x4x4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<2x8x4x4xbf16>)

@@ -611,6 +611,102 @@ TEST_F(Kernels, BatchNormActivationIsTheSeparateKernels) {
   }
 }
 
+TEST_F(Kernels, BatchNormResidualIsTheSeparateKernels) {
+  // A residual block's sum folded in: y is the activation of the plain
+  // kernel's stored y, widened, plus the residual (the generated add and
+  // relu loops), rounded as y is stored, bit for bit; in float32 and both
+  // 16-bit formats, written over the residual itself too. The shapes walk
+  // the CPU's row and channel-vector loops and the CUDA statistics' one-
+  // and multi-part paths.
+  const int64_t shapes[][3] = {{3, 70, 37}, {16, 70, 1}, {64, 4, 49}};
+  unsigned seed = 80;
+  for (const auto &shape : shapes) {
+    const int64_t n = shape[0], c = shape[1], inner = shape[2];
+    const int64_t size = n * c * inner;
+    std::vector<float> xv = randomVector(size, -2.0f, 6.0f, seed++);
+    std::vector<float> resv = randomVector(size, -3.0f, 3.0f, seed++);
+    std::vector<float> scalev = randomVector(c, 0.5f, 3.0f, seed++);
+    std::vector<float> biasv = randomVector(c, -1.0f, 1.0f, seed++);
+    float *x = upload(xv), *scale = upload(scalev), *bias = upload(biasv);
+    float *mean = upload(std::vector<float>(c)),
+          *inv = upload(std::vector<float>(c));
+    for (NormActivation act :
+         {NormActivation{}, NormActivation{NormActivationKind::Relu}}) {
+      const bool relu = act.kind == NormActivationKind::Relu;
+      auto activate = [&](float v) { return relu && !(v > 0.0f) ? 0.0f : v; };
+      SCOPED_TRACE("n=" + std::to_string(n) + " c=" + std::to_string(c) +
+                   " inner=" + std::to_string(inner) + (relu ? " relu" : ""));
+      // float32.
+      float *plain = upload(std::vector<float>(size));
+      batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr, nullptr,
+                            1e-5f, 0.9f, plain, mean, inv);
+      const std::vector<float> yPlain = download(plain, size);
+      std::vector<float> want(size);
+      for (int64_t i = 0; i < size; ++i)
+        want[i] = activate(yPlain[i] + resv[i]);
+      float *res = upload(resv), *y = upload(std::vector<float>(size));
+      batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr, nullptr,
+                            1e-5f, 0.9f, y, mean, inv, act, res);
+      EXPECT_EQ(download(y, size), want);
+      batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr, nullptr,
+                            1e-5f, 0.9f, res, mean, inv, act, res);
+      EXPECT_EQ(download(res, size), want);
+      // 16-bit x, y and residual.
+      for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+        SCOPED_TRACE(storage == Storage16::Bf16 ? "bf16" : "fp16");
+        const bool bf16 = storage == Storage16::Bf16;
+        auto round = [&](float v) {
+          return bf16 ? floatToBf16(v) : floatToHalf(v);
+        };
+        std::vector<uint16_t> x16v(size), res16v(size);
+        for (int64_t i = 0; i < size; ++i)
+          x16v[i] = round(xv[i]), res16v[i] = round(resv[i]);
+        uint16_t *x16 = upload(x16v);
+        uint16_t *plain16 = upload(std::vector<uint16_t>(size));
+        batchNormTrainForward16(ctx, storage, n, c, inner, x16, scale, bias,
+                                nullptr, nullptr, 1e-5f, 0.9f, plain16, mean,
+                                inv);
+        const std::vector<uint16_t> stored = download(plain16, size);
+        std::vector<uint16_t> want16(size);
+        for (int64_t i = 0; i < size; ++i)
+          want16[i] = round(activate(storedToFloat(stored[i], bf16) +
+                                     storedToFloat(res16v[i], bf16)));
+        uint16_t *res16 = upload(res16v);
+        uint16_t *y16 = upload(std::vector<uint16_t>(size), 2);
+        batchNormTrainForward16(ctx, storage, n, c, inner, x16, scale, bias,
+                                nullptr, nullptr, 1e-5f, 0.9f, y16, mean, inv,
+                                act, nullptr, res16);
+        std::vector<uint16_t> got = download(y16, size + 2);
+        EXPECT_EQ(got[size], static_cast<uint16_t>(kSentinel));
+        got.resize(size);
+        EXPECT_EQ(got, want16);
+        batchNormTrainForward16(ctx, storage, n, c, inner, x16, scale, bias,
+                                nullptr, nullptr, 1e-5f, 0.9f, res16, mean, inv,
+                                act, nullptr, res16);
+        EXPECT_EQ(download(res16, size), want16);
+      }
+    }
+  }
+}
+
+TEST_F(Kernels, BatchNormResidualStoredUnlikeTheOutputIsAnError) {
+  float *x = upload(std::vector<float>(8, 1.0f));
+  float *scale = upload(std::vector<float>(2, 1.0f)),
+        *bias = upload(std::vector<float>(2));
+  float *mean = upload(std::vector<float>(2)),
+        *inv = upload(std::vector<float>(2));
+  uint16_t *res16 = upload(std::vector<uint16_t>(8));
+  float *y = upload(std::vector<float>(8));
+  batchNormTrainForward16(ctx, Storage16::Bf16, 2, 2, 2, x, scale, bias,
+                          nullptr, nullptr, 1e-5f, 0.9f, y, mean, inv, {},
+                          nullptr, res16);
+  ASSERT_TRUE(hasError(ctx));
+  const ContextError err = takeError(ctx);
+  EXPECT_NE(err.message.find("the residual must be stored like the output"),
+            std::string::npos)
+      << err.message;
+}
+
 TEST_F(Kernels, BatchNorm16IsTheFloatKernelOnStoredValues) {
   // x, the activation output and dy read as 16-bit values, y and dx
   // written as 16-bit values: bit for bit the float32 kernels on the widened

@@ -55,7 +55,8 @@ LogicalResult importBatchNormalization(ImportContext &ctx) {
         loc,
         TypeRange{in[0].getType(), in[1].getType(), in[1].getType(),
                   in[1].getType(), in[1].getType()},
-        in[0], in[1], in[2], in[3], in[4], b.getF32FloatAttr(eps),
+        in[0], in[1], in[2], in[3], in[4], /*residual=*/Value(),
+        b.getF32FloatAttr(eps),
         b.getF32FloatAttr(ctx.floatAttr("momentum", 0.9f)),
         /*activation=*/nullptr, /*clip_min=*/nullptr, /*clip_max=*/nullptr);
     ctx.bind(0, op.getOutput());

@@ -443,9 +443,10 @@ LogicalResult BatchNormTrainOp::buildGradient(OpBuilder &b,
     dx.append(5, Value());
     return success();
   }
-  // The fusion pass folds activations in after autodiff.
-  if (getActivation())
-    return emitOpError("has a fused activation and no gradient rule");
+  // The fusion pass folds activations and residuals in after autodiff.
+  if (getActivation() || getResidual())
+    return emitOpError("has a fused activation or residual and no gradient "
+                       "rule");
   auto grad = b.create<BatchNormTrainGradOp>(
       getLoc(),
       TypeRange{getInput().getType(), getScale().getType(),

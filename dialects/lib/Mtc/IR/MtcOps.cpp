@@ -743,6 +743,9 @@ LogicalResult BatchNormTrainOp::verify() {
                !elementOf(getInput()).isF32() ||
                failed(verifyStoredAlike(*this, {copy, getOutput()}))))
     return emitOpError("input16 must be a float32 input's 16-bit copy");
+  if (Value residual = getResidual();
+      residual && residual.getType() != getOutput().getType())
+    return emitOpError("residual must have the output's type");
   return verifyNormActivation(*this, getActivation(), getClipMinAttr() != nullptr,
                               getClipMaxAttr() != nullptr);
 }

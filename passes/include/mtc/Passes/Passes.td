@@ -256,7 +256,10 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     stored; one whose log-probabilities nothing reads (evaluation) becomes
     `softmax_cross_entropy_loss`. A batch normalization whose output only a relu or clip reads
     applies it itself, and its backward applies the relu_grad or clip_grad
-    whose result only it reads.
+    whose result only it reads. A fused residual sum (an add of two
+    tensors, widened from 16 bits or not, and an optional relu) whose one
+    term is a batch normalization's output that nothing else reads becomes
+    that batch normalization's `residual` and activation.
     Runs after recomputation and before the memory plan.
 
     Example: `mtc-opt --mtc-fuse-elementwise`
@@ -291,6 +294,8 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
               "Losses computed without their log-probabilities">,
     Statistic<"numNormActivations", "norm-activations",
               "ReLU / clip (or their gradients) folded into batch norms">,
+    Statistic<"numNormResiduals", "norm-residuals",
+              "Residual sums (and ReLU) folded into batch norms">,
   ];
 }
 

@@ -510,25 +510,31 @@ struct NormActivation {
 /// be null to skip its update. With m == 1 the unbiased variance is 0/0; the
 /// running variance then takes the biased one (0) instead of NaN. With m == 0
 /// the running statistics are left alone. y may share storage with x. With
-/// `act`, y is the activation of that.
+/// `act`, y is the activation of that; with `residual` ([n, c, inner]), of
+/// that plus the residual (a residual block's sum and ReLU), y may then
+/// share storage with the residual too.
 void batchNormTrainForward(Context &ctx, int64_t n, int64_t c, int64_t inner,
                            const float *x, const float *scale,
                            const float *bias, float *runningMean,
                            float *runningVar, float eps, float momentum,
                            float *y, float *savedMean, float *savedInvstd,
-                           NormActivation act = {});
+                           NormActivation act = {},
+                           const float *residual = nullptr);
 /// The same with x read and y written as they are stored (either may be
 /// 16-bit, in `storage`; y rounded as a conversion of the float32 result
 /// would round it). With `x16` non-null, x's 16-bit copy (x rounded, for
 /// the backward pass) is also written there as x is read. y may share
-/// storage with x only when both are stored alike.
+/// storage with x only when both are stored alike. A residual is stored
+/// like y; the normalized values are rounded as y is stored before it is
+/// added (as if stored, then added by a separate kernel).
 void batchNormTrainForward16(Context &ctx, Storage16 storage, int64_t n,
                              int64_t c, int64_t inner, StoredIn x,
                              const float *scale, const float *bias,
                              float *runningMean, float *runningVar, float eps,
                              float momentum, StoredOut y, float *savedMean,
                              float *savedInvstd, NormActivation act = {},
-                             uint16_t *x16 = nullptr);
+                             uint16_t *x16 = nullptr,
+                             StoredIn residual = nullptr);
 /// Gradients of batchNormTrainForward: dx, dscale, dbias (all overwritten).
 /// With xhat = (x - mean) * invstd and sums over n and inner:
 /// dbias = sum(dy), dscale = sum(dy * xhat),

@@ -806,7 +806,11 @@ def Mtc_BatchNormTrainOp : Mtc_DiffOp<"batch_norm_train",
     and store `output` in 16 bits (in one format), rounded as a conversion
     rounds it, where only 16-bit copies of it are read; and return
     `input16`, a float32 input's 16-bit copy (the backward pass's saved
-    input), written as the input is read.
+    input), written as the input is read. With `residual` (of the output's
+    type), the activation applies to the normalized values, rounded as the
+    output is stored, plus the residual: the fusion pass folds the sum (and
+    ReLU) of a residual block that alone reads the output, so the
+    normalized values are never stored.
 
     Example:
 
@@ -820,8 +824,10 @@ def Mtc_BatchNormTrainOp : Mtc_DiffOp<"batch_norm_train",
   }];
   let arguments = (ins Mtc_StorageFloatTensor:$input, Mtc_FloatTensor:$scale,
                    Mtc_FloatTensor:$bias, Mtc_FloatTensor:$running_mean,
-                   Mtc_FloatTensor:$running_var, F32Attr:$epsilon,
-                   F32Attr:$momentum, OptionalAttr<StrAttr>:$activation,
+                   Mtc_FloatTensor:$running_var,
+                   Optional<Mtc_StorageFloatTensor>:$residual,
+                   F32Attr:$epsilon, F32Attr:$momentum,
+                   OptionalAttr<StrAttr>:$activation,
                    OptionalAttr<F32Attr>:$clip_min,
                    OptionalAttr<F32Attr>:$clip_max);
   let results = (outs Mtc_StorageFloatTensor:$output,
@@ -831,7 +837,7 @@ def Mtc_BatchNormTrainOp : Mtc_DiffOp<"batch_norm_train",
                       Mtc_FloatTensor:$saved_invstd,
                       Optional<Mtc_StorageFloatTensor>:$input16);
   let assemblyFormat = "$input `,` $scale `,` $bias `,` $running_mean `,` "
-                       "$running_var attr-dict `:` "
+                       "$running_var (`residual` $residual^)? attr-dict `:` "
                        "functional-type(operands, results)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
