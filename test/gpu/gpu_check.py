@@ -101,6 +101,9 @@ def main():
                          "its nvcc-emu, the kernel tests from mtc-runtime-cudaemu-tests; no GPU needed")
     ap.add_argument("--models", default=None,
                     help="comma-separated subset of the models (default: all)")
+    ap.add_argument("--no-kernel-tests", action="store_true",
+                    help="skip step 1, the runtime's CUDA kernel tests (a run "
+                         "split in parts runs them in one)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     build = args.build or os.path.dirname(os.path.dirname(os.path.abspath(args.mtc)))
@@ -114,7 +117,9 @@ def main():
     unit = os.path.join(build, "bin", unit_name)
     if not os.path.exists(unit):
         unit = os.path.join(build, "test", "unit", "runtime", unit_name)
-    if os.path.exists(unit):
+    if args.no_kernel_tests:
+        notes.append("runtime CUDA kernel tests not run (--no-kernel-tests)")
+    elif os.path.exists(unit):
         rc, secs, out = run([unit], os.path.join(args.work, "cuda-unit.log"))
         tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
         ran = re.search(r"PASSED\s*\]\s*[1-9][0-9]* test", out) is not None

@@ -210,6 +210,22 @@ __global__ void addBiasKernel(int64_t planes, Divisor k, Divisor pixels,
   }
 }
 
+/// flipped[g, ci, ko, i, j] = w[g, ko, ci, kh - 1 - i, kw - 1 - j] (the
+/// groups' blocks of cg by kg by `taps` values): the weight of the forward
+/// that computes backward data (convTransposedAsForward).
+__global__ void flipWeightKernel(int64_t count, Divisor taps, Divisor kg,
+                                 Divisor cg, const uint16_t *w,
+                                 uint16_t *flipped) {
+  for (int64_t idx = cuda::threadIndex(); idx < count;
+       idx += cuda::threadCount()) {
+    const int64_t rows = taps.divide(idx), t = taps.remainder(idx, rows);
+    const int64_t pairs = kg.divide(rows), ko = kg.remainder(rows, pairs);
+    const int64_t g = cg.divide(pairs), ci = cg.remainder(pairs, g);
+    flipped[idx] = w[((g * kg.value + ko) * cg.value + ci) * taps.value +
+                     taps.value - 1 - t];
+  }
+}
+
 /// The divisors of the depthwise kernels' flat indices (no 64-bit
 /// division per element or tap on the GPU).
 struct DepthwiseDivisors {
@@ -619,6 +635,20 @@ void convBackwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
     return;
   }
   constexpr bool native = std::is_same_v<Elem, uint16_t>;
+  if (native && convBackwardDataAsForward(p)) {
+    // dx = the forward of dy by the flipped weight, which sits first in the
+    // workspace (conv2dWorkspaceBytes).
+    const Conv2dParams f = convTransposedAsForward(p);
+    const int64_t count = p.k * s.patch;
+    auto [flipped, col] = split<uint16_t, uint16_t>(workspace, count, true);
+    flipWeightKernel<<<cuda::gridFor(count), cuda::kBlock, 0, ctx.stream>>>(
+        count, makeDivisor(p.kh * p.kw, count),
+        makeDivisor(s.kg, count / (p.kh * p.kw)), makeDivisor(s.cg, p.c),
+        static_cast<const uint16_t *>(w.data), flipped);
+    checkLaunch(ctx, "flipWeightKernel");
+    nativeForward(ctx, f, convShapeOf(f), dy, flipped, col, dx);
+    return;
+  }
   if (native && convNativeBatched(p)) {
     nativeBackwardData(ctx, p, s, dy, static_cast<const uint16_t *>(w.data),
                        static_cast<float *>(workspace), dx);

@@ -422,7 +422,10 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
   // per GEMM (all five images at once), and the native 16-bit kernels:
   // a strided-batched GEMM over the images where a map's pixels are a
   // multiple of 8 (then a pointwise forward and backward data need no
-  // workspace), else the side-by-side GEMM (6x6, 5x5, 1x1 maps).
+  // workspace), else the side-by-side GEMM (6x6, 5x5, 1x1 maps); a
+  // stride-1 backward data onto such a map runs as the forward of the
+  // output gradient by the flipped weight (40x40 grouped; 16x16 unpadded
+  // from a 14x14 map; 8x8 with 5x5 taps).
   auto problem = [](int64_t h, int64_t kh, int64_t stride, int64_t pad,
                     int64_t c = 4, int64_t k = 6, int64_t groups = 2,
                     int64_t dilation = 1,
@@ -447,7 +450,9 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
                                         problem(8, 1, 1, 0),
                                         problem(6, 1, 1, 0),
                                         problem(40, 1, 1, 0, 4, 6, 1),
-                                        problem(9, 1, 2, 0, 4, 6, 1)};
+                                        problem(9, 1, 2, 0, 4, 6, 1),
+                                        problem(16, 3, 1, 0, 3, 5, 1),
+                                        problem(8, 5, 1, 2, 2, 4, 1)};
 #ifdef MTC_RUNTIME_CUDA
   for (size_t i = 0, n = problems.size(); i < n; ++i) {
     Conv2dParams p = problems[i];
@@ -569,6 +574,63 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
     checkThenPoison(dw, ws, want.dw);
 #endif
   }
+}
+
+TEST(ConvCost, ScratchTrafficIsTheWorkspaceMatricesWrittenAndReadBack) {
+  // ResNet-50's 3x3 convolution of its first stage at batch 64: 64 -> 64
+  // channels on 56 x 56 maps, padding 1. Its im2col matrix holds, for each
+  // of the 64 * 56 * 56 output pixels, the 64 * 9 input values its taps
+  // read; the kernels write each matrix they fill once and read it once.
+  Conv2dParams p{};
+  p.n = 64, p.c = 64, p.h = 56, p.w = 56, p.k = 64, p.kh = 3, p.kw = 3;
+  p.oh = 56, p.ow = 56, p.strideH = p.strideW = 1, p.padTop = p.padLeft = 1;
+  p.dilationH = p.dilationW = 1, p.groups = 1;
+  const uint64_t im2col = 64ull * 9 * 64 * 56 * 56; // values
+  const uint64_t outputs = 64ull * 64 * 56 * 56;
+  const uint64_t weight = 64ull * 64 * 9;
+
+  // CUDA (GEMMs of 32768 columns: 10 images each, 7 GEMMs) multiplying
+  // bfloat16 as stored. The forward runs one GEMM per image (3136 pixels,
+  // a multiple of 8) on its 16-bit im2col matrix: no staging matrix.
+  // Backward data is the forward of the output gradient by the flipped
+  // weight (written once, read once): its im2col matrix is as large, 16-bit
+  // too. Backward filter gathers the output gradients of 10 images side by
+  // side (16-bit) and reads and rewrites its float32 sums in 6 GEMMs after
+  // the first.
+  p.gemmColumns = kConvGemmColumnsCuda;
+  EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::Forward, true, true),
+            2 * im2col * 2);
+  EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::BackwardData, true, true),
+            2 * (weight * 2 + im2col * 2));
+  // With stride 2 it multiplies into a float32 matrix that col2im sums (a
+  // 28x28 map's 784 pixels: still one GEMM per image).
+  p.strideH = p.strideW = 2, p.oh = p.ow = 28;
+  const uint64_t products = 64ull * 9 * 64 * 28 * 28;
+  EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::BackwardData, true, true),
+            2 * products * 4);
+  p.strideH = p.strideW = 1, p.oh = p.ow = 56;
+  EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::BackwardFilter, true, true),
+            2 * (im2col * 2 + outputs * 2 + 6 * weight * 4));
+
+  // The CPU (GEMMs of 1024 columns: one image each, 64 of them) on float32:
+  // the float32 im2col matrix alone, and backward filter's sums 63 times.
+  p.gemmColumns = kConvGemmColumnsCpu;
+  EXPECT_EQ(conv2dScratchTraffic(p), 2 * im2col * 4);
+  EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::BackwardFilter),
+            2 * (im2col * 4 + 63 * weight * 4));
+  // 16-bit operands widened for it: the weight once, backward data's output
+  // gradient image by image too.
+  EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::BackwardData, true),
+            2 * (im2col * 4 + weight * 4 + outputs * 4));
+
+  // A pointwise convolution's native GEMMs read and write the images in
+  // place; a depthwise convolution runs without workspace.
+  p.kh = p.kw = 1, p.padTop = p.padLeft = 0;
+  p.gemmColumns = kConvGemmColumnsCuda;
+  EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::Forward, true, true), 0u);
+  EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::BackwardData, true, true), 0u);
+  p.kh = p.kw = 3, p.padTop = p.padLeft = 1, p.groups = 64;
+  EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::BackwardFilter), 0u);
 }
 
 TEST_F(Kernels, NarrowInPlaceRoundsEachValue) {

@@ -172,13 +172,41 @@ int64_t MatMulBiasGradOp::getWorkspaceBytes() {
   return widenedBytes(*this, getA(), getB());
 }
 
+/// The runtime's parameters of a convolution kernel and the dims it runs
+/// on: `x` the forward's input (or backward data's result), `w` the weight
+/// (or backward filter's result), `y` the forward's output (or the output
+/// gradient).
+template <typename Op>
+static rt::Conv2dParams kernelParams(Op op, Value x, Value w, Value y) {
+  return convParams(op, shapeOf(x), shapeOf(w), shapeOf(y), op.getStrides(),
+                    op.getPads(), op.getDilations(), op.getGroup());
+}
+
+/// What every op moves by default: its operands read and results written
+/// once.
+static int64_t operandAndResultBytes(Operation *op) {
+  int64_t bytes = 0;
+  for (Type t : op->getOperandTypes())
+    bytes += getTensorBytes(t);
+  for (Type t : op->getResultTypes())
+    bytes += getTensorBytes(t);
+  return bytes;
+}
+
 int64_t ConvOp::getWorkspaceBytes() {
   return rt::conv2dWorkspaceBytes(
-      convParams(*this, shapeOf(getInput()), shapeOf(getWeight()),
-                 shapeOf(getOutput()), getStrides(), getPads(), getDilations(),
-                 getGroup()),
+      kernelParams(*this, getInput(), getWeight(), getOutput()),
       rt::ConvKernel::Forward, isStorage16(getInput()),
       (*this)->hasAttr(attr::kNative16BitGemm));
+}
+// The im2col and staging matrices are written and read back on top
+// (rt::conv2dScratchTraffic): with 3x3 taps, nine times the input twice.
+int64_t ConvOp::getBytesMoved() {
+  return operandAndResultBytes(*this) +
+         rt::conv2dScratchTraffic(
+             kernelParams(*this, getInput(), getWeight(), getOutput()),
+             rt::ConvKernel::Forward, isStorage16(getInput()),
+             (*this)->hasAttr(attr::kNative16BitGemm));
 }
 
 int64_t ConvBackwardDataOp::getFlops() {
@@ -186,11 +214,16 @@ int64_t ConvBackwardDataOp::getFlops() {
 }
 int64_t ConvBackwardDataOp::getWorkspaceBytes() {
   return rt::conv2dWorkspaceBytes(
-      convParams(*this, shapeOf(getOutput()), shapeOf(getWeight()),
-                 shapeOf(getGrad()),
-                 getStrides(), getPads(), getDilations(), getGroup()),
+      kernelParams(*this, getOutput(), getWeight(), getGrad()),
       rt::ConvKernel::BackwardData, isStorage16(getGrad()),
       (*this)->hasAttr(attr::kNative16BitGemm));
+}
+int64_t ConvBackwardDataOp::getBytesMoved() {
+  return operandAndResultBytes(*this) +
+         rt::conv2dScratchTraffic(
+             kernelParams(*this, getOutput(), getWeight(), getGrad()),
+             rt::ConvKernel::BackwardData, isStorage16(getGrad()),
+             (*this)->hasAttr(attr::kNative16BitGemm));
 }
 
 int64_t ConvBackwardFilterOp::getFlops() {
@@ -198,11 +231,16 @@ int64_t ConvBackwardFilterOp::getFlops() {
 }
 int64_t ConvBackwardFilterOp::getWorkspaceBytes() {
   return rt::conv2dWorkspaceBytes(
-      convParams(*this, shapeOf(getInput()), shapeOf(getOutput()),
-                 shapeOf(getGrad()),
-                 getStrides(), getPads(), getDilations(), getGroup()),
+      kernelParams(*this, getInput(), getOutput(), getGrad()),
       rt::ConvKernel::BackwardFilter, isStorage16(getGrad()),
       (*this)->hasAttr(attr::kNative16BitGemm));
+}
+int64_t ConvBackwardFilterOp::getBytesMoved() {
+  return operandAndResultBytes(*this) +
+         rt::conv2dScratchTraffic(
+             kernelParams(*this, getInput(), getOutput(), getGrad()),
+             rt::ConvKernel::BackwardFilter, isStorage16(getGrad()),
+             (*this)->hasAttr(attr::kNative16BitGemm));
 }
 
 int64_t mtc::convGemmColumns(Operation *op) {

@@ -145,6 +145,35 @@ inline bool convNativeBatched(const Conv2dParams &p) {
   return p.oh * p.ow % 8 == 0;
 }
 
+/// The forward convolution that computes a stride-1, undilated
+/// convolution's backward data: the output gradient convolved with the
+/// weight flipped in both spatial dims, its channel roles swapped (per
+/// group: [c, k / groups, kh, kw]), padded by kh - 1 - padTop (likewise
+/// left), onto the input's map.
+inline Conv2dParams convTransposedAsForward(const Conv2dParams &p) {
+  Conv2dParams f = p;
+  f.c = p.k, f.k = p.c;
+  f.h = p.oh, f.w = p.ow, f.oh = p.h, f.ow = p.w;
+  f.padTop = p.kh - 1 - p.padTop, f.padLeft = p.kw - 1 - p.padLeft;
+  return f;
+}
+
+/// Whether CUDA's native 16-bit backward data runs as that forward
+/// (convTransposedAsForward): a 16-bit im2col matrix of the output
+/// gradient and one strided-batched GEMM over the images writing dx in
+/// place, instead of a GEMM into a float32 matrix of the taps' products
+/// that col2im sums (twice the bytes where c = k, written and read). For
+/// stride 1 without dilation, padding under the taps and an input map of
+/// a multiple of 8 pixels (that forward's convNativeBatched); not for a
+/// pointwise convolution (its GEMM writes dx in place already) nor a
+/// depthwise one (which runs directly).
+inline bool convBackwardDataAsForward(const Conv2dParams &p) {
+  return p.strideH == 1 && p.strideW == 1 && p.dilationH == 1 &&
+         p.dilationW == 1 && p.padTop < p.kh && p.padLeft < p.kw &&
+         p.h * p.w % 8 == 0 && !convIsPointwise(p) &&
+         !(p.groups > 0 && p.c == p.groups);
+}
+
 /// Images per GEMM: as many as fit p.gemmColumns output pixels, at least
 /// one, at most n.
 inline int64_t convImagesPerGemm(const Conv2dParams &p) {
@@ -182,6 +211,13 @@ inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p,
   if (convIsDepthwise(p))
     return 0;
   if (storage16 && native16) {
+    if (kernel == ConvKernel::BackwardData && convBackwardDataAsForward(p)) {
+      // The flipped weight, then that forward's 16-bit im2col matrix.
+      const int64_t flipped = p.k * (p.c / p.groups) * p.kh * p.kw * 2;
+      return static_cast<uint64_t>((flipped + 255) / 256 * 256) +
+             conv2dWorkspaceBytes(convTransposedAsForward(p),
+                                  ConvKernel::Forward, true, true);
+    }
     const int64_t patch = p.c / p.groups * p.kh * p.kw,
                   columns = p.oh * p.ow * convImagesPerGemm(p);
     const int64_t col =
@@ -204,6 +240,55 @@ inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p,
   if (storage16 && kernel != ConvKernel::Forward && images == 1)
     floats += p.k * pixels;
   return static_cast<uint64_t>(floats) * sizeof(float);
+}
+
+/// Bytes a convolution kernel moves on top of reading its operands and
+/// writing its result once, over the whole batch, by the plan of
+/// conv2dWorkspaceBytes: every matrix it fills in the workspace is written
+/// once and read once (the im2col matrix, or backward data's product that
+/// col2im reads; the staging matrix; the float32 copies of 16-bit
+/// operands), and the backward filter reads and rewrites its float32
+/// weight gradient for every GEMM after the first. The GEMMs' re-reads of
+/// the weight, one per GEMM, are left out (it is small and stays in
+/// cache). None for a depthwise convolution, and none for a pointwise one
+/// whose native GEMMs read and write the images in place. The cost model
+/// adds this to the operands' bytes (the trainer's --profile).
+inline uint64_t conv2dScratchTraffic(const Conv2dParams &p,
+                                     ConvKernel kernel = ConvKernel::Forward,
+                                     bool storage16 = false,
+                                     bool native16 = false) {
+  if (convIsDepthwise(p))
+    return 0;
+  const int64_t images = convImagesPerGemm(p);
+  const int64_t chunks = (p.n + images - 1) / images; // GEMMs a group
+  // All groups' rows, all images' columns: what the GEMMs' workspace
+  // matrices hold in turn.
+  const int64_t taps = p.c * p.kh * p.kw, columns = p.n * p.oh * p.ow;
+  const int64_t weight = p.k * (p.c / p.groups) * p.kh * p.kw;
+  int64_t bytes = 0;
+  if (storage16 && native16) {
+    if (kernel == ConvKernel::BackwardData && convBackwardDataAsForward(p))
+      return 2 * weight * 2 + conv2dScratchTraffic(convTransposedAsForward(p),
+                                                   ConvKernel::Forward, true,
+                                                   true);
+    const bool batched =
+        kernel != ConvKernel::BackwardFilter && convNativeBatched(p);
+    if (!(batched && convIsPointwise(p)))
+      bytes += taps * columns * (kernel == ConvKernel::BackwardData ? 4 : 2);
+    if (!batched && images > 1)
+      bytes += p.k * columns * (kernel == ConvKernel::Forward ? 4 : 2);
+  } else {
+    bytes += taps * columns * 4;
+    if (images > 1)
+      bytes += p.k * columns * 4;
+    if (storage16 && kernel != ConvKernel::BackwardFilter)
+      bytes += weight * 4;
+    if (storage16 && kernel != ConvKernel::Forward && images == 1)
+      bytes += p.k * columns * 4;
+  }
+  if (kernel == ConvKernel::BackwardFilter)
+    bytes += (chunks - 1) * weight * 4;
+  return static_cast<uint64_t>(2 * bytes);
 }
 
 /// y = conv(x, w) (+ bias[k] when bias is non-null).

@@ -352,7 +352,8 @@ def Mtc_MatMulBiasGradOp : Mtc_ComputeOp<"matmul_bias_grad", [
 //===----------------------------------------------------------------------===//
 
 def Mtc_ConvOp : Mtc_DiffOp<"conv", [InferTypeOpAdaptor,
-    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface,
+                              ["getBytesMoved", "getWorkspaceBytes"]>]> {
   let summary = "2-D convolution (ONNX Conv)";
   let description = [{
     NCHW input, OIHW weight (`I = C / group`), optional bias of `O`
@@ -392,7 +393,8 @@ def Mtc_ConvOp : Mtc_DiffOp<"conv", [InferTypeOpAdaptor,
 }
 
 def Mtc_ConvBackwardDataOp : Mtc_ComputeOp<"conv_backward_data", [
-    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface,
+                              ["getBytesMoved", "getWorkspaceBytes"]>]> {
   let summary = "Gradient of a convolution with respect to its input";
   let description = [{
     The transposed convolution of `grad` (dY) with `weight`; the result has
@@ -424,7 +426,8 @@ def Mtc_ConvBackwardDataOp : Mtc_ComputeOp<"conv_backward_data", [
 }
 
 def Mtc_ConvBackwardFilterOp : Mtc_ComputeOp<"conv_backward_filter", [
-    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface,
+                              ["getBytesMoved", "getWorkspaceBytes"]>]> {
   let summary = "Gradient of a convolution with respect to its weight";
   let description = [{
     Correlates the forward `input` with `grad` (dY); the result has the
