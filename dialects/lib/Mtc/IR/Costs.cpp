@@ -172,14 +172,43 @@ int64_t MatMulBiasGradOp::getWorkspaceBytes() {
   return widenedBytes(*this, getA(), getB());
 }
 
-/// The runtime's parameters of a convolution kernel and the dims it runs
-/// on: `x` the forward's input (or backward data's result), `w` the weight
-/// (or backward filter's result), `y` the forward's output (or the output
-/// gradient).
+/// A convolution kernel as the runtime plans it: its parameters, which of
+/// the three kernels, and how its operands are stored.
+struct ConvKernelPlan {
+  rt::Conv2dParams params;
+  rt::ConvKernel kernel;
+  bool storage16, native16;
+
+  int64_t workspaceBytes() const {
+    return rt::conv2dWorkspaceBytes(params, kernel, storage16, native16);
+  }
+  int64_t scratchTraffic() const {
+    return rt::conv2dScratchTraffic(params, kernel, storage16, native16);
+  }
+};
+
+/// The plan of convolution kernel `op`: `x` the forward's input (or
+/// backward data's result), `w` the weight (or backward filter's result),
+/// `y` the forward's output (or the output gradient), `stored` the operand
+/// whose storage the kernel's entry point follows.
 template <typename Op>
-static rt::Conv2dParams kernelParams(Op op, Value x, Value w, Value y) {
-  return convParams(op, shapeOf(x), shapeOf(w), shapeOf(y), op.getStrides(),
-                    op.getPads(), op.getDilations(), op.getGroup());
+static ConvKernelPlan planOf(Op op, rt::ConvKernel kernel, Value x, Value w,
+                             Value y, Value stored) {
+  return {convParams(op, shapeOf(x), shapeOf(w), shapeOf(y), op.getStrides(),
+                     op.getPads(), op.getDilations(), op.getGroup()),
+          kernel, isStorage16(stored), op->hasAttr(attr::kNative16BitGemm)};
+}
+static ConvKernelPlan planOf(ConvOp op) {
+  return planOf(op, rt::ConvKernel::Forward, op.getInput(), op.getWeight(),
+                op.getOutput(), op.getInput());
+}
+static ConvKernelPlan planOf(ConvBackwardDataOp op) {
+  return planOf(op, rt::ConvKernel::BackwardData, op.getOutput(),
+                op.getWeight(), op.getGrad(), op.getGrad());
+}
+static ConvKernelPlan planOf(ConvBackwardFilterOp op) {
+  return planOf(op, rt::ConvKernel::BackwardFilter, op.getInput(),
+                op.getOutput(), op.getGrad(), op.getGrad());
 }
 
 /// What every op moves by default: its operands read and results written
@@ -193,54 +222,32 @@ static int64_t operandAndResultBytes(Operation *op) {
   return bytes;
 }
 
-int64_t ConvOp::getWorkspaceBytes() {
-  return rt::conv2dWorkspaceBytes(
-      kernelParams(*this, getInput(), getWeight(), getOutput()),
-      rt::ConvKernel::Forward, isStorage16(getInput()),
-      (*this)->hasAttr(attr::kNative16BitGemm));
-}
-// The im2col and staging matrices are written and read back on top
-// (rt::conv2dScratchTraffic): with 3x3 taps, nine times the input twice.
+// A convolution's im2col and staging matrices are written and read back on
+// top of its operands (rt::conv2dScratchTraffic): with 3x3 taps, nine
+// times the input twice.
+int64_t ConvOp::getWorkspaceBytes() { return planOf(*this).workspaceBytes(); }
 int64_t ConvOp::getBytesMoved() {
-  return operandAndResultBytes(*this) +
-         rt::conv2dScratchTraffic(
-             kernelParams(*this, getInput(), getWeight(), getOutput()),
-             rt::ConvKernel::Forward, isStorage16(getInput()),
-             (*this)->hasAttr(attr::kNative16BitGemm));
+  return operandAndResultBytes(*this) + planOf(*this).scratchTraffic();
 }
 
 int64_t ConvBackwardDataOp::getFlops() {
   return 2 * convMacs(shapeOf(getWeight()), shapeOf(getGrad()));
 }
 int64_t ConvBackwardDataOp::getWorkspaceBytes() {
-  return rt::conv2dWorkspaceBytes(
-      kernelParams(*this, getOutput(), getWeight(), getGrad()),
-      rt::ConvKernel::BackwardData, isStorage16(getGrad()),
-      (*this)->hasAttr(attr::kNative16BitGemm));
+  return planOf(*this).workspaceBytes();
 }
 int64_t ConvBackwardDataOp::getBytesMoved() {
-  return operandAndResultBytes(*this) +
-         rt::conv2dScratchTraffic(
-             kernelParams(*this, getOutput(), getWeight(), getGrad()),
-             rt::ConvKernel::BackwardData, isStorage16(getGrad()),
-             (*this)->hasAttr(attr::kNative16BitGemm));
+  return operandAndResultBytes(*this) + planOf(*this).scratchTraffic();
 }
 
 int64_t ConvBackwardFilterOp::getFlops() {
   return 2 * convMacs(shapeOf(getOutput()), shapeOf(getGrad()));
 }
 int64_t ConvBackwardFilterOp::getWorkspaceBytes() {
-  return rt::conv2dWorkspaceBytes(
-      kernelParams(*this, getInput(), getOutput(), getGrad()),
-      rt::ConvKernel::BackwardFilter, isStorage16(getGrad()),
-      (*this)->hasAttr(attr::kNative16BitGemm));
+  return planOf(*this).workspaceBytes();
 }
 int64_t ConvBackwardFilterOp::getBytesMoved() {
-  return operandAndResultBytes(*this) +
-         rt::conv2dScratchTraffic(
-             kernelParams(*this, getInput(), getOutput(), getGrad()),
-             rt::ConvKernel::BackwardFilter, isStorage16(getGrad()),
-             (*this)->hasAttr(attr::kNative16BitGemm));
+  return operandAndResultBytes(*this) + planOf(*this).scratchTraffic();
 }
 
 int64_t mtc::convGemmColumns(Operation *op) {
