@@ -201,9 +201,11 @@ inline int64_t convImagesPerGemm(const Conv2dParams &p) {
 /// 16-bit output gradients (backward), from the next multiple of 256
 /// bytes. A forward or backward data that runs one strided-batched GEMM
 /// over the images (convNativeBatched) needs no staging matrix, and a
-/// pointwise one (convIsPointwise) no im2col matrix either. The compiler
-/// plans exactly this many bytes as the op's temporary; none for a
-/// depthwise convolution.
+/// pointwise one (convIsPointwise) no im2col matrix either. A backward
+/// data run as a forward (convBackwardDataAsForward) keeps the flipped
+/// 16-bit weight, then that forward's matrices. The compiler plans exactly
+/// this many bytes as the op's temporary; none for a depthwise
+/// convolution.
 inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p,
                                      ConvKernel kernel = ConvKernel::Forward,
                                      bool storage16 = false,
