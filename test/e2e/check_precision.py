@@ -90,7 +90,9 @@ def cnn_spec():
             import torch
             torch.manual_seed(0)
             # Convolutions with and without bias, strided, depthwise
-            # (groups) and pointwise (a MobileNet block), between
+            # (groups) and pointwise (a MobileNet block), a stride-1 3x3
+            # one whose input gradient CUDA computes as the forward of
+            # the flipped weight (convBackwardDataAsForward), between
             # BatchNorm, GELU and average pooling, which stay float32.
             # Smooth and shallow on purpose: autocast's own gradients land
             # ~2e-2 from fp32's with BatchNorm after each conv, ~1e-1 with
@@ -100,6 +102,7 @@ def cnn_spec():
             return nn.Sequential(
                 nn.Conv2d(3, 16, 3, padding=1, bias=False),
                 nn.BatchNorm2d(16), nn.GELU(),                  # 16x16x16
+                nn.Conv2d(16, 16, 3, padding=1), nn.GELU(),
                 nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.GELU(),
                 nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.GELU(),
                 nn.Conv2d(32, 32, 1), nn.GELU(),                # 32x8x8
