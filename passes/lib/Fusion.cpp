@@ -39,7 +39,10 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Dominance.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/CSE.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -991,6 +994,14 @@ void FusionPass::recomputeSaved(func::FuncOp func) {
   for (Operation &op : block.without_terminator())
     if (isKernel(&op))
       kernels.push_back(&op);
+  // A reader that recomputes several saved values of one forward chain
+  // (the tanh GELU's tanh and its square) holds a clone of the chain for
+  // each: computed once.
+  IRRewriter rewriter(func.getContext());
+  DominanceInfo dominance;
+  for (Operation *op : kernels)
+    if (isa<FusedOp>(op))
+      eliminateCommonSubExpressions(rewriter, dominance, op);
   for (Operation *op : llvm::reverse(kernels))
     prune(op);
 }

@@ -359,6 +359,21 @@ def unsupported():
     return g
 
 
+def pow_classifier(exponent):
+    """The classifier with Pow(relu output, exponent) before fc2: the
+    exponent an initializer holding `exponent`, or the relu output itself
+    for the string "runtime"."""
+    g = classifier(batch=4)
+    if isinstance(exponent, str):
+        name = "a"
+    else:
+        name = "exponent"
+        g.initializer.append(numpy_helper.from_array(np.asarray(exponent), name))
+    g.node.insert(3, helper.make_node("Pow", ["a", name], ["a_pow"], name="pow"))
+    g.node[4].input[0] = "a_pow"
+    return g
+
+
 def external(path, location):
     """fc1.weight stored outside the protobuf at `location`."""
     g = classifier(batch=4)
@@ -412,6 +427,14 @@ def main():
         save(slice_to_end(), path)
     elif name == "mod-shapes":
         save(mod_shapes(), path)
+    elif name == "pow-minus-three":
+        save(pow_classifier(np.float32(-3)), path)
+    elif name == "pow-fractional":
+        save(pow_classifier(np.float32(1.5)), path)
+    elif name == "pow-tensor":
+        save(pow_classifier(np.full([6], 2, np.float32)), path)
+    elif name == "pow-runtime":
+        save(pow_classifier("runtime"), path)
     elif name == "unsupported":
         save(unsupported(), path)
     elif name == "external-inside":

@@ -129,6 +129,14 @@ EXPECTED_REFUSALS = {
     "test_mod_uint32": _IN % ("x", "UINT32"),
     "test_mod_uint64": _IN % ("x", "UINT64"),
     "test_mod_uint8": _IN % ("x", "UINT8"),
+    # Pow on element types mtc does not have (an INT32 base, an unsigned
+    # exponent).
+    "test_pow_types_int32_float32": _IN % ("x", "INT32"),
+    "test_pow_types_int32_int32": _IN % ("x", "INT32"),
+    "test_pow_types_float32_uint32":
+        "constants of element type UINT32 are not supported",
+    "test_pow_types_float32_uint64":
+        "constants of element type UINT64 are not supported",
     # Equal and Range on INT32.
     "test_range_int32_type_negative_delta": _IN % ("start", "INT32"),
     "test_equal": _INT32,
@@ -189,6 +197,7 @@ COMPILE_TIME_INPUTS = {
     "Dropout": (1, 2),         # ratio, training_mode
     "Expand": (1,),            # shape
     "Pad": (1, 2, 3),          # pads, constant_value, axes
+    "Pow": (1,),               # the exponent
     "ReduceSum": (1,),         # axes
     "Reshape": (1,),           # shape
     "Slice": (1, 2, 3, 4),     # starts, ends, axes, steps

@@ -63,6 +63,22 @@ def build_module(name):
             nn.Linear(64, 128), nn.ReLU(), RoundTrip(),
             nn.Linear(128, 64), nn.Tanh(), RoundTrip(),
             nn.Linear(64, NUM_CLASSES)), (64,), 16
+    if name == "mlp-tanh-gelu":
+        # GELU's tanh form as Hugging Face's GPT-2 writes it (gelu_new:
+        # torch.pow(x, 3.0), an ONNX Pow) and as nn.GELU(approximate="tanh")
+        # exports it (products).
+        import math
+        import torch
+
+        class NewGELU(nn.Module):
+            def forward(self, x):
+                return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (
+                    x + 0.044715 * torch.pow(x, 3.0))))
+
+        return nn.Sequential(
+            nn.Linear(64, 128), NewGELU(),
+            nn.Linear(128, 64), nn.GELU(approximate="tanh"),
+            nn.Linear(64, NUM_CLASSES)), (64,), 16
     if name == "cnn":
         return nn.Sequential(
             nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),     # 8x16x16
@@ -208,7 +224,8 @@ def compare_tensors(report, label, got, want, tol, names=None, noise_ref=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=["mlp", "mlp-fp16", "mlp-bf16", "cnn"],
+    ap.add_argument("--model", choices=["mlp", "mlp-fp16", "mlp-bf16",
+                                        "mlp-tanh-gelu", "cnn"],
                     required=True)
     ap.add_argument("--mtc", required=True, help="path to the mtc driver")
     ap.add_argument("--work", required=True, help="scratch directory")

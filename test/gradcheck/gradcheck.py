@@ -140,6 +140,14 @@ def _unary(op_type, make_value):
     return build
 
 
+def _pow(exponent, make_value):
+    """Pow(X, Constant scalar): the exponent as exported models carry it."""
+    def build(b):
+        return b.op("Pow", [b.param("X", make_value(b)),
+                            b.const("e", np.asarray(exponent))])
+    return build
+
+
 def _gemm(a_shape, b_shape, c_shape=None, **attrs):
     def build(b):
         ins = [b.param("A", b.randn(*a_shape)), b.param("B", b.randn(*b_shape))]
@@ -356,6 +364,17 @@ CASES = [
     case("Log", "3x4", _unary("Log", lambda b: b.uniform(0.5, 2, 3, 4))),
     case("Neg", "3x4", _unary("Neg", lambda b: b.randn(3, 4))),
     case("Sqrt", "3x4", _unary("Sqrt", lambda b: b.uniform(0.5, 2, 3, 4))),
+    # Pow by a constant scalar exponent (products, square root, reciprocal)
+    case("Pow", "cube", _pow(np.float32(3), lambda b: b.randn(3, 4))),
+    case("Pow", "square_int64", _pow(np.int64(2), lambda b: b.randn(3, 4))),
+    case("Pow", "fifth", _pow(np.float32(5),
+                              lambda b: b.uniform(-1.5, 1.5, 3, 4))),
+    case("Pow", "minus_two", _pow(np.float32(-2), lambda b: b.away_from_zero(
+        3, 4, lo=0.5, hi=1.5))),
+    case("Pow", "half", _pow(np.float32(0.5),
+                             lambda b: b.uniform(0.5, 2, 3, 4))),
+    case("Pow", "minus_half", _pow(np.float32(-0.5),
+                                   lambda b: b.uniform(0.5, 2, 3, 4))),
     # Conv (NCHW, OIHW weights)
     case("Conv", "bias", _conv((2, 4, 7, 6), (3, 4, 3, 3), True,
                                kernel_shape=[3, 3])),

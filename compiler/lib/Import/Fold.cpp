@@ -481,6 +481,17 @@ const llvm::StringMap<Folder> &folders() {
     t["Mul"] = [](ImportContext &c) {
       return foldBinary(c, [](double a, double b) { return a * b; });
     };
+    t["Pow"] = [](ImportContext &c) -> std::optional<KnownTensor> {
+      // The result has the base's type (an integer base truncates).
+      const KnownTensor *base = in(c, 0);
+      auto t = foldBinary(c, [](double a, double b) { return std::pow(a, b); });
+      if (t && base && !base->isFloat) {
+        t->isFloat = false;
+        for (double &v : t->values)
+          v = std::trunc(v);
+      }
+      return t;
+    };
     t["Range"] = foldRange;
     t["Reshape"] = foldReshape;
     t["Shape"] = foldShape;

@@ -6,6 +6,8 @@
 
 #include "../ImportContext.h"
 
+#include <cmath>
+#include <cstdio>
 #include <limits>
 
 using namespace mlir;
@@ -136,6 +138,85 @@ LogicalResult importNot(ImportContext &ctx) {
   return success();
 }
 
+/// Pow(x, c) of a float tensor x and a compile-time scalar c, in the ops
+/// PyTorch's pow itself computes for such exponents: products for an
+/// integer c (x * x * x for c = 3), a square root for +-0.5, a reciprocal
+/// for a negative c. Their gradients are then the products' (c x^(c-1),
+/// and 0 at x = 0 where c > 1, as PyTorch's): a general x^c as
+/// exp(c log x) would differentiate to NaN at 0 and so is refused, as are
+/// exponent tensors of more than one value.
+LogicalResult importPow(ImportContext &ctx) {
+  constexpr int64_t kMaxExponent = 16;
+  auto refuse = [&](const Twine &got) {
+    return ctx.fail("the exponent of a tensor computed at run time must be "
+                    "a compile-time scalar, an integer from -" +
+                    Twine(kMaxExponent) + " to " + Twine(kMaxExponent) +
+                    " or +-0.5, got " + got +
+                    "; other powers are only supported on compile-time "
+                    "constants");
+  };
+  auto x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  auto type = cast<RankedTensorType>(x->getType());
+  if (!isa<FloatType>(type.getElementType()))
+    return refuse("an integer base");
+  auto exponent = ctx.constFloats(1);
+  auto exponentShape = ctx.inputShape(1);
+  if (!exponent || !exponentShape)
+    return refuse("an exponent computed at run time");
+  if (exponent->size() != 1)
+    return refuse("an exponent tensor of " + Twine(exponent->size()) +
+                  " values");
+  if (exponentShape->size() > static_cast<size_t>(type.getRank()))
+    return refuse("an exponent of higher rank than the base");
+  double c = (*exponent)[0];
+  double magnitude = std::fabs(c);
+  bool half = magnitude == 0.5;
+  if (!half &&
+      (magnitude != std::floor(magnitude) || magnitude > kMaxExponent)) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.9g", c);
+    return refuse(text);
+  }
+  OpBuilder &b = ctx.builder;
+  Location loc = ctx.loc();
+  auto splat = [&](ArrayRef<int64_t> shape, double v) -> Value {
+    Type elem = type.getElementType();
+    return b.create<ConstantOp>(
+        loc,
+        DenseElementsAttr::get(RankedTensorType::get(shape, elem),
+                               ArrayRef<Attribute>{b.getFloatAttr(elem, v)}));
+  };
+  Value y;
+  if (magnitude == 0) {
+    // x^0 = 1 everywhere, NaN and infinity included.
+    y = splat(type.getShape(), 1.0);
+  } else if (half) {
+    y = b.create<SqrtOp>(loc, type, *x);
+  } else {
+    // Left to right as PyTorch's x * x * x for 3; squaring above that.
+    auto n = static_cast<int64_t>(magnitude);
+    if (n <= 3) {
+      y = *x;
+      for (int64_t i = 1; i < n; ++i)
+        y = b.create<MulOp>(loc, y, *x);
+    } else {
+      Value square = *x;
+      for (; n; n >>= 1) {
+        if (n & 1)
+          y = y ? b.create<MulOp>(loc, y, square).getResult() : square;
+        if (n > 1)
+          square = b.create<MulOp>(loc, square, square);
+      }
+    }
+  }
+  if (c < 0)
+    y = b.create<DivOp>(loc, splat({}, 1.0), y);
+  ctx.bind(0, y);
+  return success();
+}
+
 } // namespace
 
 void mtc::import::registerElementwiseImporters(
@@ -153,6 +234,7 @@ void mtc::import::registerElementwiseImporters(
   table["Log"] = importUnary<LogOp>;
   table["Mul"] = importBinary<MulOp>;
   table["Neg"] = importUnary<NegOp>;
+  table["Pow"] = importPow;
   table["Relu"] = importUnary<ReluOp>;
   table["Sigmoid"] = importUnary<SigmoidOp>;
   table["Sqrt"] = importUnary<SqrtOp>;
