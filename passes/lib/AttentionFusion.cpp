@@ -36,7 +36,10 @@
 // A mask whose values are fixed when compiling is evaluated here. When it
 // hides exactly the keys after each query, as GPT's tril buffer does, the
 // op becomes `causal` and takes no mask: the kernels read none and skip
-// the chunks it hides by their position. The buffer's values are then part
+// the chunks it hides by their position. A causal mask may also fill with
+// a finite value of -1e30 or below (Hugging Face's GPT-2 uses the lowest
+// float): every query keeps its own key, so those scores' probabilities
+// are 0 as with -inf. The buffer's values are then part
 // of the program; the trainer checks a loaded checkpoint against them.
 //
 //===----------------------------------------------------------------------===//
@@ -158,6 +161,11 @@ struct KnownTensor {
   SmallVector<int64_t> shape;
   std::vector<double> values;
 };
+
+/// Fills at or below this mask like -inf where every query keeps a key
+/// (Hugging Face's GPT-2 fills with the lowest float): exp(fill - m) is 0
+/// in float32 for any score m above -1e30 + 104, as exp(-inf) is.
+constexpr float kFiniteFill = -1e30f;
 
 /// The most elements a mask evaluated when compiling may have (a causal
 /// mask over 4096 positions).
@@ -437,14 +445,19 @@ LogicalResult AttentionFusionPass::fuse(SoftmaxOp softmax) {
   // Backward from the scores: optional mask, optional scale, Q @ K^T.
   Value scores = softmax.getInput();
   Value mask;
-  bool maskKeeps = false;
+  bool maskKeeps = false, finiteFill = false;
   if (auto select = scores.getDefiningOp<SelectOp>()) {
-    std::optional<float> t = scalarConstant(select.getTrueValue());
-    std::optional<float> f = scalarConstant(select.getFalseValue());
+    auto fills = [&](Value v) {
+      std::optional<float> c = scalarConstant(v);
+      if (!c || *c > kFiniteFill)
+        return false;
+      finiteFill = !std::isinf(*c);
+      return true;
+    };
     Value rest;
-    if (t && std::isinf(*t) && *t < 0)
+    if (fills(select.getTrueValue()))
       rest = select.getFalseValue();
-    else if (f && std::isinf(*f) && *f < 0)
+    else if (fills(select.getFalseValue()))
       rest = select.getTrueValue(), maskKeeps = true;
     if (!rest || shapeOf(rest) != scoreShape || !hasOneUse(scores))
       return failure();
@@ -478,22 +491,30 @@ LogicalResult AttentionFusionPass::fuse(SoftmaxOp softmax) {
     q = scaled->first;
   }
 
-  OpBuilder b(values);
-  Value k = keyFrom(b, product);
-  if (maskKeeps)
-    mask = b.create<NotOp>(softmax.getLoc(), mask.getType(), mask);
   // A mask fixed when compiling that hides the keys after each query.
   bool causal = false;
   SmallVector<BlockArgument> read;
   if (mask)
-    if (auto known = knownValue(mask, read);
-        known && isCausal(*known, scoreShape[rank - 2], scoreShape[rank - 1])) {
-      causal = true;
-      mask = Value(); // the comparisons and the not are dead now
-      for (BlockArgument arg : read)
-        cast<func::FuncOp>(arg.getOwner()->getParentOp())
-            .setArgAttr(arg.getArgNumber(), attr::kCompiledIn, b.getUnitAttr());
+    if (auto known = knownValue(mask, read)) {
+      if (maskKeeps)
+        for (double &hidden : known->values)
+          hidden = hidden == 0.0;
+      causal = isCausal(*known, scoreShape[rank - 2], scoreShape[rank - 1]);
     }
+  // A finite fill is -inf only where every query keeps a key.
+  if (finiteFill && !causal)
+    return failure();
+
+  OpBuilder b(values);
+  Value k = keyFrom(b, product);
+  if (causal) {
+    mask = Value(); // the comparisons are dead now
+    for (BlockArgument arg : read)
+      cast<func::FuncOp>(arg.getOwner()->getParentOp())
+          .setArgAttr(arg.getArgNumber(), attr::kCompiledIn, b.getUnitAttr());
+  } else if (maskKeeps) {
+    mask = b.create<NotOp>(softmax.getLoc(), mask.getType(), mask);
+  }
   // Heads split from, and merged back into, [..., S, H, D] values.
   Value output = values.getOutput();
   auto merge = output.hasOneUse()

@@ -127,3 +127,49 @@ func.func @eval_step(%q: tensor<3x4xf32>, %k: tensor<3x4xf32>, %v: tensor<3x4xf3
   %o = mtc.matmul %p, %v : (tensor<3x3xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
   return %o : tensor<3x4xf32>
 }
+
+// -----
+
+// Hugging Face's GPT-2: where(tril keep-mask, s / 2, the lowest float). The
+// mask is causal, so every query keeps its own key and the finite fill
+// hides the rest as -inf would: a causal attention.
+// CHECK-LABEL: func.func @forward
+// CHECK-NOT: mtc.select
+// CHECK: mtc.attention %{{[^,]+}}, %{{[^,]+}}, %{{[^,]+}} {causal, scale = 5.000000e-01 : f32} : (tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>) ->
+// CHECK-NOT: mtc.softmax
+func.func @forward(%q: tensor<3x4xf32>, %k: tensor<3x4xf32>, %v: tensor<3x4xf32>) -> tensor<3x4xf32> {
+  %keep = mtc.constant dense<[[true, false, false], [true, true, false], [true, true, true]]> : tensor<3x3xi1>
+  %lowest = mtc.constant dense<0xFF7FFFFF> : tensor<f32>
+  %two = mtc.constant dense<2.0> : tensor<f32>
+  %s = mtc.matmul %q, %k {transpose_b = true} : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x3xf32>
+  %d = mtc.div %s, %two : (tensor<3x3xf32>, tensor<f32>) -> tensor<3x3xf32>
+  %m = mtc.select %keep, %d, %lowest : (tensor<3x3xi1>, tensor<3x3xf32>, tensor<f32>) -> tensor<3x3xf32>
+  %p = mtc.softmax %m {axis = 1 : i64} : tensor<3x3xf32>
+  %o = mtc.matmul %p, %v : (tensor<3x3xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+  return %o : tensor<3x4xf32>
+}
+
+// -----
+
+// A finite fill stays a select where a query may keep no key (a mask that is
+// not causal: its first query's row is all hidden, which the lowest float
+// turns into a uniform row and -inf would not), and -1e4 is no fill at all.
+// CHECK-LABEL: func.func @forward
+// CHECK-NOT: mtc.attention
+// CHECK-COUNT-2: mtc.softmax
+// CHECK-NOT: mtc.attention
+func.func @forward(%q: tensor<3x4xf32>, %k: tensor<3x4xf32>, %v: tensor<3x4xf32>) -> (tensor<3x4xf32>, tensor<3x4xf32>) {
+  %keep = mtc.constant dense<[[false, false, false], [true, true, false], [true, true, true]]> : tensor<3x3xi1>
+  %causal = mtc.constant dense<[[true, false, false], [true, true, false], [true, true, true]]> : tensor<3x3xi1>
+  %lowest = mtc.constant dense<0xFF7FFFFF> : tensor<f32>
+  %small = mtc.constant dense<-1.0e4> : tensor<f32>
+  %s0 = mtc.matmul %q, %k {transpose_b = true} : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x3xf32>
+  %m0 = mtc.select %keep, %s0, %lowest : (tensor<3x3xi1>, tensor<3x3xf32>, tensor<f32>) -> tensor<3x3xf32>
+  %p0 = mtc.softmax %m0 {axis = 1 : i64} : tensor<3x3xf32>
+  %o0 = mtc.matmul %p0, %v : (tensor<3x3xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+  %s1 = mtc.matmul %q, %k {transpose_b = true} : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x3xf32>
+  %m1 = mtc.select %causal, %s1, %small : (tensor<3x3xi1>, tensor<3x3xf32>, tensor<f32>) -> tensor<3x3xf32>
+  %p1 = mtc.softmax %m1 {axis = 1 : i64} : tensor<3x3xf32>
+  %o1 = mtc.matmul %p1, %v : (tensor<3x3xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+  return %o0, %o1 : tensor<3x4xf32>, tensor<3x4xf32>
+}
