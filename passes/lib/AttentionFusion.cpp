@@ -44,6 +44,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ScalarConstant.h"
 #include "mtc/Dialect/Mtc/IR/MtcAttrNames.h"
 #include "mtc/Dialect/Mtc/IR/MtcOps.h"
 #include "mtc/Passes/Passes.h"
@@ -68,17 +69,6 @@ namespace {
 
 ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
-}
-
-/// The value of a one-element float constant.
-std::optional<float> scalarConstant(Value v) {
-  auto constant = v.getDefiningOp<ConstantOp>();
-  if (!constant || getNumElements(v.getType()) != 1)
-    return std::nullopt;
-  auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
-  if (!dense || !isa<FloatType>(dense.getElementType()))
-    return std::nullopt;
-  return (*dense.getValues<APFloat>().begin()).convertToFloat();
 }
 
 bool hasOneUse(Value v) { return v.hasOneUse(); }

@@ -14,6 +14,7 @@ using namespace mlir;
 void mtc::buildDifferentiatePipeline(OpPassManager &pm,
                                      const TrainPipelineOptions &options) {
   pm.addPass(createConvTapsPass());
+  pm.addPass(createLayerNormFusionPass());
   if (options.flashAttention)
     pm.addPass(createAttentionFusionPass());
   pm.addPass(createAutodiffPass(options.autodiff));

@@ -333,7 +333,7 @@ def make_loss_wrapper(module, loss=None):
 
 
 def export_with_loss(module, example_input, example_target, path,
-                     dynamic_axes=None, loss=None):
+                     dynamic_axes=None, loss=None, opset=17):
     """Exports `module` with its loss inside; returns the initializer-name prefix.
 
     Graph inputs are `input` and `target` with the dtypes of the examples
@@ -343,14 +343,15 @@ def export_with_loss(module, example_input, example_target, path,
     """
     return export_wrapper(make_loss_wrapper(module, loss),
                           (example_input, example_target), path,
-                          dynamic_axes=dynamic_axes)
+                          dynamic_axes=dynamic_axes, opset=opset)
 
 
 def export_wrapper(wrapper, example_args, path, dynamic_axes=None,
                    input_names=("input", "target"),
-                   output_names=("loss", "logits")):
-    """The one torch.onnx.export call of the harnesses (opset 17, training
-    mode, no constant folding) for a module already returning (loss, ...)."""
+                   output_names=("loss", "logits"), opset=17):
+    """The one torch.onnx.export call of the harnesses (opset 17 unless
+    told otherwise, training mode, no constant folding) for a module
+    already returning (loss, ...)."""
     import inspect
     import warnings
     torch = _torch()
@@ -363,7 +364,7 @@ def export_wrapper(wrapper, example_args, path, dynamic_axes=None,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(wrapper, tuple(example_args), path,
-                          opset_version=17,
+                          opset_version=opset,
                           training=torch.onnx.TrainingMode.TRAINING,
                           do_constant_folding=False,
                           input_names=list(input_names),

@@ -639,6 +639,7 @@ int runCompile(MLIRContext &context) {
     PassManager pm(&context);
     if (forwardOnly) {
       pm.addPass(createConvTapsPass());
+      pm.addPass(createLayerNormFusionPass());
       if (pipeline.flashAttention)
         pm.addPass(createAttentionFusionPass());
       pm.addPass(createCSEPass());

@@ -148,10 +148,10 @@ LogicalResult importNot(ImportContext &ctx) {
 LogicalResult importPow(ImportContext &ctx) {
   constexpr int64_t kMaxExponent = 16;
   auto refuse = [&](const Twine &got) {
-    return ctx.fail("the exponent of a tensor computed at run time must be "
-                    "a compile-time scalar, an integer from -" +
+    return ctx.fail("the exponent must be a compile-time scalar (an "
+                    "integer from -" +
                     Twine(kMaxExponent) + " to " + Twine(kMaxExponent) +
-                    " or +-0.5, got " + got +
+                    ", or +-0.5), got " + got +
                     "; other powers are only supported on compile-time "
                     "constants");
   };
@@ -160,16 +160,16 @@ LogicalResult importPow(ImportContext &ctx) {
     return failure();
   auto type = cast<RankedTensorType>(x->getType());
   if (!isa<FloatType>(type.getElementType()))
-    return refuse("an integer base");
+    return ctx.fail("powers of integer tensors are only supported on "
+                    "compile-time constants");
   auto exponent = ctx.constFloats(1);
   auto exponentShape = ctx.inputShape(1);
   if (!exponent || !exponentShape)
-    return refuse("an exponent computed at run time");
+    return refuse("one computed at run time");
   if (exponent->size() != 1)
-    return refuse("an exponent tensor of " + Twine(exponent->size()) +
-                  " values");
+    return refuse("a tensor of " + Twine(exponent->size()) + " values");
   if (exponentShape->size() > static_cast<size_t>(type.getRank()))
-    return refuse("an exponent of higher rank than the base");
+    return refuse("one of higher rank than the base");
   double c = (*exponent)[0];
   double magnitude = std::fabs(c);
   bool half = magnitude == 0.5;

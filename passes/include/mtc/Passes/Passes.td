@@ -183,6 +183,25 @@ def ConvTapsPass : Pass<"mtc-trim-conv-taps", "mlir::ModuleOp"> {
   ];
 }
 
+def LayerNormFusionPass : Pass<"mtc-fuse-layer-norm", "mlir::ModuleOp"> {
+  let summary = "Replace layer norms written out in elementwise ops by one op";
+  let description = [{
+    Finds `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * scale
+    (+ bias)` with the means over x's trailing dims (kept as 1), eps a
+    scalar constant and scale and bias of the normalized dims' shape, as
+    exporters before ONNX opset 17 write a layer norm, and makes it one
+    `mtc.layer_norm`. Each intermediate must have no other use. Runs
+    before autodiff, so the gradient is the layer norm's.
+
+    Example: `mtc-opt --mtc-fuse-layer-norm`
+  }];
+  let dependentDialects = ["::mtc::MtcDialect"];
+  let statistics = [
+    Statistic<"numFused", "fused-layer-norms",
+              "Layer norms written out made one op">,
+  ];
+}
+
 def AttentionFusionPass : Pass<"mtc-fuse-attention", "mlir::ModuleOp"> {
   let summary = "Replace softmax attention by one fused, memory-linear op";
   let description = [{
