@@ -1140,20 +1140,28 @@ void FusionPass::formEpilogues(func::FuncOp func) {
       continue;
     int64_t n = shape.back(),
             k = cast<ShapedType>(dy.getType()).getNumElements() / n;
+    // The GEMM may read another reshape of the value the sum reads (a 3-D
+    // gradient flattened once for the sum and once for its 16-bit copy):
+    // both keep the elements in order and the last dim, so its rows are
+    // the ones summed.
+    Value values = dy;
+    while (auto reshape = values.getDefiningOp<ReshapeOp>())
+      values = reshape.getInput();
     MatMulOp gemm;
     bool sumA = false;
     for (MatMulOp mm : matmuls) {
       if (!mm || mm.getBias() || shapeOf(mm.getA()).size() != 2 ||
           shapeOf(mm.getB()).size() != 2 || !samePhase(mm, sum))
         continue;
-      if (!mm.getTransposeB() && shapeOf(mm.getB()) == ArrayRef<int64_t>{k, n} &&
-          holdsValuesOf(mm.getB(), dy)) {
+      if (!mm.getTransposeB() &&
+          shapeOf(mm.getB()) == ArrayRef<int64_t>{k, n} &&
+          holdsValuesOf(mm.getB(), values)) {
         gemm = mm;
         sumA = false;
         break;
       }
       if (mm.getTransposeA() && shapeOf(mm.getA()) == ArrayRef<int64_t>{k, n} &&
-          holdsValuesOf(mm.getA(), dy)) {
+          holdsValuesOf(mm.getA(), values)) {
         gemm = mm;
         sumA = true;
         break;

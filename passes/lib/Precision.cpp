@@ -102,7 +102,7 @@ private:
 bool isLinearOutput(Value v, Type low) {
   auto gemm = [&](Value x) {
     Operation *def = x.getDefiningOp();
-    return def && isa<GemmOp, MatMulOp>(def) &&
+    return def && isa<MatMulOp>(def) &&
            getElementTypeOrSelf(def->getOperand(0)) == low;
   };
   if (gemm(v))
@@ -307,8 +307,7 @@ void PrecisionPass::convertOperands(func::FuncOp func, Type low) {
   };
   func.walk([&](Operation *op) {
     // Operands 0 and 1 are the multiplied tensors of each of these ops.
-    if (isa<GemmOp, MatMulOp, ConvOp, ConvBackwardDataOp, ConvBackwardFilterOp>(
-            op)) {
+    if (isa<MatMulOp, ConvOp, ConvBackwardDataOp, ConvBackwardFilterOp>(op)) {
       narrow(op, op->getOpOperand(0));
       narrow(op, op->getOpOperand(1));
       if (nativeGemm)
@@ -339,7 +338,7 @@ void PrecisionPass::roundLogits(func::FuncOp func, Type low) {
     while (auto reshape = source.getDefiningOp<ReshapeOp>())
       source = reshape.getInput();
     Operation *producer = source.getDefiningOp();
-    if (!producer || !isa<GemmOp, MatMulOp>(producer) ||
+    if (!producer || !isa<MatMulOp>(producer) ||
         getElementTypeOrSelf(producer->getOperand(0)) != low)
       return;
     auto type = cast<RankedTensorType>(logits.getType());

@@ -17,8 +17,8 @@
 // The seed is the scale: the loss's gradient rule reads it.
 // CHECK-NOT: mtc.constant {mtc.backward} dense<1.000000e+00> : tensor<f32>
 // CHECK: mtc.softmax_cross_entropy_grad %[[S]], %{{.+}}, %{{.+}}
-// CHECK: %[[G2:.+]] = mtc.gemm {{.+}}mtc.backward, transA = true{{.+}} -> tensor<3x8xf32>
-// CHECK: %[[G1:.+]] = mtc.gemm {{.+}}mtc.backward, transA = true{{.+}} -> tensor<8x4xf32>
+// CHECK: %[[G2:.+]] = mtc.matmul {{.+}}mtc.backward, transpose_a = true{{.+}} -> tensor<3x8xf32>
+// CHECK: %[[G1:.+]] = mtc.matmul {{.+}}mtc.backward, transpose_a = true{{.+}} -> tensor<8x4xf32>
 // CHECK-NOT: adamw_update
 // CHECK: %[[ST:.+]] = mtc.grad_check %[[S]], %[[G1]], %[[G2]] {mtc.backward} : tensor<f32>, tensor<8x4xf32>, tensor<3x8xf32>
 // CHECK-NEXT: mtc.adamw_update %[[W1]], %[[G1]], %{{.+}}, %{{.+}} status %[[ST]]
@@ -45,9 +45,9 @@ func.func @forward(%x: tensor<2x4xf32> {mtc.name = "x", mtc.role = "input"},
                    %w1: tensor<8x4xf32> {mtc.name = "w1", mtc.role = "param"},
                    %w2: tensor<3x8xf32> {mtc.name = "w2", mtc.role = "param"})
     -> (tensor<f32> {mtc.name = "loss"}) {
-  %h = mtc.gemm %x, %w1 {transB = true} : (tensor<2x4xf32>, tensor<8x4xf32>) -> tensor<2x8xf32>
+  %h = mtc.matmul %x, %w1 {transpose_b = true} : (tensor<2x4xf32>, tensor<8x4xf32>) -> tensor<2x8xf32>
   %r = mtc.relu %h : tensor<2x8xf32>
-  %y = mtc.gemm %r, %w2 {transB = true} : (tensor<2x8xf32>, tensor<3x8xf32>) -> tensor<2x3xf32>
+  %y = mtc.matmul %r, %w2 {transpose_b = true} : (tensor<2x8xf32>, tensor<3x8xf32>) -> tensor<2x3xf32>
   %l, %lp = mtc.softmax_cross_entropy %y, %t : (tensor<2x3xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x3xf32>)
   return %l : tensor<f32>
 }

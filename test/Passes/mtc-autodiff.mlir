@@ -10,7 +10,8 @@
 // CHECK-SAME: %[[B:[^:]+]]: tensor<5xf32> {mtc.name = "fc.bias", mtc.role = "param"}
 // CHECK-SAME: %[[R:[^:]+]]: tensor<5xf32> {mtc.name = "running", mtc.role = "buffer"}
 // CHECK-SAME: -> (tensor<f32> {mtc.name = "loss", mtc.role = "loss"}, tensor<5x3xf32> {mtc.name = "fc.weight.grad", mtc.owner = 2 : i64, mtc.role = "grad"}, tensor<5xf32> {mtc.name = "fc.bias.grad", mtc.owner = 3 : i64, mtc.role = "grad"})
-// CHECK: %[[Y:.+]] = mtc.gemm %[[X]], %[[W]], %[[B]] {transB = true}
+// CHECK: %[[P:.+]] = mtc.matmul %[[X]], %[[W]] {transpose_b = true}
+// CHECK: %[[Y:.+]] = mtc.add %[[P]], %[[B]]
 // CHECK: %[[H:.+]] = mtc.tanh %[[Y]]
 // CHECK: %[[LOSS:.+]], %[[LOGP:.+]] = mtc.softmax_cross_entropy %[[H]], %[[T]]
 // CHECK: %[[ONE:.+]] = mtc.constant {mtc.backward} dense<1.000000e+00> : tensor<f32>
@@ -18,11 +19,12 @@
 // CHECK: %[[SQ:.+]] = mtc.mul %[[H]], %[[H]] {mtc.backward}
 // CHECK: %[[ONEMINUS:.+]] = mtc.sub %{{.+}}, %[[SQ]] {mtc.backward}
 // CHECK: %[[DY:.+]] = mtc.mul %[[DH]], %[[ONEMINUS]] {mtc.backward}
-// The weight is used transposed, so its gradient is dY^T X.
-// CHECK: %[[DW:.+]] = mtc.gemm %[[DY]], %[[X]] {mtc.backward, transA = true}
 // CHECK: %[[DBSUM:.+]] = mtc.reduce_sum %[[DY]] {axes = array<i64: 0>
 // CHECK: %[[DB:.+]] = mtc.reshape %[[DBSUM]] {mtc.backward} : (tensor<1x5xf32>) -> tensor<5xf32>
-// CHECK-NOT: mtc.gemm %[[DY]], %[[W]]
+// The weight is used transposed, so its gradient is dY^T X.
+// CHECK-NOT: mtc.matmul %[[DY]], %[[W]]
+// CHECK: %[[DW:.+]] = mtc.matmul %[[DY]], %[[X]] {mtc.backward, transpose_a = true}
+// CHECK-NOT: mtc.matmul %[[DY]], %[[W]]
 // CHECK: return %[[LOSS]], %[[DW]], %[[DB]]
 func.func @forward(%x: tensor<4x3xf32> {mtc.name = "input", mtc.role = "input"},
                    %t: tensor<4xi64> {mtc.name = "target", mtc.role = "input"},
@@ -30,7 +32,8 @@ func.func @forward(%x: tensor<4x3xf32> {mtc.name = "input", mtc.role = "input"},
                    %b: tensor<5xf32> {mtc.name = "fc.bias", mtc.role = "param"},
                    %r: tensor<5xf32> {mtc.name = "running", mtc.role = "param"})
     -> (tensor<f32> {mtc.name = "loss"}, tensor<5xf32> {mtc.name = "stat"}) {
-  %0 = mtc.gemm %x, %w, %b {transB = true} : (tensor<4x3xf32>, tensor<5x3xf32>, tensor<5xf32>) -> tensor<4x5xf32>
+  %mm0 = mtc.matmul %x, %w {transpose_b = true} : (tensor<4x3xf32>, tensor<5x3xf32>) -> tensor<4x5xf32>
+  %0 = mtc.add %mm0, %b : (tensor<4x5xf32>, tensor<5xf32>) -> tensor<4x5xf32>
   %1 = mtc.tanh %0 : tensor<4x5xf32>
   %l, %p = mtc.softmax_cross_entropy %1, %t : (tensor<4x5xf32>, tensor<4xi64>) -> (tensor<f32>, tensor<4x5xf32>)
   %s = mtc.add %r, %r : (tensor<5xf32>, tensor<5xf32>) -> tensor<5xf32>

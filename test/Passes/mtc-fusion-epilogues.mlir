@@ -78,6 +78,26 @@ func.func @train_step(%dy: tensor<8x16xf32> {mtc.role = "input"}, %x: tensor<8x8
 
 // -----
 
+// The sum reads one reshape of a 3-D dY and the GEMM the 16-bit copy of
+// another (Hugging Face's Conv1D, an ONNX Gemm on the flattened rows): both
+// keep dY's elements in order, so the GEMM's B is the summed rows.
+// CHECK-LABEL: func.func @train_step
+// CHECK-NOT: mtc.reduce_sum
+// CHECK: %[[V:.+]] = mtc.reshape %{{.+}} {mtc.backward} : (tensor<2x4x16xbf16>) -> tensor<8x16xbf16>
+// CHECK: %[[DW:.+]], %[[DB:.+]] = mtc.matmul_bias_grad %{{.+}}, %[[V]] {mtc.backward, transpose_a = true} : (tensor<8x8xbf16>, tensor<8x16xbf16>) -> (tensor<8x16xf32>, tensor<16xf32>)
+// CHECK-NEXT: %[[R:.+]] = mtc.reshape %[[DB]] {mtc.backward} : (tensor<16xf32>) -> tensor<1x16xf32>
+// CHECK: return %[[R]], %[[DW]]
+func.func @train_step(%dy: tensor<2x4x16xf32> {mtc.role = "input"}, %x: tensor<8x8xbf16> {mtc.role = "input"}) -> (tensor<1x16xf32>, tensor<8x16xf32>) {
+  %r = mtc.reshape %dy {mtc.backward} : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+  %c = mtc.convert %dy {mtc.backward} : tensor<2x4x16xf32> to tensor<2x4x16xbf16>
+  %v = mtc.reshape %c {mtc.backward} : (tensor<2x4x16xbf16>) -> tensor<8x16xbf16>
+  %dw = mtc.matmul %x, %v {mtc.backward, transpose_a = true} : (tensor<8x8xbf16>, tensor<8x16xbf16>) -> tensor<8x16xf32>
+  %s = mtc.reduce_sum %r {axes = array<i64: 0>, mtc.backward} : (tensor<8x16xf32>) -> tensor<1x16xf32>
+  return %s, %dw : tensor<1x16xf32>, tensor<8x16xf32>
+}
+
+// -----
+
 // Sums over other axes, or of a tensor the GEMM does not read, stay.
 // CHECK-LABEL: func.func @train_step
 // CHECK-NOT: mtc.matmul_bias_grad

@@ -6,7 +6,7 @@
 // which the copy now stands for).
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: %[[WH:[^:]+]]: tensor<5x3xbf16> {mtc.name = "w.bf16", mtc.owner = 1 : i64, mtc.role = "param_copy"}
-// CHECK: mtc.gemm %{{.+}}, %[[WH]] {mtc.backward}
+// CHECK: mtc.matmul %{{.+}}, %[[WH]] {mtc.backward}
 // CHECK-NEXT: mtc.adamw_update {{.*}} copy %[[WH]]
 // CHECK-NEXT: return
 func.func @train_step(%x: tensor<4x3xf32> {mtc.name = "x", mtc.role = "input"},
@@ -17,8 +17,8 @@ func.func @train_step(%x: tensor<4x3xf32> {mtc.name = "x", mtc.role = "input"},
     -> (tensor<4x3xf32>, tensor<5x3xf32> {mtc.role = "update", mtc.tied = 1 : i64},
         tensor<5x3xf32> {mtc.role = "update", mtc.tied = 3 : i64},
         tensor<5x3xf32> {mtc.role = "update", mtc.tied = 4 : i64}) {
-  %dw = mtc.gemm %dy, %x {mtc.backward, transA = true} : (tensor<4x5xf32>, tensor<4x3xf32>) -> tensor<5x3xf32>
+  %dw = mtc.matmul %dy, %x {mtc.backward, transpose_a = true} : (tensor<4x5xf32>, tensor<4x3xf32>) -> tensor<5x3xf32>
   %p, %m1, %v1 = mtc.adamw_update %w, %dw, %m, %v {beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-02 : f64, mtc.optimizer} : tensor<5x3xf32>
-  %dx = mtc.gemm %dy, %w {mtc.backward} : (tensor<4x5xf32>, tensor<5x3xf32>) -> tensor<4x3xf32>
+  %dx = mtc.matmul %dy, %w {mtc.backward} : (tensor<4x5xf32>, tensor<5x3xf32>) -> tensor<4x3xf32>
   return %dx, %p, %m1, %v1 : tensor<4x3xf32>, tensor<5x3xf32>, tensor<5x3xf32>, tensor<5x3xf32>
 }

@@ -17,9 +17,9 @@
 // CHECK-SAME: tensor<5x3xbf16> {mtc.role = "update", mtc.tied = [[#W1ARG:]] : i64}
 // CHECK-NOT: mtc.convert %[[W1]]
 // CHECK-NOT: mtc.convert %[[W2]]
-// CHECK: mtc.gemm %{{.+}}, %[[W1H]], %{{.+}} {transB = true}
-// CHECK: mtc.gemm %{{.+}}, %[[W2H]], %{{.+}} {transB = true}
-// CHECK: mtc.gemm %{{.+}}, %[[W2H]] {mtc.backward}
+// CHECK: mtc.matmul %{{.+}}, %[[W1H]] {transpose_b = true}
+// CHECK: mtc.matmul %{{.+}}, %[[W2H]] {transpose_b = true}
+// CHECK: mtc.matmul %{{.+}}, %[[W2H]] {mtc.backward}
 // CHECK: %{{.+}}, %{{.+}}, %{{.+}}, %[[NEW2:.+]] = mtc.adamw_update %[[W2]], %{{.+}}, %{{.+}}, %{{.+}} copy %[[W2H]] {{{.*}}} : tensor<2x5xf32>, tensor<2x5xbf16> -> tensor<2x5xbf16>
 // CHECK: %{{.+}}, %{{.+}}, %{{.+}}, %[[NEW1:.+]] = mtc.adamw_update %[[W1]], %{{.+}}, %{{.+}}, %{{.+}} copy %[[W1H]] {{{.*}}} : tensor<5x3xf32>, tensor<5x3xbf16> -> tensor<5x3xbf16>
 // CHECK: return {{.*}}, %[[NEW1]], %[[NEW2]] :
@@ -28,7 +28,7 @@
 // FROZEN-LABEL: func.func @train_step
 // FROZEN-SAME: %[[W1H:[^:]+]]: tensor<5x3xbf16> {mtc.name = "fc1.weight.bf16", mtc.owner = 2 : i64, mtc.role = "param_copy"}
 // FROZEN-NOT: mtc.convert %arg2
-// FROZEN: mtc.gemm %{{.+}}, %[[W1H]], %{{.+}} {transB = true}
+// FROZEN: mtc.matmul %{{.+}}, %[[W1H]] {transpose_b = true}
 // FROZEN-NOT: {mtc.role = "update"
 
 // SGD cannot write a copy: the weights are converted as before.
@@ -46,9 +46,11 @@ func.func @forward(%x: tensor<4x3xf32> {mtc.name = "input", mtc.role = "input"},
                    %w2: tensor<2x5xf32> {mtc.name = "fc2.weight", mtc.role = "param"},
                    %b2: tensor<2xf32> {mtc.name = "fc2.bias", mtc.role = "param"})
     -> (tensor<f32> {mtc.name = "loss"}) {
-  %0 = mtc.gemm %x, %w1, %b1 {transB = true} : (tensor<4x3xf32>, tensor<5x3xf32>, tensor<5xf32>) -> tensor<4x5xf32>
+  %mm0 = mtc.matmul %x, %w1 {transpose_b = true} : (tensor<4x3xf32>, tensor<5x3xf32>) -> tensor<4x5xf32>
+  %0 = mtc.add %mm0, %b1 : (tensor<4x5xf32>, tensor<5xf32>) -> tensor<4x5xf32>
   %1 = mtc.tanh %0 : tensor<4x5xf32>
-  %2 = mtc.gemm %1, %w2, %b2 {transB = true} : (tensor<4x5xf32>, tensor<2x5xf32>, tensor<2xf32>) -> tensor<4x2xf32>
+  %mm2 = mtc.matmul %1, %w2 {transpose_b = true} : (tensor<4x5xf32>, tensor<2x5xf32>) -> tensor<4x2xf32>
+  %2 = mtc.add %mm2, %b2 : (tensor<4x2xf32>, tensor<2xf32>) -> tensor<4x2xf32>
   %l, %p = mtc.softmax_cross_entropy %2, %t : (tensor<4x2xf32>, tensor<4xi64>) -> (tensor<f32>, tensor<4x2xf32>)
   return %l : tensor<f32>
 }

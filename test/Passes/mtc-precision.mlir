@@ -12,10 +12,14 @@
 // CHECK-SAME: %[[B:[^:]+]]: tensor<5xf32>
 // CHECK: %[[XH:.+]] = mtc.convert %[[X]] : tensor<4x3xf32> to tensor<4x3xbf16>
 // CHECK-NEXT: %[[WH:.+]] = mtc.convert %[[W]] : tensor<5x3xf32> to tensor<5x3xbf16>
-// CHECK-NEXT: %[[Y:.+]] = mtc.gemm %[[XH]], %[[WH]], %[[B]] {transB = true} : (tensor<4x3xbf16>, tensor<5x3xbf16>, tensor<5xf32>) -> tensor<4x5xf32>
-// CHECK: %[[H:.+]] = mtc.tanh %[[Y]] : tensor<4x5xf32>
+// CHECK-NEXT: %[[P:.+]] = mtc.matmul %[[XH]], %[[WH]] {transpose_b = true} : (tensor<4x3xbf16>, tensor<5x3xbf16>) -> tensor<4x5xf32>
+// CHECK-NEXT: %[[Y:.+]] = mtc.add %[[P]], %[[B]] : (tensor<4x5xf32>, tensor<5xf32>) -> tensor<4x5xf32>
+// The linear layer's output is rounded as autocast stores it.
+// CHECK-NEXT: %[[YH:.+]] = mtc.convert %[[Y]] : tensor<4x5xf32> to tensor<4x5xbf16>
+// CHECK-NEXT: %[[YR:.+]] = mtc.convert %[[YH]] : tensor<4x5xbf16> to tensor<4x5xf32>
+// CHECK: %[[H:.+]] = mtc.tanh %[[YR]] : tensor<4x5xf32>
 // CHECK: %[[DYH:.+]] = mtc.convert %{{.+}} {mtc.backward} : tensor<4x5xf32> to tensor<4x5xbf16>
-// CHECK-NEXT: %[[DW:.+]] = mtc.gemm %[[DYH]], %[[XH]] {mtc.backward, transA = true} : (tensor<4x5xbf16>, tensor<4x3xbf16>) -> tensor<5x3xf32>
+// CHECK-NEXT: %[[DW:.+]] = mtc.matmul %[[DYH]], %[[XH]] {mtc.backward, transpose_a = true} : (tensor<4x5xbf16>, tensor<4x3xbf16>) -> tensor<5x3xf32>
 // CHECK-NOT: mtc.convert %[[W]]
 // CHECK-NOT: mtc.convert %[[X]]
 // CHECK: return
@@ -26,7 +30,8 @@ func.func @forward(%x: tensor<4x3xf32> {mtc.name = "input", mtc.role = "input"},
                    %w: tensor<5x3xf32> {mtc.name = "fc.weight", mtc.role = "param"},
                    %b: tensor<5xf32> {mtc.name = "fc.bias", mtc.role = "param"})
     -> (tensor<f32> {mtc.name = "loss"}) {
-  %0 = mtc.gemm %x, %w, %b {transB = true} : (tensor<4x3xf32>, tensor<5x3xf32>, tensor<5xf32>) -> tensor<4x5xf32>
+  %mm0 = mtc.matmul %x, %w {transpose_b = true} : (tensor<4x3xf32>, tensor<5x3xf32>) -> tensor<4x5xf32>
+  %0 = mtc.add %mm0, %b : (tensor<4x5xf32>, tensor<5xf32>) -> tensor<4x5xf32>
   %1 = mtc.tanh %0 : tensor<4x5xf32>
   %l, %p = mtc.softmax_cross_entropy %1, %t : (tensor<4x5xf32>, tensor<4xi64>) -> (tensor<f32>, tensor<4x5xf32>)
   return %l : tensor<f32>

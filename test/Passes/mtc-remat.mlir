@@ -10,7 +10,7 @@
 
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: mtc.recompute_flops = 16 : i64, mtc.remat_peak = 384 : i64
-// CHECK: %[[A0:.+]] = mtc.gemm
+// CHECK: %[[A0:.+]] = mtc.matmul
 // CHECK: %[[A1:.+]] = mtc.relu %[[X:[^ ]+]] :
 // CHECK: mtc.add %[[A0]], %[[A1]]
 // CHECK: %[[T2:.+]] = mtc.mul %{{.+}}, %{{.+}} {mtc.backward} : (tensor<4x4xf32>, tensor<f32>)
@@ -26,7 +26,7 @@
 
 func.func @train_step(%x: tensor<4x4xf32> {mtc.name = "x", mtc.role = "input"}, %w: tensor<4x4xf32> {mtc.name = "w", mtc.role = "param"})
     -> (tensor<f32> {mtc.role = "loss"}, tensor<4x4xf32> {mtc.role = "grad", mtc.owner = 1 : i64}) {
-  %a0 = mtc.gemm %x, %w : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %a0 = mtc.matmul %x, %w : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   %a1 = mtc.relu %x : tensor<4x4xf32>
   %s = mtc.add %a0, %a1 : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   %l = mtc.reduce_sum %s {axes = array<i64: 0, 1>, keepdims = false} : (tensor<4x4xf32>) -> tensor<f32>

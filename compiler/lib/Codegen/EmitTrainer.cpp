@@ -263,7 +263,6 @@ private:
   void emitFused(FusedOp op);
   void emitCall(const Twine &call) { s << "  " << call << ";\n"; }
 
-  void emitGemm(GemmOp op);
   void emitMatMul(MatMulOp op);
   void emitMatMulBiasGrad(MatMulBiasGradOp op);
   /// Where `v`'s elements are: in its own buffer, row-major, or, read
@@ -883,26 +882,6 @@ Emitter::GemmCall Emitter::gemmOperands(Operation *op, Value a, Value b) {
   return {"gemm", "", wa, wb};
 }
 
-void Emitter::emitGemm(GemmOp op) {
-  ArrayRef<int64_t> a = shapeOf(op.getA()), b = shapeOf(op.getB());
-  bool ta = op.getTransA(), tb = op.getTransB();
-  int64_t m = ta ? a[1] : a[0], kk = ta ? a[0] : a[1], n = tb ? b[0] : b[1];
-  float beta = 0.0f;
-  if (Value c = op.getC()) {
-    // Y starts as C broadcast to [M, N]; the GEMM accumulates onto it.
-    emitElementwise(op, "gemm_bias", c, op.getOutput(), "in0");
-    beta = op.getBeta().convertToFloat();
-  }
-  GemmCall g = gemmOperands(op, op.getA(), op.getB());
-  emitCall(llvm::formatv("{13}(ctx, {14}{0}, {1}, {2}, {3}, {4}, {5}, {6}, "
-                         "{7}, {8}, {9}, {10}, {11}, {12})",
-                         ta ? "true" : "false", tb ? "true" : "false", m, n, kk,
-                         floatLiteral(op.getAlpha().convertToFloat()), g.a,
-                         a[1], g.b, b[1], floatLiteral(beta),
-                         ptr(op.getOutput()), n, g.function, g.storage)
-               .str());
-}
-
 void Emitter::emitMatMul(MatMulOp op) {
   ArrayRef<int64_t> a = shapeOf(op.getA()), b = shapeOf(op.getB()),
                     y = shapeOf(op.getOutput());
@@ -1193,7 +1172,6 @@ void Emitter::emitOpBody(Operation *op) {
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](ConstantOp) { s << "  // (initialized at start-up)\n"; })
       .Case([&](FusedOp f) { emitFused(f); })
-      .Case([&](GemmOp g) { emitGemm(g); })
       .Case([&](MatMulOp m) { emitMatMul(m); })
       .Case([&](MatMulBiasGradOp m) { emitMatMulBiasGrad(m); })
       .Case([&](ConvOp c) {

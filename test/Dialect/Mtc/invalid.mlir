@@ -18,18 +18,10 @@ func.func @add_wrong_result(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
 
 // -----
 
-func.func @gemm_inner(%a: tensor<4x3xf32>, %b: tensor<5x4xf32>) {
-  // expected-error@+2 {{gemm inner dimensions differ: 3 vs 5}}
+func.func @matmul_inner(%a: tensor<4x3xf32>, %b: tensor<5x4xf32>) {
+  // expected-error@+2 {{matmul inner dimensions differ: 3 vs 5}}
   // expected-error@+1 {{failed to infer returned types}}
-  %0 = mtc.gemm %a, %b : (tensor<4x3xf32>, tensor<5x4xf32>) -> tensor<4x4xf32>
-  return
-}
-
-// -----
-
-func.func @gemm_bias(%a: tensor<4x3xf32>, %b: tensor<3x5xf32>, %c: tensor<4xf32>) {
-  // expected-error@+1 {{C does not broadcast to the result shape}}
-  %0 = mtc.gemm %a, %b, %c : (tensor<4x3xf32>, tensor<3x5xf32>, tensor<4xf32>) -> tensor<4x5xf32>
+  %0 = mtc.matmul %a, %b : (tensor<4x3xf32>, tensor<5x4xf32>) -> tensor<4x4xf32>
   return
 }
 
@@ -311,10 +303,10 @@ func.func @low_precision_compute(%x: tensor<4xbf16>) {
 
 // -----
 
-func.func @gemm_mixed_precision(%a: tensor<2x3xbf16>, %b: tensor<3x4xf32>) {
-  // expected-error@+2 {{gemm operands A and B are stored in different precisions}}
+func.func @matmul_mixed_precision(%a: tensor<2x3xbf16>, %b: tensor<3x4xf32>) {
+  // expected-error@+2 {{matmul operands are stored in different precisions}}
   // expected-error@+1 {{failed to infer returned types}}
-  %y = mtc.gemm %a, %b : (tensor<2x3xbf16>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  %y = mtc.matmul %a, %b : (tensor<2x3xbf16>, tensor<3x4xf32>) -> tensor<2x4xf32>
   return
 }
 

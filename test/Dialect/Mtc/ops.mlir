@@ -32,8 +32,8 @@ func.func @elementwise(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32
 
 // CHECK-LABEL: func @linalg
 func.func @linalg(%a: tensor<16x64xf32>, %w: tensor<128x64xf32>, %c: tensor<128xf32>, %x: tensor<2x3x4xf32>, %y: tensor<4x5xf32>) -> (tensor<16x128xf32>, tensor<2x3x5xf32>, tensor<2x4x5xf32>) {
-  // CHECK: mtc.gemm %{{.*}}, %{{.*}}, %{{.*}} {alpha = 5.000000e-01 : f32, transB = true}
-  %0 = mtc.gemm %a, %w, %c {transB = true, alpha = 0.5 : f32} : (tensor<16x64xf32>, tensor<128x64xf32>, tensor<128xf32>) -> tensor<16x128xf32>
+  // CHECK: mtc.matmul %{{.*}}, %{{.*}}, %{{.*}} {transpose_b = true}
+  %0 = mtc.matmul %a, %w, %c {transpose_b = true} : (tensor<16x64xf32>, tensor<128x64xf32>, tensor<128xf32>) -> tensor<16x128xf32>
   // CHECK: mtc.matmul %{{.*}}, %{{.*}} : (tensor<2x3x4xf32>, tensor<4x5xf32>) -> tensor<2x3x5xf32>
   %1 = mtc.matmul %x, %y : (tensor<2x3x4xf32>, tensor<4x5xf32>) -> tensor<2x3x5xf32>
   // CHECK: mtc.matmul {{.*}} {transpose_a = true}

@@ -26,16 +26,45 @@ LogicalResult importGemm(ImportContext &ctx) {
   if (shapeOf(*a).size() != 2 || shapeOf(*b).size() != 2)
     return ctx.fail("A and B must be 2-D");
   OpBuilder &bld = ctx.builder;
+  Location loc = ctx.loc();
   bool transA = ctx.intAttr("transA", 0), transB = ctx.intAttr("transB", 0);
   int64_t ka = shapeOf(*a)[transA ? 0 : 1], kb = shapeOf(*b)[transB ? 1 : 0];
   if (ka != kb)
     return ctx.fail("inner dimensions differ (" + Twine(ka) + " vs " +
                     Twine(kb) + ")");
-  auto op = bld.create<GemmOp>(ctx.loc(), *a, *b, c, bld.getBoolAttr(transA),
-                               bld.getBoolAttr(transB),
-                               bld.getF32FloatAttr(ctx.floatAttr("alpha", 1)),
-                               bld.getF32FloatAttr(ctx.floatAttr("beta", 1)));
-  ctx.bind(0, op);
+  // alpha * op(A) op(B) + beta * C as a matmul, a scale and an add: the
+  // fusion pass folds the usual form (alpha = beta = 1, a bias of N
+  // elements: a linear layer, Hugging Face's Conv1D) into the GEMM's bias
+  // epilogue and its gradient's sum into the weight-gradient GEMM, as for
+  // MatMul + Add, and the product may be stored in 16 bits.
+  Value y = bld.create<MatMulOp>(loc, *a, *b, Value(), bld.getBoolAttr(transA),
+                                 bld.getBoolAttr(transB));
+  auto scaled = [&](Value v, double factor) -> Value {
+    if (factor == 1.0)
+      return v;
+    Type elem = getElementTypeOrSelf(v.getType());
+    Value s = bld.create<ConstantOp>(
+        loc, DenseElementsAttr::get(
+                 RankedTensorType::get({}, elem),
+                 ArrayRef<Attribute>{bld.getFloatAttr(elem, factor)}));
+    return bld.create<MulOp>(loc, v, s);
+  };
+  y = scaled(y, ctx.floatAttr("alpha", 1));
+  double beta = ctx.floatAttr("beta", 1);
+  if (c && beta != 0.0) {
+    // A [1, N] bias is read as the [N] one it is (a view).
+    auto cType = cast<RankedTensorType>(c.getType());
+    if (cType.getRank() == 2 && cType.getDimSize(0) == 1)
+      c = bld.create<ReshapeOp>(
+          loc,
+          RankedTensorType::get({cType.getDimSize(1)}, cType.getElementType()),
+          c);
+    auto shape = broadcastShapes(shapeOf(c), shapeOf(y));
+    if (failed(shape) || ArrayRef<int64_t>(*shape) != shapeOf(y))
+      return ctx.fail("C does not broadcast to the product's shape");
+    y = bld.create<AddOp>(loc, y, scaled(c, beta));
+  }
+  ctx.bind(0, y);
   return success();
 }
 

@@ -98,13 +98,6 @@ int64_t GradCheckOp::getFlops() {
   return n;
 }
 
-int64_t GemmOp::getFlops() {
-  ArrayRef<int64_t> a = shapeOf(getA());
-  int64_t k = getTransA() ? a[0] : a[1];
-  int64_t mn = numel(getOutput());
-  return 2 * mn * k + (getC() ? 2 * mn : 0);
-}
-
 int64_t MatMulOp::getFlops() {
   ArrayRef<int64_t> a = shapeOf(getA());
   int64_t k = a[a.size() - (getTransposeA() ? 2 : 1)];
@@ -153,10 +146,6 @@ static int64_t widenedBytes(Operation *op, Value a, Value b) {
   if (!isStorage16(a) || op->hasAttr(attr::kNative16BitGemm))
     return 0;
   return 4 * (numel(a) + numel(b));
-}
-
-int64_t GemmOp::getWorkspaceBytes() {
-  return widenedBytes(*this, getA(), getB());
 }
 
 int64_t MatMulOp::getWorkspaceBytes() {

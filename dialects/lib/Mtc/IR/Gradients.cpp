@@ -160,32 +160,6 @@ LogicalResult DivOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-LogicalResult GemmOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
-                                    SmallVectorImpl<Value> &dx) {
-  Location loc = getLoc();
-  bool ta = getTransA(), tb = getTransB();
-  FloatAttr alpha = b.getF32FloatAttr(getAlpha().convertToFloat());
-  FloatAttr one = b.getF32FloatAttr(1.0f);
-  Value g = dy[0];
-  auto gemm = [&](Value x, Value y, bool tx, bool ty) -> Value {
-    return b.create<GemmOp>(loc, x, y, Value(), b.getBoolAttr(tx),
-                            b.getBoolAttr(ty), alpha, one);
-  };
-  // With op(A) = A^T when transA (same for B): dop(A) = alpha * dY op(B)^T
-  // and dop(B) = alpha * op(A)^T dY; a transposed operand takes the
-  // transposed product, which is again a single GEMM.
-  dx.push_back(ta ? gemm(getB(), g, tb, true) : gemm(g, getB(), false, !tb));
-  dx.push_back(tb ? gemm(g, getA(), true, ta) : gemm(getA(), g, !ta, false));
-  if (Value c = getC()) {
-    Value dc = reduceToShape(b, loc, g, c);
-    float beta = getBeta().convertToFloat();
-    if (beta != 1.0f)
-      dc = b.create<MulOp>(loc, dc, scalar(b, loc, beta));
-    dx.push_back(dc);
-  }
-  return success();
-}
-
 LogicalResult MatMulOp::buildGradient(OpBuilder &b, ArrayRef<Value> dy,
                                       SmallVectorImpl<Value> &dx) {
   Location loc = getLoc();

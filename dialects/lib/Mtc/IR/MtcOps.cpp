@@ -151,41 +151,6 @@ MTC_BINARY_INFER(DivOp)
 #undef MTC_BINARY_INFER
 
 //===----------------------------------------------------------------------===//
-// GemmOp
-//===----------------------------------------------------------------------===//
-
-LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
-                                       std::optional<Location> loc,
-                                       Adaptor adaptor,
-                                       SmallVectorImpl<Type> &types) {
-  ArrayRef<int64_t> a = shapeOf(adaptor.getA()), b = shapeOf(adaptor.getB());
-  if (a.size() != 2 || b.size() != 2)
-    return emitOptionalError(loc, "gemm operands must be 2-D");
-  bool transA = adaptor.getTransA(), transB = adaptor.getTransB();
-  int64_t m = transA ? a[1] : a[0], ka = transA ? a[0] : a[1];
-  int64_t kb = transB ? b[1] : b[0], n = transB ? b[0] : b[1];
-  if (ka != kb)
-    return emitOptionalError(loc, "gemm inner dimensions differ: " +
-                                      Twine(ka) + " vs " + Twine(kb));
-  if (elementOf(adaptor.getA()) != elementOf(adaptor.getB()))
-    return emitOptionalError(loc, "gemm operands A and B are stored in "
-                                  "different precisions");
-  // 16-bit operands multiply exactly and accumulate in float32.
-  types.push_back(
-      tensorOf({m, n}, Float32Type::get(adaptor.getA().getContext())));
-  return success();
-}
-
-LogicalResult GemmOp::verify() {
-  if (Value c = getC()) {
-    auto shape = broadcastShapes(shapeOf(c), shapeOf(getOutput()));
-    if (failed(shape) || ArrayRef<int64_t>(*shape) != shapeOf(getOutput()))
-      return emitOpError("C does not broadcast to the result shape");
-  }
-  return success();
-}
-
-//===----------------------------------------------------------------------===//
 // MatMulOp
 //===----------------------------------------------------------------------===//
 

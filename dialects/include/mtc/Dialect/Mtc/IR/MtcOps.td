@@ -240,33 +240,6 @@ def Mtc_ReluGradOp : Mtc_ComputeOp<"relu_grad", [SameOperandsAndResultType]> {
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def Mtc_GemmOp : Mtc_DiffOp<"gemm", [InferTypeOpAdaptor,
-    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
-  let summary = "General matrix multiply (ONNX Gemm)";
-  let description = [{
-    `Y = alpha * op(A) * op(B) + beta * C`, with `op` transposing when
-    `transA`/`transB` is set and `C` broadcast to `Y`'s shape. `C` is
-    optional.
-
-    Example:
-
-    ```mlir
-    %y = mtc.gemm %a, %b, %c {transB = true} : (tensor<16x64xf32>,
-           tensor<128x64xf32>, tensor<128xf32>) -> tensor<16x128xf32>
-    ```
-  }];
-  let arguments = (ins Mtc_StorageFloatTensor:$a, Mtc_StorageFloatTensor:$b,
-                   Optional<Mtc_FloatTensor>:$c,
-                   DefaultValuedAttr<BoolAttr, "false">:$transA,
-                   DefaultValuedAttr<BoolAttr, "false">:$transB,
-                   DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
-                   DefaultValuedAttr<F32Attr, "1.0f">:$beta);
-  let results = (outs Mtc_FloatTensor:$output);
-  let assemblyFormat = "$a `,` $b (`,` $c^)? attr-dict `:` "
-                       "functional-type(operands, results)";
-  let hasVerifier = 1;
-}
-
 def Mtc_MatMulOp : Mtc_DiffOp<"matmul", [InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
   let summary = "Batched matrix product with broadcasting (ONNX MatMul)";
