@@ -1189,6 +1189,16 @@ void FusionPass::formEpilogues(func::FuncOp func) {
     *llvm::find(matmuls, gemm) = MatMulOp();
     sum.erase();
     gemm.erase();
+    // The views only the sum read go too: the gradient's other readers may
+    // then be its narrowing alone, which its producer stores itself (see
+    // foldConversions).
+    for (Value v = dy; v.use_empty();) {
+      auto reshape = v.getDefiningOp<ReshapeOp>();
+      if (!reshape)
+        break;
+      v = reshape.getInput();
+      reshape.erase();
+    }
     ++numBiasGradEpilogues;
   }
 }

@@ -96,10 +96,19 @@ private:
                            bool onlyLeavingArena);
 };
 
+/// `v` through the reshapes that make it a view of another value.
+Value throughReshapes(Value v) {
+  while (auto reshape = v.getDefiningOp<ReshapeOp>())
+    v = reshape.getInput();
+  return v;
+}
+
 /// Whether `v` is a linear layer's output: a GEMM of `low` operands, or
 /// such a GEMM's one result plus a bias vector (which the fusion pass makes
-/// the GEMM's epilogue).
+/// the GEMM's epilogue), or a reshape of either (Hugging Face's Conv1D
+/// multiplies the flattened rows and reshapes the product back).
 bool isLinearOutput(Value v, Type low) {
+  v = throughReshapes(v);
   auto gemm = [&](Value x) {
     Operation *def = x.getDefiningOp();
     return def && isa<MatMulOp>(def) &&
@@ -415,9 +424,9 @@ void PrecisionPass::roundLinearOutputs(func::FuncOp func, Type low) {
     if (!type || !type.getElementType().isF32() || v.use_empty() ||
         !isLinearOutput(v, low))
       continue;
-    // A matmul by a weight, plus its bias.
-    Value product = v;
-    if (auto add = v.getDefiningOp<AddOp>())
+    // A matmul by a weight, plus its bias, or a view of that.
+    Value product = throughReshapes(v);
+    if (auto add = product.getDefiningOp<AddOp>())
       product = add.getLhs().getDefiningOp<MatMulOp>() ? add.getLhs()
                                                        : add.getRhs();
     if (!isWeightMatMul(product.getDefiningOp<MatMulOp>(), low))

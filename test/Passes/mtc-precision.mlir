@@ -433,3 +433,52 @@ func.func @forward(%x: tensor<2x3x16x16xf32> {mtc.name = "input", mtc.role = "in
   %l, %lp = mtc.softmax_cross_entropy %4, %t : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
   return %l : tensor<f32>
 }
+
+// -----
+
+// A linear layer's output reshaped after its bias (Hugging Face's Conv1D:
+// the GEMM of the flattened rows, reshaped back) that the backward pass
+// reads is rounded right after the reshape, and its forward reader reads the
+// rounded values, as the unreshaped output would be: the GEMM then stores
+// 16 bits only.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[Y:.+]] = mtc.add
+// CHECK-NEXT: %[[R:.+]] = mtc.reshape %[[Y]] : (tensor<128x64xf32>) -> tensor<2x64x64xf32>
+// CHECK-NEXT: %[[RH:.+]] = mtc.convert %[[R]] : tensor<2x64x64xf32> to tensor<2x64x64xbf16>
+// CHECK-NEXT: %[[RW:.+]] = mtc.convert %[[RH]] : tensor<2x64x64xbf16> to tensor<2x64x64xf32>
+// CHECK-NEXT: mtc.mul %[[RW]], %[[RW]]
+// CHECK: mtc.convert %[[RH]] {mtc.backward} : tensor<2x64x64xbf16> to tensor<2x64x64xf32>
+// CHECK-NOT: mtc.mul %[[R]]
+// CHECK: return
+func.func @forward(%x: tensor<128x32xf32> {mtc.name = "x", mtc.role = "input"},
+                   %w: tensor<32x64xf32> {mtc.name = "w", mtc.role = "param"},
+                   %b: tensor<64xf32> {mtc.name = "b", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %p = mtc.matmul %x, %w : (tensor<128x32xf32>, tensor<32x64xf32>) -> tensor<128x64xf32>
+  %y = mtc.add %p, %b : (tensor<128x64xf32>, tensor<64xf32>) -> tensor<128x64xf32>
+  %r = mtc.reshape %y : (tensor<128x64xf32>) -> tensor<2x64x64xf32>
+  %h = mtc.mul %r, %r : (tensor<2x64x64xf32>, tensor<2x64x64xf32>) -> tensor<2x64x64xf32>
+  %l = mtc.reduce_sum %h {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x64x64xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// The same output that only the forward pass reads (tanh's gradient reads
+// tanh's result) is rounded right after the reshape as well.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[R:.+]] = mtc.reshape %{{.+}} : (tensor<128x64xf32>) -> tensor<2x64x64xf32>
+// CHECK-NEXT: %[[RH:.+]] = mtc.convert %[[R]] : tensor<2x64x64xf32> to tensor<2x64x64xbf16>
+// CHECK-NEXT: %[[RW:.+]] = mtc.convert %[[RH]] : tensor<2x64x64xbf16> to tensor<2x64x64xf32>
+// CHECK-NEXT: mtc.tanh %[[RW]]
+func.func @forward(%x: tensor<128x32xf32> {mtc.name = "x", mtc.role = "input"},
+                   %w: tensor<32x64xf32> {mtc.name = "w", mtc.role = "param"},
+                   %b: tensor<64xf32> {mtc.name = "b", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %p = mtc.matmul %x, %w : (tensor<128x32xf32>, tensor<32x64xf32>) -> tensor<128x64xf32>
+  %y = mtc.add %p, %b : (tensor<128x64xf32>, tensor<64xf32>) -> tensor<128x64xf32>
+  %r = mtc.reshape %y : (tensor<128x64xf32>) -> tensor<2x64x64xf32>
+  %h = mtc.tanh %r : tensor<2x64x64xf32>
+  %l = mtc.reduce_sum %h {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x64x64xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
