@@ -332,23 +332,18 @@ void PrecisionPass::convertOperands(func::FuncOp func, Type low) {
   });
 }
 
-/// The logits of a softmax cross-entropy that a GEMM of 16-bit operands
-/// computes (through reshapes: a language model's head) are rounded to 16
-/// bits before the loss, which computes in float32 on their widening: what
-/// torch.autocast does (the linear layer's output is 16-bit, the loss
-/// upcasts it). The fusion pass then stores the GEMM's result in 16 bits
-/// and lets the loss read them as stored: the largest activation of a
-/// language model, [tokens, vocabulary], is written and read at half the
-/// bytes.
+/// The logits of a softmax cross-entropy that a linear layer of 16-bit
+/// operands computes (plus its bias, through reshapes: a language model's
+/// head, a classifier) are rounded to 16 bits before the loss, which
+/// computes in float32 on their widening: what torch.autocast does (the
+/// linear layer's output is 16-bit, the loss upcasts it). The fusion pass then
+/// stores the GEMM's result in 16 bits and lets the loss read them as stored:
+/// the largest activation of a language model, [tokens, vocabulary], is written
+/// and read at half the bytes.
 void PrecisionPass::roundLogits(func::FuncOp func, Type low) {
   func.walk([&](SoftmaxCrossEntropyOp loss) {
     Value logits = loss.getLogits();
-    Value source = logits;
-    while (auto reshape = source.getDefiningOp<ReshapeOp>())
-      source = reshape.getInput();
-    Operation *producer = source.getDefiningOp();
-    if (!producer || !isa<MatMulOp>(producer) ||
-        getElementTypeOrSelf(producer->getOperand(0)) != low)
+    if (!isLinearOutput(logits, low))
       return;
     auto type = cast<RankedTensorType>(logits.getType());
     OpBuilder b(loss);

@@ -174,6 +174,27 @@ func.func @forward(%x: tensor<2x3x4xf32> {mtc.name = "input", mtc.role = "input"
 
 // -----
 
+// A classifier's head with a bias: the logits (the GEMM plus the bias) are
+// rounded alike.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[P:.+]] = mtc.matmul {{.*}} -> tensor<6x7xf32>
+// CHECK-NEXT: %[[Y:.+]] = mtc.add %[[P]], %{{.+}} : (tensor<6x7xf32>, tensor<7xf32>) -> tensor<6x7xf32>
+// CHECK-NEXT: %[[N:.+]] = mtc.convert %[[Y]] : tensor<6x7xf32> to tensor<6x7xbf16>
+// CHECK-NEXT: %[[W:.+]] = mtc.convert %[[N]] : tensor<6x7xbf16> to tensor<6x7xf32>
+// CHECK-NEXT: mtc.softmax_cross_entropy %[[W]]
+func.func @forward(%x: tensor<6x4xf32> {mtc.name = "input", mtc.role = "input"},
+                   %t: tensor<6xi64> {mtc.name = "target", mtc.role = "input"},
+                   %w: tensor<7x4xf32> {mtc.name = "head.weight", mtc.role = "param"},
+                   %b: tensor<7xf32> {mtc.name = "head.bias", mtc.role = "param"})
+    -> (tensor<f32> {mtc.name = "loss"}) {
+  %0 = mtc.matmul %x, %w {transpose_b = true} : (tensor<6x4xf32>, tensor<7x4xf32>) -> tensor<6x7xf32>
+  %1 = mtc.add %0, %b : (tensor<6x7xf32>, tensor<7xf32>) -> tensor<6x7xf32>
+  %l, %p = mtc.softmax_cross_entropy %1, %t : (tensor<6x7xf32>, tensor<6xi64>) -> (tensor<f32>, tensor<6x7xf32>)
+  return %l : tensor<f32>
+}
+
+// -----
+
 // A linear layer's input gradient (a backward GEMM of the output gradient
 // and the weight's 16-bit copy) is rounded to bfloat16 right after the
 // GEMM, as autocast's matmul backward returns it, and widened right before

@@ -132,12 +132,13 @@ def same_tensors(a, b):
 
 
 def fp16_step_gradients(x, y, scale):
-    """PyTorch gradients of (loss * scale) / scale with float16 GEMMs: each
-    GEMM reads float16-rounded operands and accumulates in float32, the
-    gradient flowing into a GEMM is rounded to float16 before the backward
-    GEMMs read it, and the logits are rounded to float16 before the loss
-    (as torch.autocast stores a linear layer's output); everything else
-    runs in float32."""
+    """PyTorch gradients of (loss * scale) / scale with float16 linear
+    layers as torch.autocast runs them: each GEMM reads float16-rounded
+    operands and accumulates in float32, the layer's output (bias included)
+    is rounded to float16, the gradient flowing into it is rounded to
+    float16 before the backward GEMMs and the bias gradient's sum read it,
+    and the gradient of the layer's input comes out rounded to float16 (the
+    weight's stays float32); everything else runs in float32."""
     import torch
 
     class Round(torch.autograd.Function):
@@ -161,12 +162,13 @@ def fp16_step_gradients(x, y, scale):
     model, loss = build(1e-4)
 
     def linear(layer, a):
-        out = Round.apply(a) @ Round.apply(layer.weight).t()
-        return RoundGrad.apply(out) + layer.bias
+        a16 = Round.apply(RoundGrad.apply(a))
+        out = a16 @ Round.apply(layer.weight).t() + layer.bias
+        return Round.apply(RoundGrad.apply(out))
 
     h = torch.relu(linear(model[0], x))
     h = torch.tanh(linear(model[2], h))
-    (loss(Round.apply(linear(model[4], h)), y) * scale).backward()
+    (loss(linear(model[4], h), y) * scale).backward()
     return {"model." + n: p.grad.double().numpy() / scale
             for n, p in model.named_parameters()}
 
