@@ -42,12 +42,16 @@
 #include "mlir/IR/Dominance.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/IR/TypeUtilities.h"
 #include "mlir/Transforms/CSE.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <array>
+#include <cmath>
 #include <functional>
+#include <map>
 
 namespace mtc {
 #define GEN_PASS_DEF_FUSIONPASS
@@ -123,6 +127,9 @@ private:
   /// Folds a linear layer's bias add into its GEMM, and the sum of its
   /// bias gradient into its weight-gradient GEMM (see formEpilogues).
   void formEpilogues(func::FuncOp func);
+  /// Folds the fused kernels computing GELU and its gradient into the
+  /// GEMMs computing their inputs (see formGeluEpilogues).
+  void formGeluEpilogues(func::FuncOp func);
   /// Folds the 16-bit conversions of a layer norm's, transpose's,
   /// concat's or attention's result into the op, widenings of a 16-bit
   /// value into the layer norm or attention backward reading it, and the
@@ -253,6 +260,7 @@ void FusionPass::fuse(func::FuncOp func) {
   for (ArrayRef<Operation *> group : runs)
     build(group);
   recomputeSaved(func);
+  formGeluEpilogues(func);
   foldNormResiduals(func);
   groupUpdates(func);
   markRowEpilogues(func);
@@ -1200,6 +1208,363 @@ void FusionPass::formEpilogues(func::FuncOp func) {
       reshape.erase();
     }
     ++numBiasGradEpilogues;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// GELU epilogues
+//===----------------------------------------------------------------------===//
+//
+// GELU's tanh form, 0.5 x (1 + tanh(c1 x + c3 x^3)) with c1 = sqrt(2/pi)
+// and c3 = 0.044715 c1, reaches the fusion pass in as many spellings as
+// there are models (the factors in any order, x^3 as a product, its
+// derivative as autodiff's chain of products). A fused kernel's body is
+// read as a polynomial in x (the GEMM's result), g (the incoming gradient)
+// and t = tanh(c1 x + c3 x^3); the kernel is GELU when the polynomial is
+// 0.5 x + 0.5 x t, and GELU's gradient when it is g times
+//   0.5 + 0.5 t + 0.5 c1 x + 1.5 c3 x^3 - 0.5 c1 x t^2 - 1.5 c3 x^3 t^2.
+// cuBLASLt computes both as the GEMM writes its result (its GELU_AUX and
+// DGELU epilogues), so GELU's input and output are written once and its
+// gradient is never stored before the multiply.
+
+namespace {
+
+/// Exponents of x, g and t.
+using Monomial = std::array<int, 3>;
+using Polynomial = std::map<Monomial, double>;
+
+/// Terms a body may build up before it is no GELU of interest.
+constexpr size_t kMaxTerms = 32;
+
+Polynomial polyConstant(double c) { return {{Monomial{0, 0, 0}, c}}; }
+
+Polynomial polyAdd(const Polynomial &a, const Polynomial &b, double sign) {
+  Polynomial r = a;
+  for (auto [m, c] : b)
+    r[m] += sign * c;
+  return r;
+}
+
+Polynomial polyMul(const Polynomial &a, const Polynomial &b) {
+  Polynomial r;
+  for (auto [ma, ca] : a)
+    for (auto [mb, cb] : b)
+      r[{ma[0] + mb[0], ma[1] + mb[1], ma[2] + mb[2]}] += ca * cb;
+  return r;
+}
+
+/// Whether a and b agree to float32's precision, coefficient by
+/// coefficient (the model's constants are float32).
+bool polyEqual(const Polynomial &a, const Polynomial &b) {
+  Polynomial d = polyAdd(a, b, -1.0);
+  for (auto [m, c] : d) {
+    double scale = std::max(std::abs(a.count(m) ? a.at(m) : 0.0),
+                            std::abs(b.count(m) ? b.at(m) : 0.0));
+    if (std::abs(c) > 1e-5 * scale + 1e-12)
+      return false;
+  }
+  return true;
+}
+
+/// Reads the values of a fused kernel's body as polynomials (see above).
+class GeluReader {
+public:
+  GeluReader(FusedOp fused, int xArg, int gArg)
+      : fused(fused), xArg(xArg), gArg(gArg) {}
+
+  std::optional<Polynomial> read(Value v) {
+    auto it = memo.find(v);
+    if (it != memo.end())
+      return it->second;
+    std::optional<Polynomial> p = compute(v);
+    if (p && p->size() > kMaxTerms)
+      p.reset();
+    memo[v] = p;
+    return p;
+  }
+
+  /// c1 and c3 of the tanh read, if any.
+  double c1 = 0.0, c3 = 0.0;
+
+private:
+  std::optional<Polynomial> compute(Value v) {
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      int i = arg.getArgNumber();
+      if (i == xArg)
+        return Polynomial{{Monomial{1, 0, 0}, 1.0}};
+      if (i == gArg)
+        return Polynomial{{Monomial{0, 1, 0}, 1.0}};
+      auto constant = fused.getInputs()[i].getDefiningOp<ConstantOp>();
+      auto dense =
+          constant ? dyn_cast<DenseElementsAttr>(constant.getValue()) : nullptr;
+      if (!dense || !dense.isSplat() || !dense.getElementType().isF32() ||
+          cast<ShapedType>(dense.getType()).getNumElements() != 1)
+        return std::nullopt;
+      return polyConstant(dense.getSplatValue<APFloat>().convertToDouble());
+    }
+    Operation *op = v.getDefiningOp();
+    auto binary =
+        [&](Value lhs,
+            Value rhs) -> std::optional<std::pair<Polynomial, Polynomial>> {
+      std::optional<Polynomial> a = read(lhs), b = read(rhs);
+      if (!a || !b)
+        return std::nullopt;
+      return std::pair(*a, *b);
+    };
+    if (auto add = dyn_cast<AddOp>(op)) {
+      if (auto ab = binary(add.getLhs(), add.getRhs()))
+        return polyAdd(ab->first, ab->second, 1.0);
+      return std::nullopt;
+    }
+    if (auto sub = dyn_cast<SubOp>(op)) {
+      if (auto ab = binary(sub.getLhs(), sub.getRhs()))
+        return polyAdd(ab->first, ab->second, -1.0);
+      return std::nullopt;
+    }
+    if (auto mul = dyn_cast<MulOp>(op)) {
+      if (auto ab = binary(mul.getLhs(), mul.getRhs()))
+        return polyMul(ab->first, ab->second);
+      return std::nullopt;
+    }
+    if (auto div = dyn_cast<DivOp>(op)) {
+      auto ab = binary(div.getLhs(), div.getRhs());
+      if (!ab || ab->second.size() != 1 ||
+          ab->second.begin()->first != Monomial{0, 0, 0} ||
+          ab->second.begin()->second == 0.0)
+        return std::nullopt;
+      return polyMul(ab->first, polyConstant(1.0 / ab->second.begin()->second));
+    }
+    if (auto neg = dyn_cast<NegOp>(op)) {
+      if (std::optional<Polynomial> a = read(neg.getInput()))
+        return polyMul(*a, polyConstant(-1.0));
+      return std::nullopt;
+    }
+    // Widening a 16-bit value is exact. A narrowing in the middle is
+    // autocast rounding each op of a GELU written out op by op (Hugging
+    // Face's gelu_new under bf16): the epilogue computes GELU in float32
+    // throughout and rounds once, as PyTorch's own GELU kernel does.
+    if (auto convert = dyn_cast<ConvertOp>(op))
+      return read(convert.getInput());
+    if (auto tanh = dyn_cast<TanhOp>(op)) {
+      std::optional<Polynomial> u = read(tanh.getInput());
+      if (!u || u->size() != 2 || !u->count({1, 0, 0}) || !u->count({3, 0, 0}))
+        return std::nullopt;
+      double a = u->at({1, 0, 0}), b = u->at({3, 0, 0});
+      // sqrt(2/pi) and 0.044715 as float32 constants give them.
+      if (std::abs(a / 0.7978845608028654 - 1.0) > 1e-5 ||
+          std::abs(b / a / 0.044715 - 1.0) > 1e-5)
+        return std::nullopt;
+      if (c1 != 0.0 && (a != c1 || b != c3))
+        return std::nullopt;
+      c1 = a;
+      c3 = b;
+      return Polynomial{{Monomial{0, 0, 1}, 1.0}};
+    }
+    return std::nullopt;
+  }
+
+  FusedOp fused;
+  int xArg, gArg;
+  llvm::DenseMap<Value, std::optional<Polynomial>> memo;
+};
+
+/// The value a fused kernel yields, without the narrowing to its result's
+/// type that the epilogue does as it stores.
+Value yieldedValue(FusedOp fused) {
+  if (fused.getNumResults() != 1)
+    return nullptr;
+  auto yield = cast<YieldOp>(fused.getBody().front().getTerminator());
+  Value v = yield.getOperand(0);
+  if (auto convert = v.getDefiningOp<ConvertOp>();
+      convert && getElementTypeOrSelf(convert.getInput().getType()).isF32())
+    v = convert.getInput();
+  return v;
+}
+
+/// `v` without the reshapes (views) that produce it.
+Value throughReshapes(Value v) {
+  while (auto reshape = v.getDefiningOp<ReshapeOp>())
+    v = reshape.getInput();
+  return v;
+}
+
+/// A GEMM an epilogue can join: rows of `a` times a 2-D weight, as stored
+/// (`element`), float32 sums.
+bool geluGemm(MatMulOp mm, Type element) {
+  return mm && !mm.getTransposeA() && shapeOf(mm.getB()).size() == 2 &&
+         getElementTypeOrSelf(mm.getA().getType()) == element &&
+         getElementTypeOrSelf(mm.getB().getType()) == element &&
+         (getElementTypeOrSelf(mm.getType()).isF32() ||
+          getElementTypeOrSelf(mm.getType()) == element);
+}
+
+/// `v` as `type` (same elements): itself or a reshape placed before `at`.
+Value reshapedTo(OpBuilder &b, Value v, Type type, Operation *phase) {
+  if (v.getType() == type)
+    return v;
+  auto reshape = b.create<ReshapeOp>(v.getLoc(), type, v);
+  for (StringRef name : kPhaseAttrs)
+    if (Attribute value = phase->getAttr(name))
+      reshape->setAttr(name, value);
+  return reshape;
+}
+
+/// Whether `v`, and each view it is of, has one reader: a kernel reading
+/// it is the only one that reads what it is a view of.
+bool readOnlyHere(Value v) {
+  for (;;) {
+    if (!v.hasOneUse())
+      return false;
+    auto reshape = v.getDefiningOp<ReshapeOp>();
+    if (!reshape)
+      return true;
+    v = reshape.getInput();
+  }
+}
+
+/// Erases the producers of `values` that nothing reads any more (views,
+/// conversions and constants), and in turn those of what they read.
+void eraseDeadProducers(ArrayRef<Value> values) {
+  SmallVector<Operation *> work;
+  for (Value v : values)
+    if (Operation *def = v.getDefiningOp())
+      work.push_back(def);
+  llvm::DenseSet<Operation *> erased;
+  while (!work.empty()) {
+    Operation *op = work.pop_back_val();
+    if (erased.contains(op) || !isa<ReshapeOp, ConvertOp, ConstantOp>(op) ||
+        !op->use_empty())
+      continue;
+    Operation *input =
+        op->getNumOperands() ? op->getOperand(0).getDefiningOp() : nullptr;
+    erased.insert(op);
+    op->erase();
+    if (input)
+      work.push_back(input);
+  }
+}
+
+} // namespace
+
+void FusionPass::formGeluEpilogues(func::FuncOp func) {
+  SmallVector<FusedOp> kernels;
+  for (Operation &op : func.getBody().front())
+    if (auto fused = dyn_cast<FusedOp>(op))
+      kernels.push_back(fused);
+  Polynomial gelu = {{Monomial{1, 0, 0}, 0.5}, {Monomial{1, 0, 1}, 0.5}};
+  // Forward: GELU of a linear layer's result (or a view of it), every other
+  // input a constant.
+  for (FusedOp &fused : kernels) {
+    Value yielded = yieldedValue(fused);
+    if (!yielded)
+      continue;
+    Type element = getElementTypeOrSelf(fused.getResult(0).getType());
+    SmallVector<Value> inputs(fused.getInputs());
+    for (auto [i, input] : llvm::enumerate(inputs)) {
+      auto mm = throughReshapes(input).getDefiningOp<MatMulOp>();
+      if (!geluGemm(mm, element) || !samePhase(mm, fused))
+        continue;
+      GeluReader reader(fused, i, -1);
+      std::optional<Polynomial> p = reader.read(yielded);
+      if (!p || !polyEqual(*p, gelu))
+        continue;
+      OpBuilder b(mm);
+      auto type = RankedTensorType::get(shapeOf(mm.getOutput()), element);
+      auto epilogue = b.create<MatMulGeluOp>(mm.getLoc(), TypeRange{type, type},
+                                             mm.getA(), mm.getB(), mm.getBias(),
+                                             mm.getTransposeBAttr());
+      for (NamedAttribute attr : mm->getDiscardableAttrs())
+        epilogue->setAttr(attr.getName(), attr.getValue());
+      // What else reads the sums (the backward pass) reads the stored
+      // GELU input, widened when the GEMM stored float32 sums. (A GEMM
+      // that rounded its sums to 16 bits gave GELU the rounded values; the
+      // epilogue gives it the float32 sums and stores them rounded.)
+      Value pre = epilogue.getPre();
+      if (pre.getType() != mm.getType()) {
+        auto widen = b.create<ConvertOp>(mm.getLoc(), mm.getType(), pre);
+        for (StringRef name : kPhaseAttrs)
+          if (Attribute value = mm->getAttr(name))
+            widen->setAttr(name, value);
+        pre = widen;
+      }
+      b.setInsertionPoint(fused);
+      fused.getResult(0).replaceAllUsesWith(reshapedTo(
+          b, epilogue.getOutput(), fused.getResult(0).getType(), fused));
+      fused.erase();
+      fused = FusedOp();
+      eraseDeadProducers(inputs);
+      mm.getOutput().replaceAllUsesWith(pre);
+      mm.erase();
+      eraseDeadProducers(pre);
+      ++numGeluEpilogues;
+      break;
+    }
+  }
+  // Backward: the gradient of GELU's output, computed by a GEMM that
+  // nothing else reads, times GELU's derivative at a stored GELU input.
+  for (FusedOp fused : kernels) {
+    if (!fused)
+      continue;
+    Value yielded = yieldedValue(fused);
+    if (!yielded)
+      continue;
+    Type element = getElementTypeOrSelf(fused.getResult(0).getType());
+    ValueRange inputs = fused.getInputs();
+    int gArg = -1, xArg = -1;
+    MatMulOp dmm;
+    MatMulGeluOp forward;
+    for (auto [i, input] : llvm::enumerate(inputs)) {
+      Value source = throughReshapes(input);
+      auto mm = source.getDefiningOp<MatMulOp>();
+      if (gArg < 0 && geluGemm(mm, element) && !mm.getBias() &&
+          samePhase(mm, fused) && readOnlyHere(input)) {
+        gArg = i;
+        dmm = mm;
+        continue;
+      }
+      while (auto convert = source.getDefiningOp<ConvertOp>())
+        source = throughReshapes(convert.getInput());
+      auto gemm = source.getDefiningOp<MatMulGeluOp>();
+      if (xArg < 0 && gemm && source == gemm.getPre() &&
+          getElementTypeOrSelf(source.getType()) == element) {
+        xArg = i;
+        forward = gemm;
+      }
+    }
+    if (gArg < 0 || xArg < 0 || !forward->isBeforeInBlock(dmm) ||
+        cast<ShapedType>(dmm.getType()).getNumElements() !=
+            cast<ShapedType>(forward.getPre().getType()).getNumElements() ||
+        shapeOf(dmm.getOutput()).back() != shapeOf(forward.getPre()).back())
+      continue;
+    GeluReader reader(fused, xArg, gArg);
+    std::optional<Polynomial> p = reader.read(yielded);
+    if (!p || reader.c1 == 0.0)
+      continue;
+    double c1 = reader.c1, c3 = reader.c3;
+    Polynomial derivative = {
+        {Monomial{0, 1, 0}, 0.5},       {Monomial{0, 1, 1}, 0.5},
+        {Monomial{1, 1, 0}, 0.5 * c1},  {Monomial{3, 1, 0}, 1.5 * c3},
+        {Monomial{1, 1, 2}, -0.5 * c1}, {Monomial{3, 1, 2}, -1.5 * c3}};
+    if (!polyEqual(*p, derivative))
+      continue;
+    // At the GEMM's place: an optimizer update may overwrite its weight
+    // in place before the kernel.
+    OpBuilder b(dmm);
+    auto type = RankedTensorType::get(shapeOf(dmm.getOutput()), element);
+    Value pre = reshapedTo(b, forward.getPre(), type, fused);
+    auto epilogue =
+        b.create<MatMulGeluGradOp>(dmm.getLoc(), type, dmm.getA(), dmm.getB(),
+                                   pre, dmm.getTransposeBAttr());
+    for (NamedAttribute attr : dmm->getDiscardableAttrs())
+      epilogue->setAttr(attr.getName(), attr.getValue());
+    fused.getResult(0).replaceAllUsesWith(reshapedTo(
+        b, epilogue.getOutput(), fused.getResult(0).getType(), fused));
+    SmallVector<Value> read(inputs);
+    fused.erase();
+    eraseDeadProducers(read);
+    if (dmm.getOutput().use_empty())
+      dmm.erase();
+    ++numGeluGradEpilogues;
   }
 }
 

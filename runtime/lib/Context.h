@@ -83,7 +83,7 @@ struct Context {
   /// dimensions, epilogue, the pointers' alignments): whether it has an
   /// algorithm, and which.
   struct LtAlgo {
-    int64_t key[15];
+    int64_t key[17];
     bool found;
     cublasLtMatmulAlgo_t algo;
   };

@@ -595,6 +595,27 @@ MTC_HOST_DEVICE inline int64_t firstArgmax(const float *row, int64_t c,
   return best;
 }
 
+//===----------------------------------------------------------------------===//
+// GELU epilogues
+//===----------------------------------------------------------------------===//
+//
+// GELU's tanh form, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715
+// x^3), as cuBLASLt's GELU epilogues compute it. Each device supplies its
+// tanh(u) (VecMath's on the CPU, tanhf on CUDA).
+
+MTC_HOST_DEVICE inline float geluTanhArgument(float x) {
+  return 0.7978845608f * (x + 0.044715f * x * x * x);
+}
+/// GELU(x) from t = tanh(geluTanhArgument(x)).
+MTC_HOST_DEVICE inline float geluFromTanh(float x, float t) {
+  return 0.5f * x * (1.0f + t);
+}
+/// GELU'(x) from t = tanh(geluTanhArgument(x)).
+MTC_HOST_DEVICE inline float geluGradFromTanh(float x, float t) {
+  float du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
 /// Calls f with t's data as the pointer type it is stored as: const float *
 /// or const uint16_t * (StoredIn), float * or uint16_t * (StoredOut).
 template <typename F> void withStoredIn(const StoredIn &t, F &&f) {

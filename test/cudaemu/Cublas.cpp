@@ -23,7 +23,8 @@
 // in double, so the float sum is within a few ulps of the exact one
 // whatever k is, and it does not depend on how the loops are tiled. The
 // epilogue runs in float as a GPU's does: alpha * sum + beta * C (+ bias),
-// then one round-to-nearest-even conversion to D's type. When beta is 0, C
+// then GELU or its derivative where the epilogue asks for them, then one
+// round-to-nearest-even conversion to D's type. When beta is 0, C
 // is not read (it may hold NaN), as cuBLAS documents; when alpha or k is 0,
 // A and B are not read either, as in the reference BLAS. Every float32
 // compute type (pedantic, and the fast TF32 / 16-bit ones, which only
@@ -39,6 +40,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -156,18 +158,34 @@ bool supportedTypes(cublasComputeType_t compute, cudaDataType_t abType,
 // The GEMM
 //===----------------------------------------------------------------------===//
 
-/// What an epilogue does besides D = alpha op(A) op(B) + beta C, in
-/// cuBLASLt's column-major terms (cublasLt.h, cublasLtEpilogue_t):
-/// CUBLASLT_EPILOGUE_BIAS adds a vector as long as D has rows, broadcast
-/// over D's columns, before D is rounded; CUBLASLT_EPILOGUE_BGRADA and
-/// BGRADB write the sums over the GEMM's k dimension of op(A) (one per row
-/// of D) and of op(B) (one per column of D), of the values as stored (not
-/// scaled by alpha), accumulated as the dot products are.
+/// What an epilogue does with its vector besides D = alpha op(A) op(B) +
+/// beta C, in cuBLASLt's column-major terms (cublasLt.h,
+/// cublasLtEpilogue_t): CUBLASLT_EPILOGUE_BIAS (and GELU_BIAS,
+/// GELU_AUX_BIAS) adds a vector as long as D has rows, broadcast over D's
+/// columns, before any activation and before D is rounded;
+/// CUBLASLT_EPILOGUE_BGRADA and BGRADB write the sums over the GEMM's k
+/// dimension of op(A) (one per row of D) and of op(B) (one per column of
+/// D), of the values as stored (not scaled by alpha), accumulated as the
+/// dot products are.
 enum class Extra {
   None,
   Bias,    // D[i, j] += vector[i]
   SumsOfA, // vector[i] = sum over l of op(A)[i, l]
   SumsOfB, // vector[j] = sum over l of op(B)[l, j]
+};
+
+/// The point-wise function an epilogue applies after the bias, on the
+/// float value x (alpha op(A) op(B) + beta C, plus the bias if any).
+/// CUBLASLT_EPILOGUE_GELU and GELU_BIAS store GELU(x) in D; GELU_AUX and
+/// GELU_AUX_BIAS also store x, rounded to the auxiliary matrix's type, in
+/// that matrix (D's shape, column-major, leading dimension
+/// CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), for the backward pass;
+/// CUBLASLT_EPILOGUE_DGELU reads that matrix and stores x * GELU'(aux) in
+/// D. GELU is the tanh approximation cuBLASLt computes (geluOf).
+enum class Activation {
+  None,
+  Gelu,         // D = GELU(x), aux = x when the gemm has an aux matrix
+  GeluGradient, // D = x * GELU'(aux)
 };
 
 /// A column-major matrix operand.
@@ -192,7 +210,34 @@ struct Gemm {
   Extra extra = Extra::None;
   void *vector = nullptr;
   Format vectorFormat = Format::F32;
+  Activation activation = Activation::None;
+  /// The epilogue has an auxiliary matrix (m x n), `aux`: the GELU writes
+  /// it, the GELU gradient reads it.
+  bool hasAux = false;
+  void *aux = nullptr;
+  int64_t ldAux = 0;
+  Format auxFormat = Format::F32;
 };
+
+/// sqrt(2 / pi) and the cubic coefficient of the tanh approximation of
+/// GELU (Hendrycks and Gimpel), which cuBLASLt's GELU epilogues compute.
+constexpr float kGeluScale = 0.7978845608f;
+constexpr float kGeluCubic = 0.044715f;
+
+/// GELU(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in float as
+/// the GPU's epilogue computes it.
+float geluOf(float x) {
+  float t = std::tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+  return 0.5f * x * (1.0f + t);
+}
+
+/// The derivative of geluOf: (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi)
+/// (1 + 3 0.044715 x^2), t as in geluOf.
+float geluGradientOf(float x) {
+  float t = std::tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale *
+                                 (1.0f + 3.0f * kGeluCubic * x * x);
+}
 
 /// The tile the inner loop computes: kRows rows of op(A) times kCols
 /// columns of op(B), small enough for its 32 double accumulators to stay in
@@ -296,6 +341,13 @@ void runGemm(const Gemm &g) {
             value += g.beta * load(g.c, g.cFormat, i + j * g.ldc);
           if (g.extra == Extra::Bias)
             value += load(g.vector, g.vectorFormat, i);
+          if (g.activation == Activation::Gelu) {
+            if (g.hasAux)
+              store(g.aux, g.auxFormat, i + j * g.ldAux, value);
+            value = geluOf(value);
+          } else if (g.activation == Activation::GeluGradient) {
+            value *= geluGradientOf(load(g.aux, g.auxFormat, i + j * g.ldAux));
+          }
           store(g.d, g.cFormat, i + j * g.ldd, value);
         }
       }
@@ -314,7 +366,8 @@ template <typename T> T *advance(T *p, int64_t elements, Format format) {
 }
 
 /// Enqueues `batch` GEMMs, the i-th with A, B and C (and D) advanced by i
-/// times their stride in elements.
+/// times their stride in elements. The vector and the auxiliary matrix are
+/// cuBLASLt's, whose matmuls are never batched here: they stay put.
 cublasStatus_t enqueueGemms(cudaStream_t stream, const Gemm &gemm,
                             int64_t batch, int64_t strideA, int64_t strideB,
                             int64_t strideC) {
@@ -436,8 +489,11 @@ struct MatmulDesc {
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   void *bias = nullptr;
   int32_t biasType = -1; // D's type
+  void *aux = nullptr;
+  int64_t auxLd = 0;
+  int32_t auxType = -1; // D's type
   /// An attribute was set that the emulation does not model (scaling
-  /// factors, auxiliary outputs, ...): no algorithm is offered.
+  /// factors, amax outputs, ...): no algorithm is offered.
   bool unmodelled = false;
 };
 
@@ -451,8 +507,8 @@ struct MatrixLayout {
 };
 
 /// Indices of the byte alignments an algorithm may assume: the
-/// preference's for A, B, C and D, and the bias pointer's.
-enum { kAlignA, kAlignB, kAlignC, kAlignD, kAlignBias, kAlignCount };
+/// preference's for A, B, C and D, and the bias and auxiliary pointers'.
+enum { kAlignA, kAlignB, kAlignC, kAlignD, kAlignBias, kAlignAux, kAlignCount };
 
 struct Preference {
   uint32_t searchMode = CUBLASLT_SEARCH_BEST_FIT;
@@ -461,8 +517,8 @@ struct Preference {
 };
 
 /// What the heuristic's algorithm records: the alignments it may assume
-/// (the preference's for the matrices, the bias pointer's at the
-/// heuristic, which the header says the heuristic looks at).
+/// (the preference's for the matrices, the bias and auxiliary pointers'
+/// at the heuristic, which the header says the heuristic looks at).
 struct AlgoFields {
   uint64_t tag = 0;
   uint32_t alignment[kAlignCount] = {};
@@ -544,7 +600,25 @@ cublasStatus_t checkMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
   case CUBLASLT_EPILOGUE_BGRADB:
     gemm.extra = Extra::SumsOfB;
     break;
+  case CUBLASLT_EPILOGUE_GELU:
+  case CUBLASLT_EPILOGUE_GELU_BIAS:
+  case CUBLASLT_EPILOGUE_GELU_AUX:
+  case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    gemm.extra = op.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
+                         op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                     ? Extra::Bias
+                     : Extra::None;
+    gemm.activation = Activation::Gelu;
+    gemm.hasAux = op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
+                  op.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    break;
+  case CUBLASLT_EPILOGUE_DGELU:
+    gemm.extra = Extra::None;
+    gemm.activation = Activation::GeluGradient;
+    gemm.hasAux = true;
+    break;
   default:
+    // DGELU_BGRAD and the ReLU family among them.
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   // The bias (gradient) is D's type by default; float32 is also taken
@@ -554,6 +628,20 @@ cublasStatus_t checkMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
   if (gemm.extra != Extra::None && biasType != ld.type &&
       biasType != CUDA_R_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  // The auxiliary matrix's leading dimension must be set, at least D's
+  // rows and a multiple of 8 (cublasLt.h, EPILOGUE_AUX_LD; 0, the default,
+  // is refused even for an empty D). Its type is D's: the header's
+  // exceptions are for fp8 outputs, which the emulation has none of, and
+  // it says another type is CUBLAS_STATUS_INVALID_VALUE. Both are checked
+  // by the heuristic too, as the layouts are: no algorithm fits them. The
+  // pointer, which the heuristic does not dereference, is only required
+  // by cublasLtMatmul, as the bias's is.
+  cudaDataType_t auxType =
+      op.auxType == -1 ? ld.type : cudaDataType_t(op.auxType);
+  if (gemm.hasAux &&
+      (op.auxLd <= 0 || op.auxLd % 8 != 0 ||
+       op.auxLd < static_cast<int64_t>(ld.rows) || auxType != ld.type))
+    return CUBLAS_STATUS_INVALID_VALUE;
 
   gemm.m = m;
   gemm.n = n;
@@ -569,6 +657,11 @@ cublasStatus_t checkMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
   gemm.ldd = ld.ld;
   gemm.vector = op.bias;
   formatOf(biasType, gemm.vectorFormat);
+  if (gemm.hasAux) {
+    gemm.aux = op.aux;
+    gemm.ldAux = op.auxLd;
+    formatOf(auxType, gemm.auxFormat);
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -744,12 +837,22 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescSetAttribute(
   case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
     ok = readAttribute(buf, sizeInBytes, desc.biasType);
     break;
-  case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: {
+  case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE:
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: {
     // Meaningless without batches, which the layouts never have here.
     int64_t stride;
     ok = readAttribute(buf, sizeInBytes, stride);
     break;
   }
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+    ok = readAttribute(buf, sizeInBytes, desc.aux);
+    break;
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+    ok = readAttribute(buf, sizeInBytes, desc.auxLd);
+    break;
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+    ok = readAttribute(buf, sizeInBytes, desc.auxType);
+    break;
   default:
     ok = buf && sizeInBytes > 0;
     desc.unmodelled = desc.unmodelled || ok;
@@ -873,6 +976,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
             fields.alignment);
   fields.alignment[kAlignBias] =
       alignmentOf(fieldsOf<MatmulDesc>(operationDesc).bias);
+  fields.alignment[kAlignAux] =
+      alignmentOf(fieldsOf<MatmulDesc>(operationDesc).aux);
   cublasLtMatmulHeuristicResult_t &result = heuristicResultsArray[0];
   result = cublasLtMatmulHeuristicResult_t();
   std::memcpy(result.algo.data, &fields, sizeof(fields));
@@ -912,8 +1017,9 @@ cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
   const bool readsAB = gemm.alpha != 0.0f && gemm.k > 0;
   if ((!empty &&
        (!D || (gemm.beta != 0.0f && !C) || (readsAB && (!A || !B)))) ||
-      (gemm.extra != Extra::None && !gemm.vector)) {
-    complain("cublasLtMatmul: a null matrix or bias pointer");
+      (gemm.extra != Extra::None && !gemm.vector) ||
+      (gemm.hasAux && !gemm.aux)) {
+    complain("cublasLtMatmul: a null matrix, bias or auxiliary pointer");
     return CUBLAS_STATUS_INVALID_VALUE;
   }
 
@@ -926,7 +1032,7 @@ cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
     // GPU kernel needs at most 16 bytes (one vector access), so that much
     // is checked: a pointer less aligned than promised is a bug that only
     // some algorithms, on some GPUs, would show.
-    const void *pointers[kAlignCount] = {A, B, C, D, gemm.vector};
+    const void *pointers[kAlignCount] = {A, B, C, D, gemm.vector, gemm.aux};
     for (int i = 0; i < kAlignCount; ++i) {
       if (!pointers[i] || (i == kAlignC && gemm.beta == 0.0f) ||
           (i == kAlignBias && gemm.extra == Extra::None))

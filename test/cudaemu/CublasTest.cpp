@@ -10,7 +10,8 @@
 // conversions (cuda_bf16.h, cuda_fp16.h), so the references share no code
 // with the emulation. Tolerances: a float32 result within 1e-5 of the scale
 // of its terms (|alpha| sum |a b| + |beta c| + |bias|), a 16-bit one within
-// half an ulp of its format more.
+// half an ulp of its format more; the GELU epilogues' scales grow by what
+// GELU and its derivative can make of that error.
 //
 // Links with CublasTestSupport.cpp, whose streams run work at once.
 //
@@ -590,6 +591,14 @@ TEST_F(Cublas, WorkRunsOnTheHandlesStreamAndKeepsCallTimeScalars) {
 // cuBLASLt
 //===----------------------------------------------------------------------===//
 
+/// The auxiliary matrix of a GELU epilogue, as the descriptor's
+/// EPILOGUE_AUX attributes give it; a type of -1 is left unset (D's).
+struct AuxSpec {
+  void *data = nullptr;
+  int64_t ld = 0;
+  int32_t type = -1;
+};
+
 /// One cuBLASLt matmul set up as Gemm.cu sets it up: descriptor,
 /// layouts, preference with the pointers' alignments, heuristic, matmul.
 struct LtCall {
@@ -611,10 +620,11 @@ struct LtCall {
   }
 
   /// Describes D = op(A) op(B) with `epilogue` on `vector` (float32) and
-  /// asks the heuristic; returns its status.
+  /// `aux`, if given, and asks the heuristic; returns its status.
   cublasStatus_t plan(bool ta, bool tb, Matrix &a, Matrix &b, Matrix &d,
                       cublasLtEpilogue_t epilogue, void *vector,
-                      cudaDataType_t vectorType = CUDA_R_32F) {
+                      cudaDataType_t vectorType = CUDA_R_32F,
+                      const AuxSpec *aux = nullptr) {
     cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                       opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     size_t workspace = 1 << 20;
@@ -638,6 +648,22 @@ struct LtCall {
                   desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &vectorType,
                   sizeof(vectorType)),
               CUBLAS_STATUS_SUCCESS);
+    if (aux) {
+      EXPECT_EQ(cublasLtMatmulDescSetAttribute(
+                    desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux->data,
+                    sizeof(aux->data)),
+                CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(cublasLtMatmulDescSetAttribute(
+                    desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux->ld,
+                    sizeof(aux->ld)),
+                CUBLAS_STATUS_SUCCESS);
+      if (aux->type != -1) {
+        EXPECT_EQ(cublasLtMatmulDescSetAttribute(
+                      desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                      &aux->type, sizeof(aux->type)),
+                  CUBLAS_STATUS_SUCCESS);
+      }
+    }
     EXPECT_EQ(
         cublasLtMatrixLayoutCreate(&la, typeOf(a.fmt), a.rows, a.cols, a.ld),
         CUBLAS_STATUS_SUCCESS);
@@ -772,6 +798,304 @@ TEST(CublasLt, BiasGradientsSumOverK) {
         }
       }
     }
+  }
+}
+
+/// GELU's tanh form, as cuBLASLt's GELU epilogues define it, and its
+/// derivative, in double.
+double geluRef(double x) {
+  const double s = std::sqrt(2.0 / std::acos(-1.0));
+  return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
+}
+
+double geluGradientRef(double x) {
+  const double s = std::sqrt(2.0 / std::acos(-1.0));
+  double t = std::tanh(s * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) +
+         0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/// GELU(x) of a reference x. |GELU'| < 1.13, so the float x's error grows
+/// at most that much; the float GELU adds a few ulps of |x| <= scale.
+Reference geluOf(const Reference &x) {
+  Reference ref = x;
+  for (size_t e = 0; e < ref.value.size(); ++e) {
+    ref.value[e] = geluRef(x.value[e]);
+    ref.scale[e] = 1.2 * x.scale[e];
+  }
+  return ref;
+}
+
+/// A matrix of D's shape for the auxiliary output or input, with a leading
+/// dimension that is a multiple of 8 and leaves padding.
+Matrix auxMatrix(Fmt fmt, int64_t rows, int64_t cols) {
+  return Matrix(fmt, rows, cols, (rows + 8) / 8 * 8);
+}
+
+TEST(CublasLt, GeluAuxStoresTheGeluInput) {
+  // GELU_AUX(_BIAS): x = alpha op(A) op(B) + beta C (+ bias[i]) in float;
+  // D = GELU(x) and aux = x, each rounded once to its type (aux: D's).
+  std::mt19937 rng(29);
+  struct Case {
+    Fmt in, out;
+  };
+  const Case cases[] = {{Fmt::F32, Fmt::F32},
+                        {Fmt::BF16, Fmt::BF16},
+                        {Fmt::F16, Fmt::F16},
+                        {Fmt::BF16, Fmt::F32}};
+  for (const Case &t : cases) {
+    for (bool withBias : {true, false}) {
+      for (bool ta : {true, false}) {
+        const int m = 21, n = 10, k = 27;
+        Matrix a = operand(t.in, ta, m, k, 1, rng);
+        Matrix b = operand(t.in, false, k, n, 2, rng);
+        Matrix d(t.out, m, n, m + 3);
+        float alpha = 0.75f, beta = t.out == Fmt::F32 ? 0.5f : 0.0f;
+        if (beta != 0.0f)
+          d.fillRandom(rng);
+        else
+          d.fill(kNaN);
+        Matrix aux = auxMatrix(t.out, m, n);
+        aux.fill(kNaN);
+        std::vector<float> bias(m);
+        std::vector<double> biasRef;
+        std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+        for (int i = 0; withBias && i < m; ++i)
+          biasRef.push_back(bias[i] = dist(rng));
+        // The 16-bit cases name the aux type; float32 takes the default.
+        AuxSpec spec{aux.data(), aux.ld,
+                     t.out == Fmt::F32 ? -1 : int32_t(typeOf(t.out))};
+        LtCall call;
+        ASSERT_EQ(call.plan(ta, false, a, b, d,
+                            withBias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                     : CUBLASLT_EPILOGUE_GELU_AUX,
+                            withBias ? bias.data() : nullptr, CUDA_R_32F,
+                            &spec),
+                  CUBLAS_STATUS_SUCCESS);
+        ASSERT_EQ(call.found, 1);
+        Reference x =
+            reference(m, n, k, alpha, a, ta, b, false, beta, d, biasRef);
+        ASSERT_EQ(call.run(a, b, d, alpha, beta), CUBLAS_STATUS_SUCCESS);
+        std::string what =
+            std::string(withBias ? "GELU_AUX_BIAS " : "GELU_AUX ") +
+            nameOf(t.in) + " -> " + nameOf(t.out) + (ta ? " T" : " N");
+        expectMatches(d, geluOf(x), what + " D");
+        expectMatches(aux, x, what + " aux");
+      }
+    }
+  }
+}
+
+TEST(CublasLt, GeluWithoutAuxMatrix) {
+  // GELU and GELU_BIAS need no auxiliary attributes and write no aux.
+  std::mt19937 rng(31);
+  for (Fmt fmt : {Fmt::F32, Fmt::BF16}) {
+    for (bool withBias : {false, true}) {
+      const int m = 13, n = 7, k = 33;
+      Matrix a = operand(fmt, true, m, k, 0, rng);
+      Matrix b = operand(fmt, false, k, n, 1, rng);
+      Matrix d(fmt, m, n, m + 1);
+      d.fillRandom(rng);
+      std::vector<float> bias(m);
+      std::vector<double> biasRef;
+      std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+      for (int i = 0; withBias && i < m; ++i)
+        biasRef.push_back(bias[i] = dist(rng));
+      LtCall call;
+      ASSERT_EQ(call.plan(true, false, a, b, d,
+                          withBias ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                   : CUBLASLT_EPILOGUE_GELU,
+                          withBias ? bias.data() : nullptr),
+                CUBLAS_STATUS_SUCCESS);
+      ASSERT_EQ(call.found, 1);
+      Reference x =
+          reference(m, n, k, 1.5, a, true, b, false, -1.0, d, biasRef);
+      ASSERT_EQ(call.run(a, b, d, 1.5f, -1.0f), CUBLAS_STATUS_SUCCESS);
+      expectMatches(d, geluOf(x),
+                    std::string(withBias ? "GELU_BIAS " : "GELU ") +
+                        nameOf(fmt));
+    }
+  }
+}
+
+TEST(CublasLt, DgeluScalesByTheGeluDerivative) {
+  // DGELU: D = (alpha op(A) op(B) + beta C) * GELU'(aux), aux (D's type
+  // and shape, leading dimension AUX_LD) holding the forward's GELU input.
+  std::mt19937 rng(37);
+  for (Fmt fmt : {Fmt::F32, Fmt::BF16}) {
+    for (bool tb : {false, true}) {
+      const int m = 19, n = 12, k = 25;
+      Matrix a = operand(fmt, false, m, k, 2, rng);
+      Matrix b = operand(fmt, tb, k, n, 1, rng);
+      Matrix d(fmt, m, n, m + 2);
+      float alpha = fmt == Fmt::F32 ? 1.25f : 1.0f,
+            beta = fmt == Fmt::F32 ? -0.5f : 0.0f;
+      if (beta != 0.0f)
+        d.fillRandom(rng);
+      else
+        d.fill(kNaN);
+      // GELU inputs over the curve's bend, where GELU' goes negative.
+      Matrix aux = auxMatrix(fmt, m, n);
+      std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < m; ++i)
+          aux.set(i, j, dist(rng));
+      const std::vector<uint8_t> auxBefore = aux.bytes;
+      AuxSpec spec{aux.data(), aux.ld, int32_t(typeOf(fmt))};
+      LtCall call;
+      ASSERT_EQ(call.plan(false, tb, a, b, d, CUBLASLT_EPILOGUE_DGELU, nullptr,
+                          CUDA_R_32F, &spec),
+                CUBLAS_STATUS_SUCCESS);
+      ASSERT_EQ(call.found, 1);
+      Reference ref = reference(m, n, k, alpha, a, false, b, tb, beta, d);
+      for (int j = 0; j < n; ++j) {
+        for (int i = 0; i < m; ++i) {
+          double g = geluGradientRef(aux.at(i, j));
+          // The float GELU' is within about 1e-6 of g.
+          ref.value[i + j * m] *= g;
+          ref.scale[i + j * m] *= std::fabs(g) + 0.2;
+        }
+      }
+      ASSERT_EQ(call.run(a, b, d, alpha, beta), CUBLAS_STATUS_SUCCESS);
+      std::string what =
+          std::string("DGELU ") + nameOf(fmt) + (tb ? " NT" : " NN");
+      expectMatches(d, ref, what);
+      EXPECT_TRUE(aux.bytes == auxBefore) << what << ": aux was written";
+    }
+  }
+}
+
+TEST(CublasLt, GeluAuxConstraints) {
+  std::mt19937 rng(41);
+  const int m = 21, n = 6, k = 8;
+  Matrix a = operand(Fmt::F32, false, m, k, 0, rng);
+  Matrix b = operand(Fmt::F32, false, k, n, 0, rng);
+  Matrix d(Fmt::F32, m, n, m);
+  Matrix aux = auxMatrix(Fmt::F32, m, n); // ld 24
+  float bias[m] = {};
+  for (cublasLtEpilogue_t epilogue :
+       {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+        CUBLASLT_EPILOGUE_DGELU}) {
+    std::string what = "epilogue " + std::to_string(epilogue);
+    {
+      // No aux pointer: the heuristic, which does not dereference it,
+      // offers an algorithm; the matmul refuses the null pointer.
+      AuxSpec spec{nullptr, aux.ld};
+      LtCall call;
+      ASSERT_EQ(
+          call.plan(false, false, a, b, d, epilogue, bias, CUDA_R_32F, &spec),
+          CUBLAS_STATUS_SUCCESS)
+          << what;
+      int before = support::complaints;
+      EXPECT_EQ(call.run(a, b, d), CUBLAS_STATUS_INVALID_VALUE) << what;
+      EXPECT_EQ(support::complaints, before + 1) << what;
+    }
+    {
+      // The aux attributes left unset: AUX_LD 0.
+      LtCall call;
+      EXPECT_EQ(call.plan(false, false, a, b, d, epilogue, bias),
+                CUBLAS_STATUS_INVALID_VALUE)
+          << what;
+      EXPECT_EQ(call.found, 0) << what;
+    }
+    // AUX_LD under D's rows, or not a multiple of 8.
+    for (int64_t ld : {16, 22, 25}) {
+      AuxSpec spec{aux.data(), ld};
+      LtCall call;
+      EXPECT_EQ(
+          call.plan(false, false, a, b, d, epilogue, bias, CUDA_R_32F, &spec),
+          CUBLAS_STATUS_INVALID_VALUE)
+          << what << " ld " << ld;
+      EXPECT_EQ(call.found, 0) << what;
+    }
+    // An aux type other than D's.
+    for (cudaDataType_t type : {CUDA_R_16BF, CUDA_R_16F, CUDA_R_8I}) {
+      AuxSpec spec{aux.data(), aux.ld, type};
+      LtCall call;
+      EXPECT_EQ(
+          call.plan(false, false, a, b, d, epilogue, bias, CUDA_R_32F, &spec),
+          CUBLAS_STATUS_INVALID_VALUE)
+          << what << " type " << type;
+    }
+    {
+      // cublasLtMatmul checks them too, after a heuristic that passed.
+      AuxSpec spec{aux.data(), aux.ld};
+      LtCall call;
+      ASSERT_EQ(
+          call.plan(false, false, a, b, d, epilogue, bias, CUDA_R_32F, &spec),
+          CUBLAS_STATUS_SUCCESS)
+          << what;
+      int64_t badLd = 20;
+      ASSERT_EQ(cublasLtMatmulDescSetAttribute(
+                    call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &badLd,
+                    sizeof(badLd)),
+                CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(call.run(a, b, d), CUBLAS_STATUS_INVALID_VALUE) << what;
+      ASSERT_EQ(cublasLtMatmulDescSetAttribute(
+                    call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux.ld,
+                    sizeof(aux.ld)),
+                CUBLAS_STATUS_SUCCESS);
+      int32_t bf16 = CUDA_R_16BF;
+      ASSERT_EQ(cublasLtMatmulDescSetAttribute(
+                    call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                    &bf16, sizeof(bf16)),
+                CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(call.run(a, b, d), CUBLAS_STATUS_INVALID_VALUE) << what;
+    }
+  }
+  {
+    // The aux pointer's alignment is the heuristic's, like the bias's.
+    AuxSpec spec{aux.data(), aux.ld};
+    LtCall call;
+    ASSERT_EQ(call.plan(false, false, a, b, d, CUBLASLT_EPILOGUE_GELU_AUX,
+                        nullptr, CUDA_R_32F, &spec),
+              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(aux.data()) % 16, 0u);
+    std::vector<float> shifted(aux.ld * n + 1);
+    void *unaligned = shifted.data() + 1;
+    ASSERT_EQ(cublasLtMatmulDescSetAttribute(
+                  call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                  &unaligned, sizeof(unaligned)),
+              CUBLAS_STATUS_SUCCESS);
+    int before = support::complaints;
+    EXPECT_EQ(call.run(a, b, d), CUBLAS_STATUS_INVALID_VALUE);
+    EXPECT_EQ(support::complaints, before + 1);
+  }
+  {
+    // AUX_BATCH_STRIDE is read and ignored (no batches here); the aux
+    // scaling factor stays unmodelled.
+    AuxSpec spec{aux.data(), aux.ld};
+    LtCall call;
+    ASSERT_EQ(call.plan(false, false, a, b, d, CUBLASLT_EPILOGUE_GELU_AUX,
+                        nullptr, CUDA_R_32F, &spec),
+              CUBLAS_STATUS_SUCCESS);
+    int64_t stride = aux.ld * n;
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(
+                  call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
+                  &stride, sizeof(stride)),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(
+                  call.lt, call.desc, call.la, call.lb, call.lc, call.lc,
+                  call.pref, 1, &call.result, &call.found),
+              CUBLAS_STATUS_SUCCESS);
+    const float *scale = bias;
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(
+                  call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER,
+                  &scale, sizeof(scale)),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(
+                  call.lt, call.desc, call.la, call.lb, call.lc, call.lc,
+                  call.pref, 1, &call.result, &call.found),
+              CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  {
+    // The GELU gradient with the bias gradient is not modelled.
+    AuxSpec spec{aux.data(), aux.ld};
+    LtCall call;
+    EXPECT_EQ(call.plan(false, false, a, b, d, CUBLASLT_EPILOGUE_DGELU_BGRAD,
+                        bias, CUDA_R_32F, &spec),
+              CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(call.found, 0);
   }
 }
 

@@ -29,7 +29,7 @@ float32 means anything there (docs/testing.md has the figures).
 
 Prints one line per check and "SUMMARY ... PASS|FAIL"; exits 1 on failure.
 Usage: check_precision.py --mtc PATH --work DIR
-                          [--models mlp,cnn,transformer,gpt]
+                          [--models mlp,cnn,transformer,gpt,gpt-tanh]
                           [--trajectory-models vit] [--float64-floor]
                           [--target cpu|cuda]
 """
@@ -151,6 +151,21 @@ def spec_of(name, zoo_batch=False):
     if name == "cnn":
         return cnn_spec()
     import models
+    if name == "gpt-tanh":
+        # The zoo's GPT with GPT-2's own GELU, the tanh form, which joins
+        # its GEMMs as cuBLASLt's GELU epilogues (matmul_gelu and
+        # matmul_gelu_grad): GELU computed in float32 from the GEMM's sums
+        # and rounded once.
+        import copy
+        spec = copy.copy(models.get("gpt"))
+        spec.name = name
+
+        def build(dropout=0.0):
+            models._torch().manual_seed(models.SEED)
+            return models._gpt_class()(dropout=dropout, gelu="tanh")
+        spec.build = build
+        spec.batch = 32
+        return spec
     spec = models.get(name)
     if not zoo_batch:
         # A batch whose activations are big enough to be stored in 16 bits.
@@ -296,7 +311,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mtc", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--models", default="mlp,cnn,transformer,gpt")
+    ap.add_argument("--models", default="mlp,cnn,transformer,gpt,gpt-tanh")
     ap.add_argument("--trajectory-models", default="vit")
     ap.add_argument("--float64-floor", action="store_true",
                     help="also print PyTorch's float32-vs-float64 deviation "

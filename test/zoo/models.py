@@ -195,14 +195,14 @@ def _gpt_class():
             return self.resid_drop(self.c_proj(y))
 
     class Block(nn.Module):
-        def __init__(self, d_model, nhead, block_size, dropout):
+        def __init__(self, d_model, nhead, block_size, dropout, gelu):
             super().__init__()
             self.ln_1 = nn.LayerNorm(d_model)
             self.attn = CausalSelfAttention(d_model, nhead, block_size,
                                             dropout)
             self.ln_2 = nn.LayerNorm(d_model)
             self.mlp = nn.Sequential(
-                nn.Linear(d_model, 4 * d_model), nn.GELU(),
+                nn.Linear(d_model, 4 * d_model), nn.GELU(approximate=gelu),
                 nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
 
         def forward(self, x):
@@ -211,13 +211,15 @@ def _gpt_class():
 
     class GPT(nn.Module):
         def __init__(self, vocab=GPT_VOCAB, d_model=32, nhead=4, num_layers=2,
-                     block_size=8, dropout=0.0):
+                     block_size=8, dropout=0.0, gelu="none"):
+            # gelu: nn.GELU's approximate, "none" (erf) or "tanh" (GPT-2's
+            # own, which cuBLASLt's GELU epilogues compute).
             super().__init__()
             self.tok_emb = nn.Embedding(vocab, d_model)
             self.pos_emb = nn.Embedding(block_size, d_model)
             self.drop = nn.Dropout(dropout)
             self.blocks = nn.ModuleList(
-                [Block(d_model, nhead, block_size, dropout)
+                [Block(d_model, nhead, block_size, dropout, gelu)
                  for _ in range(num_layers)])
             self.ln_f = nn.LayerNorm(d_model)
             self.lm_head = nn.Linear(d_model, vocab, bias=False)

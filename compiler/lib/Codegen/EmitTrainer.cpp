@@ -265,6 +265,8 @@ private:
 
   void emitMatMul(MatMulOp op);
   void emitMatMulBiasGrad(MatMulBiasGradOp op);
+  void emitGeluGemm(Operation *op, Value a, Value b, bool transposeB,
+                    Value bias, Value pre, Value output, bool grad);
   /// Where `v`'s elements are: in its own buffer, row-major, or, read
   /// through strided views, in another value's.
   StridedLayout layoutOf(Value v) { return orFail(stridedLayout(v), v); }
@@ -998,6 +1000,63 @@ void Emitter::emitMatMulBiasGrad(MatMulBiasGradOp op) {
                .str());
 }
 
+/// mtc.matmul_gelu (`grad` false: `pre` is written, unless nothing reads
+/// it) and mtc.matmul_gelu_grad (`pre` is read). On CUDA, one cuBLASLt call
+/// with the GELU epilogue; otherwise (the CPU, or operands widened first)
+/// the GEMM writes float32 sums (into `pre` or the output when those are
+/// float32, else the workspace) and the epilogue kernel finishes them.
+void Emitter::emitGeluGemm(Operation *op, Value a, Value b, bool transposeB,
+                           Value bias, Value pre, Value output, bool grad) {
+  ArrayRef<int64_t> bs = shapeOf(b);
+  int64_t n = transposeB ? bs[0] : bs[1], k = transposeB ? bs[1] : bs[0];
+  int64_t m = numel(a) / k;
+  std::string storage =
+      isLowPrecision(output) ? storage16(output).str() : "Storage16::Bf16";
+  std::string biasArg = bias ? ptr(bias) : "nullptr";
+  std::string preArg = grad || !pre.use_empty() ? ptr(pre) : "nullptr";
+  const char *tb = transposeB ? "true" : "false";
+  GemmCall g = gemmOperands(op, a, b);
+  if (cuda() && (g.function == "gemm16" || !isLowPrecision(output))) {
+    emitCall(llvm::formatv("{0}(ctx, {1}, {2}, {3}, {4}, {5}, {6}, {7}, "
+                           "{8}, {9}, {10}{11}, {12})",
+                           grad ? "gemmGeluGrad" : "gemmGelu", storage, tb, m,
+                           n, k, g.a, k, g.b, bs[1], grad ? "" : biasArg + ", ",
+                           grad ? preArg : ptr(output),
+                           grad ? ptr(output) : preArg)
+                 .str());
+    return;
+  }
+  std::string sums;
+  if (isLowPrecision(output))
+    sums = "(" + workspace(op) + " + " +
+           std::to_string(g.function == "gemm" && isLowPrecision(a)
+                              ? numel(a) + numel(b)
+                              : 0) +
+           ")";
+  else
+    sums = grad || pre.use_empty() ? ptr(output) : ptr(pre);
+  if (bias)
+    emitCall(llvm::formatv("gemmBias(ctx, false, {0}, {1}, {2}, {3}, {4}, "
+                           "{3}, {5}, {6}, {7}, {8}, {2})",
+                           tb, m, n, k, g.a, g.b, bs[1], biasArg, sums)
+                 .str());
+  else
+    emitCall(llvm::formatv("gemm(ctx, false, {0}, {1}, {2}, {3}, 1.0f, {4}, "
+                           "{3}, {5}, {6}, 0.0f, {7}, {2})",
+                           tb, m, n, k, g.a, g.b, bs[1], sums)
+                 .str());
+  std::string acc = "static_cast<const float *>(" + sums + ")";
+  if (grad)
+    emitCall(llvm::formatv("geluGradEpilogue(ctx, {0}, {1}, {2}, {3}, {4})",
+                           storage, m * n, acc, preArg, ptr(output))
+                 .str());
+  else
+    emitCall(llvm::formatv("geluEpilogue(ctx, {0}, {1}, {2}, {3}, {4})",
+                           storage, m * n, acc, ptr(output),
+                           sums == preArg ? "nullptr" : preArg)
+                 .str());
+}
+
 void Emitter::emitOp(Operation *op) {
   // Padded rows (the memory plan's mtc::rowPitch) reach only the kernels
   // that take them.
@@ -1174,6 +1233,14 @@ void Emitter::emitOpBody(Operation *op) {
       .Case([&](FusedOp f) { emitFused(f); })
       .Case([&](MatMulOp m) { emitMatMul(m); })
       .Case([&](MatMulBiasGradOp m) { emitMatMulBiasGrad(m); })
+      .Case([&](MatMulGeluOp m) {
+        emitGeluGemm(m, m.getA(), m.getB(), m.getTransposeB(), m.getBias(),
+                     m.getPre(), m.getOutput(), false);
+      })
+      .Case([&](MatMulGeluGradOp m) {
+        emitGeluGemm(m, m.getA(), m.getB(), m.getTransposeB(), Value(),
+                     m.getPre(), m.getOutput(), true);
+      })
       .Case([&](ConvOp c) {
         emitCall(convCall("conv2dForward", op, c.getInput()) +
                  convParams(shapeOf(c.getInput()), shapeOf(c.getWeight()),

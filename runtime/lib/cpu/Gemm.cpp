@@ -5,15 +5,18 @@
 //===----------------------------------------------------------------------===//
 
 #include "Context.h"
+#include "KernelCommon.h"
 
 #include "mtc/runtime/Kernels.h"
 #include "mtc/runtime/Parallel.h"
+#include "mtc/runtime/VecMath.h"
 
-#include <cblas.h>
 #include <algorithm>
+#include <cblas.h>
 #include <climits>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 namespace mtc::rt {
 
@@ -170,6 +173,66 @@ void gemmBiasGrad(Context &ctx, bool transA, bool transB, int64_t m,
     columnSums(a, k, m, lda, biasGrad);
   else
     columnSums(b, k, n, ldb, biasGrad);
+}
+
+//===----------------------------------------------------------------------===//
+// GELU epilogues
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Elements per parallel chunk of an epilogue.
+constexpr int64_t kEpilogueChunk = 4096;
+
+/// Runs body(begin, end) over [0, count) in chunks, in parallel when there
+/// is enough work.
+template <typename Body> void overChunks(int64_t count, Body &&body) {
+  int64_t chunks = (count + kEpilogueChunk - 1) / kEpilogueChunk;
+  cpu::parallelFor(0, chunks, count >= cpu::kParallelGrain, [&](int64_t c) {
+    body(c * kEpilogueChunk, std::min(count, (c + 1) * kEpilogueChunk));
+  });
+}
+
+} // namespace
+
+void geluEpilogue(Context &, Storage16 storage, int64_t count, StoredIn acc,
+                  StoredOut y, StoredOut pre) {
+  bool bf16 = storage == Storage16::Bf16;
+  withStoredIn(acc, [&](auto a) {
+    withStoredOut(y, [&](auto out) {
+      using Y = std::remove_pointer_t<decltype(out)>;
+      auto *saved = static_cast<Y *>(pre.data);
+      overChunks(count, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          float x = storedToFloat(a[i], bf16);
+          float t = cpu::vecTanh(geluTanhArgument(x));
+          if (saved)
+            storeFloat(saved + i, x, bf16);
+          storeFloat(out + i, geluFromTanh(x, t), bf16);
+        }
+      });
+    });
+  });
+}
+
+void geluGradEpilogue(Context &, Storage16 storage, int64_t count, StoredIn acc,
+                      StoredIn pre, StoredOut dx) {
+  bool bf16 = storage == Storage16::Bf16;
+  withStoredIn(acc, [&](auto a) {
+    withStoredIn(pre, [&](auto p) {
+      withStoredOut(dx, [&](auto out) {
+        overChunks(count, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            float x = storedToFloat(p[i], bf16);
+            float t = cpu::vecTanh(geluTanhArgument(x));
+            storeFloat(out + i,
+                       storedToFloat(a[i], bf16) * geluGradFromTanh(x, t),
+                       bf16);
+          }
+        });
+      });
+    });
+  });
 }
 
 } // namespace mtc::rt

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "KernelCommon.h"
 #include "Launch.h"
 
 #include "mtc/runtime/Cuda.h"
@@ -122,13 +123,16 @@ void columnSums(Context &ctx, const T *x, int64_t rows, int64_t cols,
 /// One cuBLASLt GEMM C = op(A) op(B) (alpha 1, beta 0) of A and B stored as
 /// `type`, C as `cType` (float32, or A's 16-bit type), with `epilogue`
 /// writing or reading the float32 `vector` (the bias, or the bias
-/// gradient). False when cuBLASLt has no algorithm for it. The
+/// gradient) and, when `aux` is given, writing or reading the auxiliary
+/// matrix of C's type and shape (a GELU epilogue's input, leading
+/// dimension `auxLd`). False when cuBLASLt has no algorithm for it. The
 /// heuristic's answer is kept per shape and epilogue (it costs more host
 /// time than the launch, which matters without CUDA graphs).
 bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
             int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
             const void *b, int64_t ldb, void *c, cudaDataType_t cType,
-            int64_t ldc, cublasLtEpilogue_t epilogue, const void *vector) {
+            int64_t ldc, cublasLtEpilogue_t epilogue, const void *vector,
+            const void *aux = nullptr, int64_t auxLd = 0) {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -147,8 +151,17 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
                                       &epilogue, sizeof(epilogue)) &&
       !cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                       &vector, sizeof(vector)) &&
-      !cublasLtMatmulDescSetAttribute(
-          desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32, sizeof(f32)) &&
+      !cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                      &f32, sizeof(f32)) &&
+      (!aux || (!cublasLtMatmulDescSetAttribute(
+                    desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                    sizeof(aux)) &&
+                !cublasLtMatmulDescSetAttribute(
+                    desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd,
+                    sizeof(auxLd)) &&
+                !cublasLtMatmulDescSetAttribute(
+                    desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &cType,
+                    sizeof(cType)))) &&
       !cublasLtMatrixLayoutCreate(&la, type, transB ? k : n, transB ? n : k,
                                   ldb) &&
       !cublasLtMatrixLayoutCreate(&lb, type, transA ? m : k, transA ? k : m,
@@ -165,10 +178,23 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
   };
   const uint32_t alignA = alignment(b), alignB = alignment(a),
                  alignC = alignment(c);
-  const int64_t key[] = {int64_t(type), int64_t(cType), transA, transB,
-                         m, n, k, lda, ldb, ldc,
-                         int64_t(epilogue), alignA, alignB, alignC,
-                         vector ? alignment(vector) : 0};
+  const int64_t key[] = {int64_t(type),
+                         int64_t(cType),
+                         transA,
+                         transB,
+                         m,
+                         n,
+                         k,
+                         lda,
+                         ldb,
+                         ldc,
+                         int64_t(epilogue),
+                         alignA,
+                         alignB,
+                         alignC,
+                         vector ? alignment(vector) : 0,
+                         aux ? alignment(aux) : 0,
+                         auxLd};
   static_assert(sizeof(key) == sizeof(Context::LtAlgo::key));
   auto cached = std::find_if(
       ctx.ltAlgos.begin(), ctx.ltAlgos.end(), [&](const Context::LtAlgo &e) {
@@ -487,6 +513,158 @@ void gemm16BiasGrad(Context &ctx, Storage16 storage, bool transA,
                  gemm16(ctx, storage, transA, transB, m, n, k, 1.0f, a, lda,
                         b, ldb, beta, c, ldc);
                });
+}
+
+//===----------------------------------------------------------------------===//
+// GELU epilogues
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+template <typename A, typename Y>
+__global__ void geluEpilogueKernel(int64_t count, const A *acc, Y *y, Y *pre,
+                                   bool bf16) {
+  for (int64_t i = cuda::threadIndex(); i < count; i += cuda::threadCount()) {
+    float x = storedToFloat(acc[i], bf16);
+    float t = tanhf(geluTanhArgument(x));
+    if (pre)
+      storeFloat(pre + i, x, bf16);
+    storeFloat(y + i, geluFromTanh(x, t), bf16);
+  }
+}
+
+template <typename A, typename P, typename Y>
+__global__ void geluGradEpilogueKernel(int64_t count, const A *acc,
+                                       const P *pre, Y *dx, bool bf16) {
+  for (int64_t i = cuda::threadIndex(); i < count; i += cuda::threadCount()) {
+    float x = storedToFloat(pre[i], bf16);
+    float t = tanhf(geluTanhArgument(x));
+    storeFloat(dx + i, storedToFloat(acc[i], bf16) * geluGradFromTanh(x, t),
+               bf16);
+  }
+}
+
+/// The GEMM of a GELU epilogue without the epilogue (cuBLASLt offered no
+/// algorithm): C = A op(B) (+ bias), C as stored.
+void plainGeluGemm(Context &ctx, Storage16 storage, bool transB, int64_t m,
+                   int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
+                   int64_t ldb, const float *bias, StoredOut c) {
+  auto *a16 = static_cast<const uint16_t *>(a.data),
+       *b16 = static_cast<const uint16_t *>(b.data);
+  auto *a32 = static_cast<const float *>(a.data),
+       *b32 = static_cast<const float *>(b.data);
+  auto *c16 = static_cast<uint16_t *>(c.data);
+  auto *c32 = static_cast<float *>(c.data);
+  if (bias && a.low)
+    gemm16Bias(ctx, storage, false, transB, m, n, k, a16, lda, b16, ldb, bias,
+               c16, n);
+  else if (bias)
+    gemmBias(ctx, false, transB, m, n, k, a32, lda, b32, ldb, bias, c32, n);
+  else if (a.low)
+    gemm16(ctx, storage, false, transB, m, n, k, 1.0f, a16, lda, b16, ldb, 0.0f,
+           c16, n);
+  else
+    gemm(ctx, false, transB, m, n, k, 1.0f, a32, lda, b32, ldb, 0.0f, c32, n);
+}
+
+/// Whether every tensor of a GELU epilogue is stored alike (cuBLASLt's
+/// auxiliary matrix has D's type); reports the error otherwise.
+bool storedAlike(Context &ctx, const char *what, bool low,
+                 std::initializer_list<bool> others) {
+  for (bool other : others) {
+    if (other != low) {
+      reportError(ctx, std::string(what) +
+                           ": operands, result and the GELU input must be "
+                           "stored alike");
+      return false;
+    }
+  }
+  return true;
+}
+
+/// cuBLASLt's auxiliary matrix needs a leading dimension divisible by 8;
+/// the results here are dense, so N is it.
+bool auxLdFits(int64_t n) { return n % 8 == 0; }
+
+} // namespace
+
+void geluEpilogue(Context &ctx, Storage16 storage, int64_t count, StoredIn acc,
+                  StoredOut y, StoredOut pre) {
+  if (count <= 0)
+    return;
+  bool bf16 = storage == Storage16::Bf16;
+  withStoredIn(acc, [&](auto a) {
+    withStoredOut(y, [&](auto out) {
+      using Y = std::remove_pointer_t<decltype(out)>;
+      geluEpilogueKernel<<<cuda::gridFor(count), cuda::kBlock, 0, ctx.stream>>>(
+          count, a, out, static_cast<Y *>(pre.data), bf16);
+    });
+  });
+  checkLaunch(ctx, "geluEpilogueKernel");
+}
+
+void geluGradEpilogue(Context &ctx, Storage16 storage, int64_t count,
+                      StoredIn acc, StoredIn pre, StoredOut dx) {
+  if (count <= 0)
+    return;
+  bool bf16 = storage == Storage16::Bf16;
+  withStoredIn(acc, [&](auto a) {
+    withStoredIn(pre, [&](auto p) {
+      withStoredOut(dx, [&](auto out) {
+        geluGradEpilogueKernel<<<cuda::gridFor(count), cuda::kBlock, 0,
+                                 ctx.stream>>>(count, a, p, out, bf16);
+      });
+    });
+  });
+  checkLaunch(ctx, "geluGradEpilogueKernel");
+}
+
+void gemmGelu(Context &ctx, Storage16 storage, bool transB, int64_t m,
+              int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
+              int64_t ldb, const float *bias, StoredOut c, StoredOut pre) {
+  ctx.lastGemmEpilogue = false;
+  if (!storedAlike(ctx, "gemmGelu", c.low,
+                   {a.low, b.low, pre.data ? pre.low : c.low}) ||
+      !fitsBlasInt(ctx, "gemmGelu", {m, n, k, lda, ldb}) || m == 0 || n == 0)
+    return;
+  cudaDataType_t type = a.low ? dataTypeOf(storage) : CUDA_R_32F;
+  cublasLtEpilogue_t epilogue =
+      pre.data ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                       : CUBLASLT_EPILOGUE_GELU_AUX)
+               : (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+  if (k > 0 && (!pre.data || auxLdFits(n)) &&
+      ltGemm(ctx, type, false, transB, m, n, k, a.data, lda, b.data, ldb,
+             c.data, type, n, epilogue, bias, pre.data, n))
+    return;
+  // The sums go where they are kept (the GELU input), else to C, and GELU
+  // is applied to them as stored.
+  StoredOut sums = pre.data ? pre : c;
+  plainGeluGemm(ctx, storage, transB, m, n, k, a, lda, b, ldb, bias, sums);
+  StoredIn stored = sums.low
+                        ? StoredIn(static_cast<const uint16_t *>(sums.data))
+                        : StoredIn(static_cast<const float *>(sums.data));
+  geluEpilogue(ctx, storage, m * n, stored, c, nullptr);
+  ctx.lastGemmEpilogue = false;
+}
+
+void gemmGeluGrad(Context &ctx, Storage16 storage, bool transB, int64_t m,
+                  int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
+                  int64_t ldb, StoredIn pre, StoredOut c) {
+  ctx.lastGemmEpilogue = false;
+  if (!storedAlike(ctx, "gemmGeluGrad", c.low, {a.low, b.low, pre.low}) ||
+      !fitsBlasInt(ctx, "gemmGeluGrad", {m, n, k, lda, ldb}) || m == 0 ||
+      n == 0)
+    return;
+  cudaDataType_t type = a.low ? dataTypeOf(storage) : CUDA_R_32F;
+  if (k > 0 && auxLdFits(n) &&
+      ltGemm(ctx, type, false, transB, m, n, k, a.data, lda, b.data, ldb,
+             c.data, type, n, CUBLASLT_EPILOGUE_DGELU, nullptr, pre.data, n))
+    return;
+  plainGeluGemm(ctx, storage, transB, m, n, k, a, lda, b, ldb, nullptr, c);
+  StoredIn stored = c.low ? StoredIn(static_cast<const uint16_t *>(c.data))
+                          : StoredIn(static_cast<const float *>(c.data));
+  geluGradEpilogue(ctx, storage, m * n, stored, pre, c);
+  ctx.lastGemmEpilogue = false;
 }
 
 } // namespace mtc::rt

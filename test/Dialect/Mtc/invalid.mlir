@@ -69,6 +69,22 @@ func.func @matmul_bias_grad_summed(%a: tensor<6x4xf32>, %g: tensor<4x5xf32>) {
 
 // -----
 
+func.func @matmul_gelu_storage(%x: tensor<6x4xbf16>, %w: tensor<4x8xbf16>) {
+  // expected-error@+1 {{operands and results must be stored in one precision}}
+  %0:2 = mtc.matmul_gelu %x, %w : (tensor<6x4xbf16>, tensor<4x8xbf16>) -> (tensor<6x8xbf16>, tensor<6x8xf32>)
+  return
+}
+
+// -----
+
+func.func @matmul_gelu_grad_shape(%dy: tensor<6x4xf32>, %w: tensor<4x8xf32>, %pre: tensor<6x7xf32>) {
+  // expected-error@+1 {{results must have the product's shape}}
+  %0 = mtc.matmul_gelu_grad %dy, %w, %pre : (tensor<6x4xf32>, tensor<4x8xf32>, tensor<6x7xf32>) -> tensor<6x8xf32>
+  return
+}
+
+// -----
+
 func.func @conv_group(%x: tensor<1x4x8x8xf32>, %w: tensor<6x4x3x3xf32>) {
   // expected-error@+1 {{weight has 4 input channels per group, expected 2}}
   %0 = mtc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<1x4x8x8xf32>, tensor<6x4x3x3xf32>) -> tensor<1x6x6x6xf32>

@@ -52,6 +52,16 @@ func.func @gemm_epilogues(%x: tensor<2x3x4xf32>, %y: tensor<4x5xf32>, %b: tensor
   return %0, %1#0, %1#1, %2#0, %2#1 : tensor<2x3x5xf32>, tensor<4x5xf32>, tensor<5xf32>, tensor<5x4xf32>, tensor<5xf32>
 }
 
+// CHECK-LABEL: func @gelu_epilogues
+func.func @gelu_epilogues(%x: tensor<2x3x4xbf16>, %w: tensor<8x4xbf16>, %b: tensor<8xf32>, %dy: tensor<2x3x4xbf16>) -> (tensor<2x3x8xbf16>, tensor<2x3x8xbf16>) {
+  // CHECK: mtc.matmul_gelu %{{.*}}, %{{.*}}, %{{.*}} {transpose_b = true} : (tensor<2x3x4xbf16>, tensor<8x4xbf16>, tensor<8xf32>) -> (tensor<2x3x8xbf16>, tensor<2x3x8xbf16>)
+  %y, %pre = mtc.matmul_gelu %x, %w, %b {transpose_b = true} : (tensor<2x3x4xbf16>, tensor<8x4xbf16>, tensor<8xf32>) -> (tensor<2x3x8xbf16>, tensor<2x3x8xbf16>)
+  // CHECK: mtc.matmul_gelu_grad %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x3x4xbf16>, tensor<4x8xbf16>, tensor<2x3x8xbf16>) -> tensor<2x3x8xbf16>
+  %wt = mtc.transpose %w {perm = array<i64: 1, 0>} : (tensor<8x4xbf16>) -> tensor<4x8xbf16>
+  %d = mtc.matmul_gelu_grad %dy, %wt, %pre : (tensor<2x3x4xbf16>, tensor<4x8xbf16>, tensor<2x3x8xbf16>) -> tensor<2x3x8xbf16>
+  return %y, %d : tensor<2x3x8xbf16>, tensor<2x3x8xbf16>
+}
+
 // CHECK-LABEL: func @conv_pool
 func.func @conv_pool(%x: tensor<8x4x16x16xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>) -> (tensor<8x4x16x16xf32>, tensor<8x2x3x3xf32>, tensor<8x8x1x1xf32>) {
   // CHECK: mtc.conv {{.*}} group = 2 : i64

@@ -1722,6 +1722,170 @@ TEST_F(Kernels, Gemm16StoresSixteenBitResults) {
 }
 #endif
 
+/// GELU's tanh form and its derivative, in double, from their definition.
+constexpr double kPi = 3.14159265358979323846;
+double geluTanh(double x) {
+  const double c = std::sqrt(2.0 / kPi);
+  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+double geluTanhGrad(double x) {
+  const double c = std::sqrt(2.0 / kPi);
+  double t = std::tanh(c * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) +
+         0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// The GELU epilogues' elementwise halves against the definition, float32
+// in place and 16-bit: y = GELU(acc) with acc kept, dx = acc * GELU'(pre).
+TEST_F(Kernels, GeluEpilogues) {
+  const int64_t count = 1000;
+  std::vector<float> acc(count), pre(count);
+  for (int64_t i = 0; i < count; ++i) {
+    acc[i] = 12.0f * std::sin(0.37f * float(i)); // GELU's whole range
+    pre[i] = 5.0f * std::cos(0.11f * float(i));
+  }
+  float *y = upload<float>(acc);
+  float *saved = upload<float>(std::vector<float>(count, 7.0f));
+  geluEpilogue(ctx, Storage16::Bf16, count, y, y, saved);
+  float *dx = upload<float>(acc);
+  geluGradEpilogue(ctx, Storage16::Bf16, count, dx, upload<float>(pre), dx);
+  std::vector<float> gotY = download(y, count),
+                     gotSaved = download(saved, count),
+                     gotDx = download(dx, count);
+  for (int64_t i = 0; i < count; ++i) {
+    EXPECT_EQ(gotSaved[i], acc[i]);
+    EXPECT_NEAR(gotY[i], geluTanh(acc[i]), 1e-6 * (1.0 + std::abs(acc[i])));
+    double want = double(acc[i]) * geluTanhGrad(pre[i]);
+    EXPECT_NEAR(gotDx[i], want, 1e-5 * (1.0 + std::abs(want)));
+  }
+  for (Storage16 storage : {Storage16::Bf16, Storage16::F16}) {
+    const bool bf16 = storage == Storage16::Bf16;
+    const double halfUlp = std::ldexp(1.0, bf16 ? -8 : -11);
+    std::vector<uint16_t> pre16(count);
+    for (int64_t i = 0; i < count; ++i)
+      pre16[i] = bf16 ? floatToBf16(pre[i]) : floatToHalf(pre[i]);
+    uint16_t *y16 = upload<uint16_t>(std::vector<uint16_t>(count, 0x7777));
+    uint16_t *saved16 = upload<uint16_t>(std::vector<uint16_t>(count, 0x7777));
+    geluEpilogue(ctx, storage, count, upload<float>(acc), y16, saved16);
+    uint16_t *dx16 = upload<uint16_t>(std::vector<uint16_t>(count, 0x7777));
+    geluGradEpilogue(ctx, storage, count, upload<float>(acc),
+                     upload<uint16_t>(pre16), dx16);
+    std::vector<uint16_t> gy = download(y16, count),
+                          gs = download(saved16, count),
+                          gd = download(dx16, count);
+    for (int64_t i = 0; i < count; ++i) {
+      EXPECT_EQ(gs[i], bf16 ? floatToBf16(acc[i]) : floatToHalf(acc[i]));
+      double want = geluTanh(acc[i]);
+      EXPECT_NEAR(storedToFloat(gy[i], bf16), want,
+                  halfUlp * std::abs(want) + 1e-6 * (1.0 + std::abs(want)));
+      want = double(acc[i]) * geluTanhGrad(storedToFloat(pre16[i], bf16));
+      EXPECT_NEAR(storedToFloat(gd[i], bf16), want,
+                  halfUlp * std::abs(want) + 1e-5 * (1.0 + std::abs(want)));
+    }
+  }
+}
+
+#ifdef MTC_RUNTIME_CUDA
+// gemmGelu and gemmGeluGrad (cuBLASLt's GELU_AUX(_BIAS) and DGELU
+// epilogues, or the fallback where N is no multiple of 8) against double
+// on the stored operands: float32 and both 16-bit formats. A 16-bit result
+// is within the float32 accumulation error and one rounding (two in the
+// fallback) of the definition.
+TEST_F(Kernels, GemmGeluEpilogues) {
+  const int64_t m = 37, k = 300;
+  for (int64_t n : {32, 29}) {
+    for (int format = 0; format < 3; ++format) {
+      const bool low = format > 0, bf16 = format != 2;
+      Storage16 storage = format == 2 ? Storage16::F16 : Storage16::Bf16;
+      std::vector<float> wa, wb, bias;
+      std::vector<uint16_t> a16, b16;
+      sinCosOperands16(storage, m, n, k, wa, wb, a16, b16, bias);
+      if (!low)
+        sinCosOperands(m, n, k, wa, wb);
+      // Rows of A scaled down so that GELU sees its curved part.
+      for (int64_t i = 0; i < m * k; ++i)
+        wa[i] *= 0.05f;
+      for (int64_t i = 0; i < m * k; ++i)
+        a16[i] = bf16 ? floatToBf16(wa[i]) : floatToHalf(wa[i]);
+      if (low)
+        for (int64_t i = 0; i < m * k; ++i)
+          wa[i] = storedToFloat(a16[i], bf16);
+      const double halfUlp = low ? std::ldexp(1.0, bf16 ? -8 : -11) : 0.0;
+      const double accumulation = double(k) * std::ldexp(double(k), -24);
+      auto check = [&](const std::vector<double> &want,
+                       const std::vector<float> &got, const char *what,
+                       int64_t roundings) {
+        for (int64_t i = 0; i < m * n; ++i)
+          EXPECT_NEAR(got[i], want[i],
+                      2.0 * accumulation +
+                          roundings * halfUlp * (std::abs(want[i]) + 1.0) +
+                          1e-5)
+              << what << " element " << i << " n " << n << " format " << format;
+      };
+      auto widened = [&](const void *p) {
+        std::vector<float> out(m * n);
+        if (low) {
+          std::vector<uint16_t> h =
+              download(static_cast<const uint16_t *>(p), m * n);
+          for (int64_t i = 0; i < m * n; ++i)
+            out[i] = storedToFloat(h[i], bf16);
+        } else {
+          out = download(static_cast<const float *>(p), m * n);
+        }
+        return out;
+      };
+      auto buffer = [&]() -> void * {
+        if (low)
+          return upload<uint16_t>(std::vector<uint16_t>(m * n, 0x7777));
+        return upload<float>(std::vector<float>(m * n, 7.0f));
+      };
+      auto in = [&](const void *p) {
+        return low ? StoredIn(static_cast<const uint16_t *>(p))
+                   : StoredIn(static_cast<const float *>(p));
+      };
+      auto out = [&](void *p) {
+        return low ? StoredOut(static_cast<uint16_t *>(p))
+                   : StoredOut(static_cast<float *>(p));
+      };
+      const void *da = low ? static_cast<const void *>(upload<uint16_t>(a16))
+                           : upload<float>(wa);
+      const void *db = low ? static_cast<const void *>(upload<uint16_t>(b16))
+                           : upload<float>(wb);
+      for (bool withBias : {false, true}) {
+        void *c = buffer(), *pre = buffer();
+        gemmGelu(ctx, storage, false, m, n, k, in(da), k, in(db), n,
+                 withBias ? upload<float>(bias) : nullptr, out(c), out(pre));
+        EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+        bool epilogue = lastGemmUsedEpilogue(ctx);
+        GemmReference sums =
+            gemmReference(wa, wb, withBias ? bias : std::vector<float>(), false,
+                          false, m, n, k, false);
+        std::vector<double> want(m * n);
+        for (int64_t i = 0; i < m * n; ++i)
+          want[i] = geluTanh(sums.c[i]);
+        check(sums.c, widened(pre), "pre", 1);
+        check(want, widened(c), "gelu", epilogue ? 1 : 2);
+        std::printf("gemmGelu (n %lld, %s, %s): %s\n", (long long)n,
+                    low ? (bf16 ? "bf16" : "fp16") : "f32",
+                    withBias ? "bias" : "no bias",
+                    epilogue ? "cuBLASLt epilogue" : "fallback");
+        // The gradient GEMM reads the stored GELU input.
+        std::vector<float> storedPre = widened(pre);
+        void *dx = buffer();
+        gemmGeluGrad(ctx, storage, false, m, n, k, in(da), k, in(db), n,
+                     in(pre), out(dx));
+        EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+        epilogue = lastGemmUsedEpilogue(ctx);
+        sums = gemmReference(wa, wb, {}, false, false, m, n, k, false);
+        for (int64_t i = 0; i < m * n; ++i)
+          want[i] = sums.c[i] * geluTanhGrad(storedPre[i]);
+        check(want, widened(dx), "dgelu", epilogue ? 1 : 2);
+      }
+    }
+  }
+}
+#endif
+
 TEST_F(Kernels, GradCheckFindsInfAndNaN) {
   float *scale = upload<float>({1024.0f});
   float *status = upload<float>({-1.0f, -1.0f});

@@ -110,6 +110,21 @@ int64_t MatMulBiasGradOp::getFlops() {
   return 2 * numel(getOutput()) * k + k * numel(getBiasGrad());
 }
 
+/// A GELU epilogue's GEMM folds the rows of `a` together.
+static int64_t geluGemmFlops(Value a, Value output) {
+  return 2 * numel(output) * shapeOf(a).back();
+}
+
+// GELU's tanh form: about 10 operations an element, its derivative 14.
+int64_t MatMulGeluOp::getFlops() {
+  return geluGemmFlops(getA(), getOutput()) +
+         (getBias() ? 11 : 10) * numel(getOutput());
+}
+
+int64_t MatMulGeluGradOp::getFlops() {
+  return geluGemmFlops(getA(), getOutput()) + 14 * numel(getOutput());
+}
+
 /// Multiply-adds of the convolution whose input, weight and output shapes
 /// are given.
 static int64_t convMacs(ArrayRef<int64_t> w, ArrayRef<int64_t> y) {
@@ -159,6 +174,24 @@ int64_t MatMulOp::getWorkspaceBytes() {
 
 int64_t MatMulBiasGradOp::getWorkspaceBytes() {
   return widenedBytes(*this, getA(), getB());
+}
+
+/// Without a 16-bit GEMM (the CPU), the float32 sums of a 16-bit result go
+/// to the workspace before its epilogue.
+static int64_t geluSumsBytes(Operation *op, Value output) {
+  return isStorage16(output) && !op->hasAttr(attr::kNative16BitGemm)
+             ? 4 * numel(output)
+             : 0;
+}
+
+int64_t MatMulGeluOp::getWorkspaceBytes() {
+  return widenedBytes(*this, getA(), getB()) +
+         geluSumsBytes(*this, getOutput());
+}
+
+int64_t MatMulGeluGradOp::getWorkspaceBytes() {
+  return widenedBytes(*this, getA(), getB()) +
+         geluSumsBytes(*this, getOutput());
 }
 
 /// A convolution kernel as the runtime plans it: its parameters, which of

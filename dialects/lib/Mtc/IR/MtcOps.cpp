@@ -256,6 +256,47 @@ LogicalResult MatMulBiasGradOp::verify() {
   return success();
 }
 
+/// Checks a GELU epilogue's GEMM: `a` of rank >= 2 whose rows fold
+/// together, a 2-D `b` with the same inner dimension, every one of
+/// `stored` (operands and results) of one element type, and `results` of
+/// the product's shape.
+static LogicalResult verifyGeluGemm(Operation *op, Value a, Value b,
+                                    bool transposeB, ArrayRef<Value> stored,
+                                    ArrayRef<Value> results) {
+  ArrayRef<int64_t> as = shapeOf(a), bs = shapeOf(b);
+  if (as.size() < 2 || bs.size() != 2)
+    return op->emitOpError("a must have rank >= 2 and b be 2-D");
+  int64_t k = transposeB ? bs[1] : bs[0], n = transposeB ? bs[0] : bs[1];
+  if (as.back() != k)
+    return op->emitOpError("inner dimensions differ");
+  for (Value v : stored)
+    if (elementOf(v) != elementOf(a))
+      return op->emitOpError(
+          "operands and results must be stored in one precision");
+  SmallVector<int64_t> shape(as.drop_back());
+  shape.push_back(n);
+  for (Value v : results)
+    if (shapeOf(v) != ArrayRef(shape))
+      return op->emitOpError("results must have the product's shape");
+  return success();
+}
+
+LogicalResult MatMulGeluOp::verify() {
+  if (Value bias = getBias();
+      bias && (!elementOf(bias).isF32() ||
+               shapeOf(bias) != ArrayRef<int64_t>{shapeOf(getOutput()).back()}))
+    return emitOpError("bias must be float32 with one element per column");
+  return verifyGeluGemm(*this, getA(), getB(), getTransposeB(),
+                        {getB(), getOutput(), getPre()},
+                        {getOutput(), getPre()});
+}
+
+LogicalResult MatMulGeluGradOp::verify() {
+  return verifyGeluGemm(*this, getA(), getB(), getTransposeB(),
+                        {getB(), getPre(), getOutput()},
+                        {getPre(), getOutput()});
+}
+
 //===----------------------------------------------------------------------===//
 // Convolution
 //===----------------------------------------------------------------------===//

@@ -256,7 +256,12 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
     on its first op: code generation makes it one multi-tensor update.
     GEMM epilogues come first: a linear layer's `matmul` + bias `add`
     becomes one `matmul` with a bias, and its weight-gradient `matmul` with
-    the `reduce_sum` of its bias gradient one `matmul_bias_grad`.
+    the `reduce_sum` of its bias gradient one `matmul_bias_grad`. Once the
+    kernels are formed, a fused kernel that applies GELU's tanh form to a
+    linear layer's result (however the model writes it) joins that GEMM
+    as `matmul_gelu`, which also stores the GELU input; a backward kernel
+    multiplying the GEMM-computed gradient of that GELU's output by its
+    derivative at the stored input joins that GEMM as `matmul_gelu_grad`.
     A layer norm right after the fused op that computes its input gets
     `mtc.row_epilogue`: it runs in that kernel, row by row.
     A sum of zero pads placing their inputs side by side along one axis
@@ -291,6 +296,11 @@ def FusionPass : Pass<"mtc-fuse-elementwise", "mlir::ModuleOp"> {
               "Bias adds folded into their GEMM">,
     Statistic<"numBiasGradEpilogues", "bias-grad-epilogues",
               "Bias-gradient sums folded into a weight-gradient GEMM">,
+    Statistic<"numGeluEpilogues", "gelu-epilogues",
+              "GELU kernels folded into the GEMM computing their input">,
+    Statistic<"numGeluGradEpilogues", "gelu-grad-epilogues",
+              "GELU-gradient kernels folded into the GEMM computing their "
+              "incoming gradient">,
     Statistic<"numAccumulateEpilogues", "accumulate-epilogues",
               "Gradient adds folded into a layer norm or gather backward">,
     Statistic<"numRowEpilogues", "row-epilogues",

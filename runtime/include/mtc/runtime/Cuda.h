@@ -12,6 +12,8 @@
 #ifndef MTC_RUNTIME_CUDA_H
 #define MTC_RUNTIME_CUDA_H
 
+#include "mtc/runtime/Kernels.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -67,6 +69,19 @@ void gemm16BiasGrad(Context &ctx, Storage16 storage, bool transA,
                     const uint16_t *a, int64_t lda, const uint16_t *b,
                     int64_t ldb, float *c, int64_t ldc, bool sumA,
                     float *biasGrad);
+/// mtc.matmul_gelu and mtc.matmul_gelu_grad: C[M,N] = GELU(A op(B) + bias)
+/// with `pre` (when not null) the sums before GELU, and C = (A op(B)) *
+/// GELU'(pre), A stored [M,K] (rows folded), ldc = N. A, B, C and pre are
+/// all float32 or all 16-bit (`storage`). cuBLASLt's GELU_AUX(_BIAS) and
+/// DGELU epilogues; where cuBLASLt offers no algorithm, the GEMM writes
+/// its result as stored and geluEpilogue / geluGradEpilogue (Kernels.h)
+/// finish it, rounding a 16-bit result twice.
+void gemmGelu(Context &ctx, Storage16 storage, bool transB, int64_t m,
+              int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
+              int64_t ldb, const float *bias, StoredOut c, StoredOut pre);
+void gemmGeluGrad(Context &ctx, Storage16 storage, bool transB, int64_t m,
+                  int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
+                  int64_t ldb, StoredIn pre, StoredOut c);
 /// conv2d*16 (Kernels.h) with the 16-bit operands multiplied as they are
 /// stored (gemm16: the tensor cores) instead of widened: the im2col matrix
 /// and gathered output gradients stay 16-bit, the results float32. The

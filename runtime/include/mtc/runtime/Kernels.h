@@ -46,6 +46,7 @@ struct StoredIn {
 struct StoredOut {
   void *data = nullptr;
   bool low = false;
+  StoredOut(std::nullptr_t) {}
   StoredOut(float *p) : data(p) {}
   StoredOut(uint16_t *p) : data(p), low(true) {}
 };
@@ -85,6 +86,17 @@ void gemmBiasGrad(Context &ctx, bool transA, bool transB, int64_t m,
                   int64_t n, int64_t k, const float *a, int64_t lda,
                   const float *b, int64_t ldb, float *c, int64_t ldc,
                   bool sumA, float *biasGrad);
+
+/// The elementwise halves of the GELU epilogues (mtc.matmul_gelu,
+/// mtc.matmul_gelu_grad), GELU in its tanh form as cuBLASLt's GELU
+/// epilogues compute it: y = GELU(acc) and, when `pre` is given, acc
+/// itself, each as stored; dx = acc * GELU'(pre). `count` elements, in
+/// float32. The output may be the input (in place). On CUDA, gemmGelu and
+/// gemmGeluGrad (Cuda.h) run them as the GEMM writes its result.
+void geluEpilogue(Context &ctx, Storage16 storage, int64_t count, StoredIn acc,
+                  StoredOut y, StoredOut pre);
+void geluGradEpilogue(Context &ctx, Storage16 storage, int64_t count,
+                      StoredIn acc, StoredIn pre, StoredOut dx);
 
 //===----------------------------------------------------------------------===//
 // Convolution (2-D, NCHW, OIHW weights, groups)

@@ -320,6 +320,72 @@ def Mtc_MatMulBiasGradOp : Mtc_ComputeOp<"matmul_bias_grad", [
   let hasVerifier = 1;
 }
 
+def Mtc_MatMulGeluOp : Mtc_ComputeOp<"matmul_gelu", [
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
+  let summary = "Linear layer followed by GELU's tanh form (a GEMM epilogue)";
+  let description = [{
+    `pre` is `a` times the 2-D `b` (transposed when `transpose_b`), plus
+    the optional float32 `bias` of N elements, the rows of `a` folded
+    together; `output` is GELU of it in its tanh form,
+    `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, computed from the
+    float32 sums. Both results are stored as `a` and `b` are: float32, or
+    the sums and their GELU each rounded to 16 bits.
+
+    The fusion pass forms it from a linear layer and the fused kernel that
+    applies GELU to its result; `pre` is what the backward pass reads
+    (`mtc.matmul_gelu_grad`). cuBLASLt's GELU epilogue with its auxiliary
+    output on CUDA.
+
+    Example:
+
+    ```mlir
+    %y, %pre = mtc.matmul_gelu %x, %w, %bias {transpose_b = true}
+        : (tensor<8x16xbf16>, tensor<64x16xbf16>, tensor<64xf32>)
+        -> (tensor<8x64xbf16>, tensor<8x64xbf16>)
+    ```
+  }];
+  let arguments = (ins Mtc_StorageFloatTensor:$a, Mtc_StorageFloatTensor:$b,
+                   Optional<Mtc_FloatTensor>:$bias,
+                   DefaultValuedAttr<BoolAttr, "false">:$transpose_b);
+  let results = (outs Mtc_StorageFloatTensor:$output,
+                      Mtc_StorageFloatTensor:$pre);
+  let assemblyFormat = "$a `,` $b (`,` $bias^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mtc_MatMulGeluGradOp : Mtc_ComputeOp<"matmul_gelu_grad", [
+    DeclareOpInterfaceMethods<Mtc_CostOpInterface, ["getWorkspaceBytes"]>]> {
+  let summary = "GEMM of a GELU's output gradient times GELU's derivative "
+                "(a GEMM epilogue)";
+  let description = [{
+    `output` is `a` times the 2-D `b` (transposed when `transpose_b`), the
+    rows of `a` folded together, each float32 sum multiplied by the
+    derivative of GELU's tanh form at `pre` (what `mtc.matmul_gelu` stored).
+    `a`, `b`, `pre` and `output` are all float32 or all stored in one
+    16-bit format; a 16-bit output is the float32 product rounded once.
+
+    The fusion pass forms it from the GEMM that computes a GELU's output
+    gradient and the fused kernel that multiplies it by GELU's derivative.
+    cuBLASLt's GELU-gradient epilogue on CUDA.
+
+    Example:
+
+    ```mlir
+    %dpre = mtc.matmul_gelu_grad %dy, %w, %pre
+        : (tensor<8x16xbf16>, tensor<16x64xbf16>, tensor<8x64xbf16>)
+        -> tensor<8x64xbf16>
+    ```
+  }];
+  let arguments = (ins Mtc_StorageFloatTensor:$a, Mtc_StorageFloatTensor:$b,
+                   Mtc_StorageFloatTensor:$pre,
+                   DefaultValuedAttr<BoolAttr, "false">:$transpose_b);
+  let results = (outs Mtc_StorageFloatTensor:$output);
+  let assemblyFormat =
+      "$a `,` $b `,` $pre attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Convolution and pooling (2-D, NCHW)
 //===----------------------------------------------------------------------===//
