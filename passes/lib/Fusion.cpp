@@ -1398,7 +1398,23 @@ bool geluGemm(MatMulOp mm, Type element) {
           getElementTypeOrSelf(mm.getType()) == element);
 }
 
-/// `v` as `type` (same elements): itself or a reshape placed before `at`.
+/// Whether every reader of `v` but `except` (through views) runs in the
+/// backward pass: those may read the GELU input as stored, as autocast's
+/// backward reads the 16-bit input it saved.
+bool readLaterOnly(Value v, Operation *except) {
+  for (Operation *user : v.getUsers()) {
+    if (user == except || user->hasAttr(attr::kBackward) ||
+        user->hasAttr(attr::kRecompute))
+      continue;
+    auto reshape = dyn_cast<ReshapeOp>(user);
+    if (!reshape || !readLaterOnly(reshape.getOutput(), except))
+      return false;
+  }
+  return true;
+}
+
+/// `v` as `type` (same elements): itself or a reshape at the builder's
+/// place, with `phase`'s placement attributes.
 Value reshapedTo(OpBuilder &b, Value v, Type type, Operation *phase) {
   if (v.getType() == type)
     return v;
@@ -1462,7 +1478,12 @@ void FusionPass::formGeluEpilogues(func::FuncOp func) {
     SmallVector<Value> inputs(fused.getInputs());
     for (auto [i, input] : llvm::enumerate(inputs)) {
       auto mm = throughReshapes(input).getDefiningOp<MatMulOp>();
-      if (!geluGemm(mm, element) || !samePhase(mm, fused))
+      // A GEMM storing float32 sums keeps them for its other forward
+      // readers; the epilogue would store them in 16 bits.
+      if (!geluGemm(mm, element) || !samePhase(mm, fused) ||
+          (mm.getType() !=
+               RankedTensorType::get(shapeOf(mm.getOutput()), element) &&
+           !readLaterOnly(mm.getOutput(), fused)))
         continue;
       GeluReader reader(fused, i, -1);
       std::optional<Polynomial> p = reader.read(yielded);

@@ -130,3 +130,32 @@ func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %w: tensor<8x16x
   %hr = mtc.mul %h, %r : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   return %hr : tensor<4x16xf32>
 }
+
+// -----
+
+// 16-bit operands, float32 sums and a 16-bit GELU: the epilogue would keep
+// the sums in 16 bits only, so a forward reader of the float32 sums (here
+// the step's result) keeps the GEMM and the kernel apart.
+// CHECK-LABEL: func.func @train_step
+// CHECK-NOT: mtc.matmul_gelu
+// CHECK: mtc.matmul %
+// CHECK: mtc.fused
+// CHECK-NOT: mtc.matmul_gelu
+func.func @train_step(%x: tensor<4x8xbf16> {mtc.role = "input"}, %w: tensor<8x16xbf16> {mtc.role = "param"}) -> (tensor<4x16xbf16>, tensor<4x16xf32>) {
+  %half = mtc.constant dense<5.000000e-01> : tensor<f32>
+  %one = mtc.constant dense<1.000000e+00> : tensor<f32>
+  %c1 = mtc.constant dense<0.797884583> : tensor<f32>
+  %k = mtc.constant dense<4.471500e-02> : tensor<f32>
+  %y = mtc.matmul %x, %w : (tensor<4x8xbf16>, tensor<8x16xbf16>) -> tensor<4x16xf32>
+  %z2 = mtc.mul %y, %y : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %z3 = mtc.mul %z2, %y : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %kz3 = mtc.mul %k, %z3 : (tensor<f32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %s = mtc.add %y, %kz3 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %u = mtc.mul %s, %c1 : (tensor<4x16xf32>, tensor<f32>) -> tensor<4x16xf32>
+  %t = mtc.tanh %u : tensor<4x16xf32>
+  %t1 = mtc.add %one, %t : (tensor<f32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %hz = mtc.mul %half, %y : (tensor<f32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %h = mtc.mul %hz, %t1 : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %h16 = mtc.convert %h : tensor<4x16xf32> to tensor<4x16xbf16>
+  return %h16, %y : tensor<4x16xbf16>, tensor<4x16xf32>
+}
