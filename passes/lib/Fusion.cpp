@@ -1480,7 +1480,10 @@ void FusionPass::formGeluEpilogues(func::FuncOp func) {
       auto mm = throughReshapes(input).getDefiningOp<MatMulOp>();
       // A GEMM storing float32 sums keeps them for its other forward
       // readers; the epilogue would store them in 16 bits.
+      // GELU of each element of the result (a kernel's input may also be
+      // broadcast to its shape).
       if (!geluGemm(mm, element) || !samePhase(mm, fused) ||
+          shapeOf(input) != shapeOf(fused.getResult(0)) ||
           (mm.getType() !=
                RankedTensorType::get(shapeOf(mm.getOutput()), element) &&
            !readLaterOnly(mm.getOutput(), fused)))
@@ -1553,6 +1556,8 @@ void FusionPass::formGeluEpilogues(func::FuncOp func) {
       }
     }
     if (gArg < 0 || xArg < 0 || !forward->isBeforeInBlock(dmm) ||
+        shapeOf(inputs[gArg]) != shapeOf(fused.getResult(0)) ||
+        shapeOf(inputs[xArg]) != shapeOf(fused.getResult(0)) ||
         cast<ShapedType>(dmm.getType()).getNumElements() !=
             cast<ShapedType>(forward.getPre().getType()).getNumElements() ||
         shapeOf(dmm.getOutput()).back() != shapeOf(forward.getPre()).back())

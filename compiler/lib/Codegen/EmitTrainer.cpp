@@ -1009,7 +1009,10 @@ void Emitter::emitGeluGemm(Operation *op, Value a, Value b, bool transposeB,
                            Value bias, Value pre, Value output, bool grad) {
   ArrayRef<int64_t> bs = shapeOf(b);
   int64_t n = transposeB ? bs[0] : bs[1], k = transposeB ? bs[1] : bs[0];
-  int64_t m = numel(a) / k;
+  // The rows of A folded (also when K is 0): the result's leading dims.
+  int64_t m = 1;
+  for (int64_t d : shapeOf(output).drop_back())
+    m *= d;
   std::string storage =
       isLowPrecision(output) ? storage16(output).str() : "Storage16::Bf16";
   std::string biasArg = bias ? ptr(bias) : "nullptr";

@@ -149,19 +149,20 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
                                       sizeof(opB)) &&
       !cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                       &epilogue, sizeof(epilogue)) &&
-      !cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                      &vector, sizeof(vector)) &&
-      !cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                      &f32, sizeof(f32)) &&
+      // The vector's attributes only for the epilogues that have one; the
+      // auxiliary matrix keeps its default type, D's (setting it is for
+      // FP8 outputs).
+      (!vector ||
+       (!cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                        &vector, sizeof(vector)) &&
+        !cublasLtMatmulDescSetAttribute(
+            desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32, sizeof(f32)))) &&
       (!aux || (!cublasLtMatmulDescSetAttribute(
                     desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                     sizeof(aux)) &&
                 !cublasLtMatmulDescSetAttribute(
                     desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd,
-                    sizeof(auxLd)) &&
-                !cublasLtMatmulDescSetAttribute(
-                    desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &cType,
-                    sizeof(cType)))) &&
+                    sizeof(auxLd)))) &&
       !cublasLtMatrixLayoutCreate(&la, type, transB ? k : n, transB ? n : k,
                                   ldb) &&
       !cublasLtMatrixLayoutCreate(&lb, type, transA ? m : k, transA ? k : m,
@@ -544,25 +545,16 @@ __global__ void geluGradEpilogueKernel(int64_t count, const A *acc,
   }
 }
 
-/// The GEMM of a GELU epilogue without the epilogue (cuBLASLt offered no
-/// algorithm): C = A op(B) (+ bias), C as stored.
-void plainGeluGemm(Context &ctx, Storage16 storage, bool transB, int64_t m,
-                   int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
-                   int64_t ldb, const float *bias, StoredOut c) {
-  auto *a16 = static_cast<const uint16_t *>(a.data),
-       *b16 = static_cast<const uint16_t *>(b.data);
+/// The float32 GEMM of a GELU epilogue without the epilogue (cuBLASLt
+/// offered no algorithm): C = A op(B) (+ bias).
+void plainGeluGemm(Context &ctx, bool transB, int64_t m, int64_t n, int64_t k,
+                   StoredIn a, int64_t lda, StoredIn b, int64_t ldb,
+                   const float *bias, StoredOut c) {
   auto *a32 = static_cast<const float *>(a.data),
        *b32 = static_cast<const float *>(b.data);
-  auto *c16 = static_cast<uint16_t *>(c.data);
   auto *c32 = static_cast<float *>(c.data);
-  if (bias && a.low)
-    gemm16Bias(ctx, storage, false, transB, m, n, k, a16, lda, b16, ldb, bias,
-               c16, n);
-  else if (bias)
+  if (bias)
     gemmBias(ctx, false, transB, m, n, k, a32, lda, b32, ldb, bias, c32, n);
-  else if (a.low)
-    gemm16(ctx, storage, false, transB, m, n, k, 1.0f, a16, lda, b16, ldb, 0.0f,
-           c16, n);
   else
     gemm(ctx, false, transB, m, n, k, 1.0f, a32, lda, b32, ldb, 0.0f, c32, n);
 }
@@ -619,6 +611,50 @@ void geluGradEpilogue(Context &ctx, Storage16 storage, int64_t count,
   checkLaunch(ctx, "geluGradEpilogueKernel");
 }
 
+namespace {
+/// `p` moved on by `elements` elements of its type.
+StoredOut offsetRows(StoredOut p, int64_t elements) {
+  if (p.low)
+    return StoredOut(static_cast<uint16_t *>(p.data) + elements);
+  return StoredOut(static_cast<float *>(p.data) + elements);
+}
+
+/// The fallback of a 16-bit GELU epilogue, which rounds once as cuBLASLt's
+/// epilogue and the CPU do: the float32 sums (+ bias) of as many rows of C
+/// at a time as the library workspace holds, then finish(first row, rows,
+/// sums) on them. Nothing else uses the workspace meanwhile (cublasGemmEx
+/// takes cuBLAS's own).
+template <typename Finish>
+void forEachSumsChunk(Context &ctx, Storage16 storage, bool transB, int64_t m,
+                      int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
+                      int64_t ldb, const float *bias, Finish finish) {
+  const int64_t rowsHeld =
+      ctx.ltWorkspace ? static_cast<int64_t>(ctx.ltWorkspaceBytes) / (4 * n)
+                      : 0;
+  if (rowsHeld == 0) {
+    reportError(ctx, "gemmGelu: the library workspace cannot hold a row of "
+                     "float32 sums");
+    return;
+  }
+  const int64_t chunk = std::min(m, rowsHeld);
+  auto *sums = static_cast<float *>(ctx.ltWorkspace);
+  auto *a16 = static_cast<const uint16_t *>(a.data);
+  auto *b16 = static_cast<const uint16_t *>(b.data);
+  for (int64_t first = 0; first < m; first += chunk) {
+    const int64_t rows = std::min(chunk, m - first);
+    if (bias) {
+      broadcastRowsKernel<<<cuda::gridFor(rows * n), cuda::kBlock, 0,
+                            ctx.stream>>>(rows, n, bias, sums, n, false);
+      checkLaunch(ctx, "broadcastRowsKernel");
+    }
+    gemm16(ctx, storage, false, transB, rows, n, k, 1.0f, a16 + first * lda,
+           lda, b16, ldb, bias ? 1.0f : 0.0f, sums, n);
+    finish(first, rows, sums);
+  }
+  ctx.lastGemmEpilogue = false;
+}
+} // namespace
+
 void gemmGelu(Context &ctx, Storage16 storage, bool transB, int64_t m,
               int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
               int64_t ldb, const float *bias, StoredOut c, StoredOut pre) {
@@ -636,14 +672,22 @@ void gemmGelu(Context &ctx, Storage16 storage, bool transB, int64_t m,
       ltGemm(ctx, type, false, transB, m, n, k, a.data, lda, b.data, ldb,
              c.data, type, n, epilogue, bias, pre.data, n))
     return;
-  // The sums go where they are kept (the GELU input), else to C, and GELU
-  // is applied to them as stored.
+  if (a.low) {
+    forEachSumsChunk(ctx, storage, transB, m, n, k, a, lda, b, ldb, bias,
+                     [&](int64_t first, int64_t rows, const float *sums) {
+                       geluEpilogue(ctx, storage, rows * n, sums,
+                                    offsetRows(c, first * n),
+                                    pre.data ? offsetRows(pre, first * n)
+                                             : StoredOut(nullptr));
+                     });
+    return;
+  }
+  // Float32: the sums go where they are kept (the GELU input), else to C,
+  // and GELU is applied to them there.
   StoredOut sums = pre.data ? pre : c;
-  plainGeluGemm(ctx, storage, transB, m, n, k, a, lda, b, ldb, bias, sums);
-  StoredIn stored = sums.low
-                        ? StoredIn(static_cast<const uint16_t *>(sums.data))
-                        : StoredIn(static_cast<const float *>(sums.data));
-  geluEpilogue(ctx, storage, m * n, stored, c, nullptr);
+  plainGeluGemm(ctx, transB, m, n, k, a, lda, b, ldb, bias, sums);
+  geluEpilogue(ctx, storage, m * n, static_cast<const float *>(sums.data), c,
+               nullptr);
   ctx.lastGemmEpilogue = false;
 }
 
@@ -660,10 +704,19 @@ void gemmGeluGrad(Context &ctx, Storage16 storage, bool transB, int64_t m,
       ltGemm(ctx, type, false, transB, m, n, k, a.data, lda, b.data, ldb,
              c.data, type, n, CUBLASLT_EPILOGUE_DGELU, nullptr, pre.data, n))
     return;
-  plainGeluGemm(ctx, storage, transB, m, n, k, a, lda, b, ldb, nullptr, c);
-  StoredIn stored = c.low ? StoredIn(static_cast<const uint16_t *>(c.data))
-                          : StoredIn(static_cast<const float *>(c.data));
-  geluGradEpilogue(ctx, storage, m * n, stored, pre, c);
+  if (a.low) {
+    forEachSumsChunk(ctx, storage, transB, m, n, k, a, lda, b, ldb, nullptr,
+                     [&](int64_t first, int64_t rows, const float *sums) {
+                       geluGradEpilogue(
+                           ctx, storage, rows * n, sums,
+                           static_cast<const uint16_t *>(pre.data) + first * n,
+                           offsetRows(c, first * n));
+                     });
+    return;
+  }
+  plainGeluGemm(ctx, transB, m, n, k, a, lda, b, ldb, nullptr, c);
+  geluGradEpilogue(ctx, storage, m * n, static_cast<const float *>(c.data), pre,
+                   c);
   ctx.lastGemmEpilogue = false;
 }
 

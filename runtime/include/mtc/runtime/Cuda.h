@@ -74,8 +74,9 @@ void gemm16BiasGrad(Context &ctx, Storage16 storage, bool transA,
 /// GELU'(pre), A stored [M,K] (rows folded), ldc = N. A, B, C and pre are
 /// all float32 or all 16-bit (`storage`). cuBLASLt's GELU_AUX(_BIAS) and
 /// DGELU epilogues; where cuBLASLt offers no algorithm, the GEMM writes
-/// its result as stored and geluEpilogue / geluGradEpilogue (Kernels.h)
-/// finish it, rounding a 16-bit result twice.
+/// float32 sums (16-bit operands: as many rows at a time as the library
+/// workspace holds) and geluEpilogue / geluGradEpilogue (Kernels.h) finish
+/// them, so a 16-bit result is rounded once either way.
 void gemmGelu(Context &ctx, Storage16 storage, bool transB, int64_t m,
               int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
               int64_t ldb, const float *bias, StoredOut c, StoredOut pre);
