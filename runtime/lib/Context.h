@@ -70,6 +70,11 @@ struct Context {
   /// to what the GPU holds at once).
   int smCount = 1;
   cublasHandle_t blas = nullptr;
+  /// cuBLAS's workspace, ours (cublasSetWorkspace): a GEMM captured into a
+  /// CUDA graph then allocates nothing, and the device memory the trainer
+  /// reports beside its arena counts it.
+  void *blasWorkspace = nullptr;
+  size_t blasWorkspaceBytes = 0;
   /// cuBLASLt, for the GEMMs with epilogues (bias, bias gradient), and its
   /// fixed workspace (allocated with the handle, like cuBLAS's own). Kernels
   /// between GEMMs may use the workspace as scratch too (stream order keeps

@@ -56,14 +56,20 @@ Status memsetZero(Context &ctx, void *dst, uint64_t bytes);
 Status allocateZeroed(Context &ctx, uint64_t bytes, unsigned char **ptr);
 /// Releases an allocateZeroed() allocation of `bytes` bytes.
 void releaseZeroed(unsigned char *ptr, uint64_t bytes);
-/// Copies from host memory to device memory; returns once `src` may be
-/// reused.
+/// Copies from host memory to device memory, after the work launched
+/// before; returns once `src` may be reused, without waiting for the
+/// device (a failed copy is reported by the next synchronize()).
 Status copyToDevice(Context &ctx, void *dst, const void *src, uint64_t bytes);
 /// Copies from device memory to host memory; returns once `dst` holds the
 /// data (which orders it after every kernel launched before).
 Status copyToHost(Context &ctx, void *dst, const void *src, uint64_t bytes);
-/// Waits for all work on the context, then folds errors that kernels
-/// recorded on the device (CUDA) into the context's error.
+/// Queues that copy after the work launched before: `dst` holds the data
+/// once synchronize() returns. A step's results are read this way, so the
+/// host waits for the device once a step.
+Status copyToHostLater(Context &ctx, void *dst, const void *src,
+                       uint64_t bytes);
+/// Waits for all work on the context (one wait), then folds errors that
+/// kernels recorded on the device (CUDA) into the context's error.
 Status synchronize(Context &ctx);
 
 /// --profile: prepares timers for `ops` ops (profileBegin / profileEnd

@@ -961,12 +961,12 @@ int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
     }
     desc.evalStep(ctx, arena);
     float batchLoss = 0.0f, batchCorrect[2] = {0.0f, 0.0f};
-    Status s = device::copyToHost(ctx, &batchLoss, arena + lossTensor->offset,
-                                  sizeof(float));
+    Status s = device::copyToHostLater(
+        ctx, &batchLoss, arena + lossTensor->offset, sizeof(float));
     if (s.ok() && correctTensor)
-      s = device::copyToHost(ctx, batchCorrect,
-                             arena + correctTensor->offset,
-                             sizeof(batchCorrect));
+      s = device::copyToHostLater(ctx, batchCorrect,
+                                  arena + correctTensor->offset,
+                                  sizeof(batchCorrect));
     if (s.ok())
       s = device::synchronize(ctx);
     if (!s.ok()) {
@@ -1351,13 +1351,15 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
         return kExitFailure;
       }
 
+      // The loss, the gradients' status and the device's error record come
+      // back together: the host waits for the device once a step.
       Status s = device::runStep(ctx, desc.step, arena, micro);
       if (s.ok())
-        s = device::copyToHost(ctx, &loss, arena + lossTensor.offset,
-                               sizeof(float));
+        s = device::copyToHostLater(ctx, &loss, arena + lossTensor.offset,
+                                    sizeof(float));
       if (s.ok() && gradStatusTensor && m + 1 == micro)
-        s = device::copyToHost(ctx, status, arena + gradStatusTensor->offset,
-                               sizeof(status));
+        s = device::copyToHostLater(
+            ctx, status, arena + gradStatusTensor->offset, sizeof(status));
       if (s.ok())
         s = device::synchronize(ctx);
       if (s.ok() && ctx.profiling)

@@ -51,9 +51,13 @@
 #include <type_traits>
 #include <vector>
 
-/// A cuBLAS handle: the stream its calls run on (cublasSetStream).
+/// A cuBLAS handle: the stream its calls run on (cublasSetStream) and the
+/// workspace it was given (cublasSetWorkspace; cublasSetStream resets it
+/// to the library's own pool, as cuBLAS does).
 struct cublasContext {
   cudaStream_t stream = nullptr;
+  void *workspace = nullptr;
+  size_t workspaceBytes = 0;
 };
 
 /// A cuBLASLt handle holds nothing: cublasLtMatmul takes its stream.
@@ -690,6 +694,26 @@ cublasStatus_t CUBLASWINAPI cublasSetStream_v2(cublasHandle_t handle,
   if (!handle)
     return CUBLAS_STATUS_NOT_INITIALIZED;
   handle->stream = streamId;
+  handle->workspace = nullptr;
+  handle->workspaceBytes = 0;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+/// The workspace must be aligned to 256 bytes (cuBLAS's documentation of
+/// cublasSetWorkspace); the emulated GEMMs need none of it.
+cublasStatus_t CUBLASWINAPI cublasSetWorkspace_v2(cublasHandle_t handle,
+                                                  void *workspace,
+                                                  size_t workspaceSizeInBytes) {
+  if (!handle)
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (workspaceSizeInBytes > 0 &&
+      (!workspace || reinterpret_cast<uintptr_t>(workspace) % 256 != 0)) {
+    complain("cublasSetWorkspace: the workspace must be a non-null pointer "
+             "aligned to 256 bytes");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  handle->workspace = workspace;
+  handle->workspaceBytes = workspaceSizeInBytes;
   return CUBLAS_STATUS_SUCCESS;
 }
 

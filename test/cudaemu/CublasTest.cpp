@@ -274,6 +274,17 @@ TEST_F(Cublas, SgemmEveryTransposeMatchesReference) {
   }
 }
 
+// cublasSetWorkspace takes a buffer aligned to 256 bytes (or none) and
+// refuses another.
+TEST_F(Cublas, SetWorkspaceNeeds256ByteAlignment) {
+  alignas(256) static unsigned char buffer[1024];
+  EXPECT_EQ(cublasSetWorkspace(handle, buffer, sizeof(buffer)),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasSetWorkspace(handle, buffer + 128, 512),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasSetWorkspace(handle, nullptr, 0), CUBLAS_STATUS_SUCCESS);
+}
+
 TEST_F(Cublas, SgemmBetaZeroDoesNotReadC) {
   for (bool ta : {false, true}) {
     Matrix a = operand(Fmt::F32, ta, 21, 13, 1, rng);

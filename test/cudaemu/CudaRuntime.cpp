@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -364,6 +365,25 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
                             cudaMemcpyKind kind, cudaStream_t stream) {
   if (cudaError_t e = checkCopy(dst, src, count, kind, "cudaMemcpyAsync"))
     return e;
+  // From (pageable) host memory the source is staged before the call
+  // returns, so the caller may reuse it at once (CUDA's API
+  // synchronization behavior): the copy takes the bytes now.
+  if (kind == cudaMemcpyHostToDevice) {
+    // The runtime copies nothing from the host inside a captured step (the
+    // step counters go up before it): such a copy is refused, so that one
+    // added by mistake shows.
+    if (stream && stream->capturing) {
+      complain("cudaMemcpyAsync from host memory while its stream is being "
+               "captured");
+      stream->invalidated = true;
+      return cudaErrorStreamCaptureUnsupported;
+    }
+    auto staged = std::make_shared<std::vector<unsigned char>>(
+        static_cast<const unsigned char *>(src),
+        static_cast<const unsigned char *>(src) + count);
+    return withSticky(
+        enqueue(stream, [=] { std::memmove(dst, staged->data(), count); }));
+  }
   return withSticky(enqueue(stream, [=] { std::memmove(dst, src, count); }));
 }
 

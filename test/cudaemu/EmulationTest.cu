@@ -302,6 +302,48 @@ TEST(CudaEmulation, SynchronizingDuringACaptureInvalidatesIt) {
   cudaStreamDestroy(stream);
 }
 
+// From pageable host memory an asynchronous copy takes the bytes before it
+// returns: the host may reuse its buffer at once (the trainer's batch
+// staging buffer and stack values rely on it).
+TEST(CudaEmulation, AsyncCopiesFromTheHostTakeTheBytesAtOnce) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            cudaSuccess);
+  float *x = deviceArray<float>(4);
+  std::vector<float> host = {1.0f, 2.0f, 3.0f, 4.0f};
+  ASSERT_EQ(cudaMemcpyAsync(x, host.data(), 4 * sizeof(float),
+                            cudaMemcpyHostToDevice, stream),
+            cudaSuccess);
+  host.assign(4, -1.0f);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(fetch(x, 4), (std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f}));
+  cudaFree(x);
+  cudaStreamDestroy(stream);
+}
+
+#ifdef MTC_CUDA_EMULATION
+// The emulation refuses a copy from the host into a captured step, which
+// the runtime never makes (the step counters go up before the capture).
+TEST(CudaEmulation, CopyingFromTheHostDuringACaptureIsRefused) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            cudaSuccess);
+  float *x = deviceArray<float>(4);
+  float host[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  EXPECT_EQ(
+      cudaMemcpyAsync(x, host, sizeof(host), cudaMemcpyHostToDevice, stream),
+      cudaErrorStreamCaptureUnsupported);
+  cudaGraph_t graph;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph),
+            cudaErrorStreamCaptureInvalidated);
+  cudaGetLastError();
+  cudaFree(x);
+  cudaStreamDestroy(stream);
+}
+#endif
+
 TEST(CudaEmulation, CopiesOutsideAnAllocationAreRefused) {
   float *x = deviceArray<float>(4);
   std::vector<float> host(8);

@@ -108,8 +108,10 @@ namespace device {
 
 const char *kind() { return "cuda"; }
 
-/// cuBLASLt's workspace: what NVIDIA recommends for Hopper GEMMs.
+/// cuBLASLt's and cuBLAS's workspaces: what NVIDIA recommends for Hopper
+/// GEMMs each.
 constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
+constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
 
 Status initialize(Context &ctx) {
   int count = 0;
@@ -138,6 +140,17 @@ Status initialize(Context &ctx) {
   if (status != CUBLAS_STATUS_SUCCESS)
     return Status::error(std::string("cannot initialize cuBLAS: ") +
                          cublasGetStatusString(status));
+  // After cublasSetStream, which resets the handle to cuBLAS's own pool:
+  // without a workspace of ours, a GEMM being captured into a CUDA graph
+  // may allocate one inside the graph.
+  error = cudaMalloc(&ctx.blasWorkspace, kBlasWorkspaceBytes);
+  if (error != cudaSuccess)
+    return cudaFailure("cannot allocate the cuBLAS workspace", error);
+  status = cublasSetWorkspace(ctx.blas, ctx.blasWorkspace, kBlasWorkspaceBytes);
+  if (status != CUBLAS_STATUS_SUCCESS)
+    return Status::error(std::string("cannot set the cuBLAS workspace: ") +
+                         cublasGetStatusString(status));
+  ctx.blasWorkspaceBytes = kBlasWorkspaceBytes;
   status = cublasLtCreate(&ctx.lt);
   if (status != CUBLAS_STATUS_SUCCESS) {
     ctx.lt = nullptr;
@@ -175,6 +188,10 @@ void shutdown(Context &ctx) {
   ctx.errorRecord = nullptr;
   if (ctx.blas)
     cublasDestroy(ctx.blas);
+  if (ctx.blasWorkspace)
+    cudaFree(ctx.blasWorkspace);
+  ctx.blasWorkspace = nullptr;
+  ctx.blasWorkspaceBytes = 0;
   if (ctx.lt)
     cublasLtDestroy(ctx.lt);
   if (ctx.ltWorkspace)
@@ -200,7 +217,8 @@ std::string name() {
 }
 
 uint64_t workspaceBytes(const Context &ctx) {
-  return ctx.ltWorkspaceBytes + (ctx.deviceCounters ? sizeof(StepCounters) : 0);
+  return ctx.ltWorkspaceBytes + ctx.blasWorkspaceBytes +
+         (ctx.deviceCounters ? sizeof(StepCounters) : 0);
 }
 
 bool memoryInfo(uint64_t &freeBytes, uint64_t &totalBytes) {
@@ -241,11 +259,12 @@ Status memsetZero(Context &ctx, void *dst, uint64_t bytes) {
                               : cudaFailure("device memset failed", error);
 }
 
+// From pageable host memory the copy is staged before cudaMemcpyAsync
+// returns (CUDA's API synchronization behavior), so `src` may be reused at
+// once and nothing waits for the device.
 Status copyToDevice(Context &ctx, void *dst, const void *src, uint64_t bytes) {
   cudaError_t error =
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.stream);
-  if (error == cudaSuccess)
-    error = cudaStreamSynchronize(ctx.stream);
   return error == cudaSuccess ? Status::success()
                               : cudaFailure("copy to the device failed", error);
 }
@@ -260,13 +279,27 @@ Status copyToHost(Context &ctx, void *dst, const void *src, uint64_t bytes) {
              : cudaFailure("copy from the device failed", error);
 }
 
+Status copyToHostLater(Context &ctx, void *dst, const void *src,
+                       uint64_t bytes) {
+  cudaError_t error =
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx.stream);
+  return error == cudaSuccess
+             ? Status::success()
+             : cudaFailure("copy from the device failed", error);
+}
+
+// One wait: the device's error record is read in the same stream order as
+// the copies queued before it.
 Status synchronize(Context &ctx) {
+  cuda::DeviceErrorRecord record = {};
+  if (Status s = cuda::queueDeviceErrorsRead(ctx, record); !s.ok())
+    return s;
   cudaError_t error = cudaStreamSynchronize(ctx.stream);
   if (error == cudaSuccess)
     error = cudaGetLastError();
   if (error != cudaSuccess)
     return cudaFailure("CUDA error during the step", error);
-  return cuda::collectDeviceErrors(ctx);
+  return cuda::foldDeviceErrors(ctx, record);
 }
 
 Status profileSetup(Context &ctx, int ops) {

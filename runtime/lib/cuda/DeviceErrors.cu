@@ -6,9 +6,9 @@
 //
 // Kernels cannot call reportError, so the first bad label or index of a step
 // is written to one small record in device memory, which
-// device::synchronize() reads after the step (the trainer synchronizes
-// there anyway to read the loss). The record is a module global of a few
-// bytes, not arena memory: the kernels still allocate nothing.
+// device::synchronize() reads with the step's other results (the trainer
+// waits there once anyway, for the loss). The record is a module global of a
+// few bytes, not arena memory: the kernels still allocate nothing.
 //
 //===----------------------------------------------------------------------===//
 
@@ -57,22 +57,24 @@ DeviceErrorRecord *deviceErrorRecord(Context &ctx) {
   return static_cast<DeviceErrorRecord *>(address);
 }
 
-Status collectDeviceErrors(Context &ctx) {
-  DeviceErrorRecord record;
+Status queueDeviceErrorsRead(Context &ctx, DeviceErrorRecord &record) {
   cudaError_t error =
       cudaMemcpyFromSymbolAsync(&record, gDeviceError, sizeof(record), 0,
                                 cudaMemcpyDeviceToHost, ctx.stream);
-  if (error == cudaSuccess)
-    error = cudaStreamSynchronize(ctx.stream);
   if (error != cudaSuccess)
     return Status::error(std::string("cannot read the device error record: ") +
                          cudaGetErrorString(error));
+  return Status::success();
+}
+
+Status foldDeviceErrors(Context &ctx, const DeviceErrorRecord &record) {
   if (!record.failed)
     return Status::success();
   reportRecord(ctx, record);
   DeviceErrorRecord clean = {};
-  error = cudaMemcpyToSymbolAsync(gDeviceError, &clean, sizeof(clean), 0,
-                                  cudaMemcpyHostToDevice, ctx.stream);
+  cudaError_t error =
+      cudaMemcpyToSymbolAsync(gDeviceError, &clean, sizeof(clean), 0,
+                              cudaMemcpyHostToDevice, ctx.stream);
   if (error == cudaSuccess)
     error = cudaStreamSynchronize(ctx.stream);
   if (error != cudaSuccess)

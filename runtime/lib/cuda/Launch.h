@@ -133,9 +133,13 @@ bool allowSharedBytes(Context &ctx, size_t bytes, const char *name) {
   return false;
 }
 
-/// Folds data errors that kernels recorded on the device (e.g. labels out
-/// of range) into ctx and clears them. The stream must be synchronized.
-Status collectDeviceErrors(Context &ctx);
+/// Queues the copy of the data errors that kernels recorded on the device
+/// (e.g. labels out of range) into `record`, which holds them once the
+/// stream is synchronized.
+Status queueDeviceErrorsRead(Context &ctx, DeviceErrorRecord &record);
+/// Folds a record read by queueDeviceErrorsRead (the stream synchronized
+/// since) into ctx and, when it holds an error, clears the device's.
+Status foldDeviceErrors(Context &ctx, const DeviceErrorRecord &record);
 
 /// The device copy of ctx's counters, uploaded first (on the stream) when
 /// the host's changed since the last upload. device::runStep uploads them
