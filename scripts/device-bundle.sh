@@ -23,13 +23,15 @@ if [ ! -f "$build/build.ninja" ]; then
     -DMTC_STATIC_LLVM=ON > /dev/null
 fi
 echo "device-bundle: building mtc with LLVM linked in ($build)"
-cmake --build "$build" -j "${MTC_JOBS:-2}" --target mtc mtc-runtime-cuda-tests
+cmake --build "$build" -j "${MTC_JOBS:-2}" --target mtc mtc-runtime-cuda-tests \
+  mtc-cudaemu-self-tests-gpu
 
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 dir="$stage/mtc-device"
 mkdir -p "$dir/bin" "$dir/lib"
-cp "$build/bin/mtc" "$build/bin/mtc-runtime-cuda-tests" "$dir/bin/"
+cp "$build/bin/mtc" "$build/bin/mtc-runtime-cuda-tests" \
+  "$build/bin/mtc-cudaemu-self-tests-gpu" "$dir/bin/"
 cp "$build"/lib/libmtc_runtime_*.a "$dir/lib/"
 
 # Shared libraries by soname, as the loader here resolves them.

@@ -131,6 +131,28 @@ def main():
                   if l.startswith("gemm") and "BGRAD" in l]
     else:
         results.append(("runtime CUDA kernel tests", False, unit_name + " not built"))
+    # On a GPU: the emulation's promises that CUDA defines (the built-ins,
+    # barriers, shuffles, WMMA, mma.sync and ldmatrix fragments through the
+    # runtime's inline PTX, graphs), built by nvcc, so that the layouts the
+    # emulated kernels were tested with are checked against the hardware.
+    layouts = os.path.join(build, "bin", "mtc-cudaemu-self-tests-gpu")
+    if not args.emulated and args.device_target == "cuda" and not args.no_kernel_tests:
+        if os.path.exists(layouts):
+            rc, secs, out = run([layouts, "--gtest_filter=" + ":".join(
+                "CudaEmulation." + t for t in [
+                    "BuiltInVariablesCoverTheGrid", "SyncthreadsOrdersSharedMemory",
+                    "BarrierReductions", "WarpShufflesFollowCudasWidthRules",
+                    "WmmaMultipliesTiles", "GraphsRecordAndReplay",
+                    "AsyncCopiesFromTheHostTakeTheBytesAtOnce",
+                    "MmaFragmentsFollowThePtxLayout", "LdmatrixFollowsThePtxLayout"])],
+                os.path.join(args.work, "emulation-layouts.log"))
+            ran = re.search(r"PASSED\s*\]\s*[1-9][0-9]* test", out) is not None
+            tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
+            results.append(("the emulation's CUDA layouts on the GPU", rc == 0 and ran,
+                            "; ".join(tail[-3:]) + f" ({secs:.1f}s)"))
+        else:
+            notes.append("mtc-cudaemu-self-tests-gpu not built: the emulation's "
+                         "layouts were not checked on the GPU")
 
     e2e = os.path.join(HERE, "..", "e2e", "check_model.py")
     zoo = os.path.join(HERE, "..", "zoo", "check_zoo.py")
