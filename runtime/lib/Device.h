@@ -48,6 +48,12 @@ uint64_t workspaceBytes(const Context &ctx);
 /// The single arena allocation (at least 256-byte aligned).
 Status allocate(uint64_t bytes, unsigned char **ptr);
 void release(unsigned char *ptr);
+/// Host memory a batch is gathered in before copyToDevice: page-locked on
+/// CUDA where the driver grants it (the copy then runs as DMA without the
+/// driver's staging), else ordinary memory; null when none. Released by
+/// releaseStaging.
+unsigned char *allocateStaging(uint64_t bytes);
+void releaseStaging(unsigned char *ptr);
 
 Status memsetZero(Context &ctx, void *dst, uint64_t bytes);
 /// The arena: `bytes` (at least 256-byte aligned) reading as zeros. On the

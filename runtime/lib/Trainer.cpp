@@ -41,6 +41,7 @@
 #include <string>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 namespace mtc::rt {
@@ -586,12 +587,39 @@ Status checkCompiledIn(const ModelDesc &desc, const TensorDesc &t,
 // Data
 //===----------------------------------------------------------------------===//
 
+/// A batch-sized host buffer of device::allocateStaging.
+class StagingBuffer {
+public:
+  StagingBuffer() = default;
+  StagingBuffer(const StagingBuffer &) = delete;
+  StagingBuffer &operator=(const StagingBuffer &) = delete;
+  StagingBuffer(StagingBuffer &&other) noexcept
+      : data_(std::exchange(other.data_, nullptr)) {}
+  StagingBuffer &operator=(StagingBuffer &&other) noexcept {
+    std::swap(data_, other.data_);
+    return *this;
+  }
+  ~StagingBuffer() { device::releaseStaging(data_); }
+  bool allocate(uint64_t bytes) {
+    device::releaseStaging(data_);
+    data_ = device::allocateStaging(bytes);
+    return data_ != nullptr;
+  }
+  unsigned char *data() const { return data_; }
+
+private:
+  unsigned char *data_ = nullptr;
+};
+
 struct InputFeed {
   const TensorDesc *tensor = nullptr;
   std::string path;
   NpyArray array;
   uint64_t sampleBytes = 0;
-  std::vector<unsigned char> staging;
+  /// Two buffers: while the device copies one batch in (the copy may read
+  /// page-locked memory after it is queued), the next is gathered in the
+  /// other.
+  StagingBuffer staging[2];
 };
 
 Status openInputs(const ModelDesc &desc, const std::string &dir,
@@ -633,7 +661,11 @@ Status openInputs(const ModelDesc &desc, const std::string &dir,
     if (shape[0] < 1)
       return Status::error(what + ": '" + feed.path + "' has no samples");
     feed.sampleBytes = t.bytes / static_cast<uint64_t>(t.shape[0]);
-    feed.staging.resize(t.bytes);
+    for (StagingBuffer &buffer : feed.staging)
+      if (!buffer.allocate(t.bytes))
+        return Status::error(what + ": cannot allocate " +
+                             std::to_string(t.bytes) +
+                             " bytes to stage its batches in");
     if (!first) {
       first = &feed;
       numSamples = shape[0];
@@ -902,25 +934,40 @@ Status writeFileAtomically(const std::string &path, const std::string &bytes) {
   return Status::success();
 }
 
-/// Copies batch `batchIndex` (samples (batchIndex * B + row) mod N) of every
-/// input into its place in the arena.
-Status loadBatch(Context &ctx, const ModelDesc &desc, unsigned char *arena,
-                 std::vector<InputFeed> &feeds, int64_t batchIndex,
-                 int64_t numSamples) {
-  for (InputFeed &feed : feeds) {
+/// Gathers batch `batchIndex` (samples (batchIndex * B + row) mod N) of
+/// every input into staging buffer `slot`: host work only, which the
+/// training loop does while the device runs the step before.
+void gatherBatch(const ModelDesc &desc, std::vector<InputFeed> &feeds,
+                 int64_t batchIndex, int64_t numSamples, int slot) {
+  for (InputFeed &feed : feeds)
     for (int64_t row = 0; row < desc.batchSize; ++row) {
       int64_t sample = sampleIndex(batchIndex, desc.batchSize, row, numSamples);
-      std::memcpy(feed.staging.data() + row * feed.sampleBytes,
+      std::memcpy(feed.staging[slot].data() + row * feed.sampleBytes,
                   feed.array.data() + sample * feed.sampleBytes,
                   feed.sampleBytes);
     }
-    if (Status s = device::copyToDevice(ctx, arena + feed.tensor->offset,
-                                        feed.staging.data(),
-                                        feed.tensor->bytes);
+}
+
+/// Queues the copies of the batch gathered in staging buffer `slot` into
+/// the inputs' places in the arena. The buffer must not be gathered into
+/// again before the device has run the copies (a synchronize() between).
+Status uploadBatch(Context &ctx, unsigned char *arena,
+                   std::vector<InputFeed> &feeds, int slot) {
+  for (InputFeed &feed : feeds)
+    if (Status s =
+            device::copyToDevice(ctx, arena + feed.tensor->offset,
+                                 feed.staging[slot].data(), feed.tensor->bytes);
         !s.ok())
       return s;
-  }
   return Status::success();
+}
+
+/// Both: batch `batchIndex` into the arena through staging buffer 0.
+Status loadBatch(Context &ctx, const ModelDesc &desc, unsigned char *arena,
+                 std::vector<InputFeed> &feeds, int64_t batchIndex,
+                 int64_t numSamples) {
+  gatherBatch(desc, feeds, batchIndex, numSamples, 0);
+  return uploadBatch(ctx, arena, feeds, 0);
 }
 
 /// `--eval`: every full batch of the data once, in order.
@@ -1321,6 +1368,12 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
                 " clean steps, x%g and the step skipped on overflow)\n",
                 static_cast<double>(scaler.scale()), desc.lossScaling.growth,
                 desc.lossScaling.interval, desc.lossScaling.backoff);
+  // Each batch is gathered on the host while the device runs the step
+  // before it, into the staging buffer its predecessor's copy is not
+  // reading.
+  int slot = 0;
+  if (opts.steps > 0)
+    gatherBatch(desc, feeds, startStep * micro, numSamples, slot);
   for (int64_t i = 0; i < opts.steps; ++i) {
     Clock::time_point stepStart = Clock::now();
     ctx.step = startStep + i + 1;
@@ -1345,8 +1398,7 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
       // samples as one that was never interrupted.
       int64_t stepIndex = (ctx.step - 1) * micro + m;
       ctx.batch = stepIndex + 1;
-      if (Status s = loadBatch(ctx, desc, arena, feeds, stepIndex, numSamples);
-          !s.ok()) {
+      if (Status s = uploadBatch(ctx, arena, feeds, slot); !s.ok()) {
         printError(s.message());
         return kExitFailure;
       }
@@ -1360,6 +1412,9 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
       if (s.ok() && gradStatusTensor && m + 1 == micro)
         s = device::copyToHostLater(
             ctx, status, arena + gradStatusTensor->offset, sizeof(status));
+      slot ^= 1;
+      if (s.ok() && (i + 1 < opts.steps || m + 1 < micro))
+        gatherBatch(desc, feeds, stepIndex + 1, numSamples, slot);
       if (s.ok())
         s = device::synchronize(ctx);
       if (s.ok() && ctx.profiling)

@@ -355,6 +355,21 @@ cudaError_t cudaFree(void *devPtr) {
   return cudaSuccess;
 }
 
+// Page-locked host memory is host memory here; a copy from it is taken as
+// it is queued, as from pageable memory (which a caller of a GPU's
+// deferred copy must not rely on: the runtime waits before reusing it).
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int) {
+  if (cudaError_t e = refuseDuringCapture("cudaHostAlloc"))
+    return e;
+  *pHost = std::malloc(size > 0 ? size : 1);
+  return *pHost ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFreeHost(void *ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
   *total = kDeviceBytes;
   *free = kDeviceBytes - state().allocated;

@@ -127,6 +127,12 @@ Status allocate(uint64_t bytes, unsigned char **ptr) {
 
 void release(unsigned char *ptr) { std::free(ptr); }
 
+unsigned char *allocateStaging(uint64_t bytes) {
+  return static_cast<unsigned char *>(std::malloc(bytes > 0 ? bytes : 1));
+}
+
+void releaseStaging(unsigned char *ptr) { std::free(ptr); }
+
 Status allocateZeroed(Context &, uint64_t bytes, unsigned char **ptr) {
   // Anonymous pages read as zeros and are committed when first written.
   void *p = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE,

@@ -17,6 +17,7 @@
 #include "mtc/runtime/Cuda.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace mtc::rt {
@@ -242,6 +243,36 @@ Status allocate(uint64_t bytes, unsigned char **ptr) {
 }
 
 void release(unsigned char *ptr) { cudaFree(ptr); }
+
+// Page-locked memory is marked by a header before the buffer, so that
+// releaseStaging knows which way it was allocated.
+namespace {
+constexpr uint64_t kStagingHeader = 256;
+}
+
+unsigned char *allocateStaging(uint64_t bytes) {
+  void *p = nullptr;
+  const bool pinned = cudaHostAlloc(&p, bytes + kStagingHeader,
+                                    cudaHostAllocDefault) == cudaSuccess;
+  if (!pinned) {
+    cudaGetLastError(); // not sticky: ordinary memory will do
+    p = std::malloc(bytes + kStagingHeader);
+    if (!p)
+      return nullptr;
+  }
+  *static_cast<unsigned char *>(p) = pinned ? 1 : 0;
+  return static_cast<unsigned char *>(p) + kStagingHeader;
+}
+
+void releaseStaging(unsigned char *ptr) {
+  if (!ptr)
+    return;
+  unsigned char *base = ptr - kStagingHeader;
+  if (*base == 1)
+    cudaFreeHost(base);
+  else
+    std::free(base);
+}
 
 Status allocateZeroed(Context &ctx, uint64_t bytes, unsigned char **ptr) {
   if (Status s = allocate(bytes, ptr); !s.ok())
