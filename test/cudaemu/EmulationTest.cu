@@ -101,7 +101,7 @@ TEST(CudaEmulation, BarrierReductions) {
 __global__ void shuffleKernel(float *out) {
   const unsigned t = threadIdx.x;
   const float v = 100.0f + t;
-  float *row = out + 6 * t;
+  float *row = out + 7 * t;
   row[0] = __shfl_sync(0xffffffffu, v, 3);        // lane 3 of the warp
   row[1] = __shfl_sync(0xffffffffu, v, 2, 8);     // lane 2 of its 8
   row[2] = __shfl_xor_sync(0xffffffffu, v, 1);    // its pair's
@@ -109,15 +109,16 @@ __global__ void shuffleKernel(float *out) {
   row[4] = __shfl_up_sync(0xffffffffu, v, 1);
   row[5] = static_cast<float>(__ballot_sync(0xffffffffu, t % 2 == 0) &
                               0xffu);
+  row[6] = __shfl_xor_sync(0xffffffffu, v, 8, 8); // across groups of 8
 }
 
 TEST(CudaEmulation, WarpShufflesFollowCudasWidthRules) {
-  float *out = deviceArray<float>(6 * 64);
+  float *out = deviceArray<float>(7 * 64);
   shuffleKernel<<<1, 64>>>(out);
-  std::vector<float> got = fetch(out, 6 * 64);
+  std::vector<float> got = fetch(out, 7 * 64);
   for (int t = 0; t < 64; ++t) {
     const int warp = t / 32 * 32, lane = t % 32;
-    const float *row = got.data() + 6 * t;
+    const float *row = got.data() + 7 * t;
     EXPECT_EQ(row[0], 100.0f + warp + 3) << t;
     EXPECT_EQ(row[1], 100.0f + warp + lane / 8 * 8 + 2) << t;
     EXPECT_EQ(row[2], 100.0f + warp + (lane ^ 1)) << t;
@@ -125,6 +126,9 @@ TEST(CudaEmulation, WarpShufflesFollowCudasWidthRules) {
     EXPECT_EQ(row[3], 100.0f + (lane % 16 + 4 < 16 ? t + 4 : t)) << t;
     EXPECT_EQ(row[4], 100.0f + (lane >= 1 ? t - 1 : t)) << t;
     EXPECT_EQ(row[5], 0x55) << t;
+    // xor reaches into an earlier group, and gives a lane whose partner
+    // is in a later group its own value.
+    EXPECT_EQ(row[6], 100.0f + warp + (lane & 8 ? lane ^ 8 : lane)) << t;
   }
   cudaFree(out);
 }

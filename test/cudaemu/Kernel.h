@@ -341,10 +341,16 @@ inline T __shfl_sync(unsigned, T value, int source, int width = 32) {
   const int lane = group + ((source % width) + width) % width;
   return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
 }
+/// A lane may read a lane of an earlier group of `width`; one of a later
+/// group gives the caller its own value (CUDA's programming guide).
 template <typename T>
 inline T __shfl_xor_sync(unsigned, T value, int mask, int width = 32) {
-  return ::mtc::cudaemu::shuffleWithin(value, ::mtc::cudaemu::laneId() ^ mask,
-                                       width);
+  using namespace ::mtc::cudaemu;
+  const int self = laneId();
+  int lane = self ^ mask;
+  if (lane / width > self / width || lane >= 32)
+    lane = self;
+  return fromSlot<T>(warpExchange(toSlot(value), lane, 0, nullptr));
 }
 template <typename T>
 inline T __shfl_down_sync(unsigned, T value, unsigned delta, int width = 32) {
