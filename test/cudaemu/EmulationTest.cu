@@ -580,6 +580,26 @@ TEST(CudaEmulationDeathTest, ACopyNeverWaitedForFailsTheLaunch) {
       ::testing::ExitedWithCode(0), "cp.async copies it never waited for");
 }
 
+/// A WMMA tile loaded 16 bytes past a 256-bit boundary.
+__global__ void misalignedWmmaKernel(const __half *a, float *c) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+  wmma::load_matrix_sync(fa, a + 8, 16);
+  c[threadIdx.x] = static_cast<float>(fa.x[0]);
+}
+
+TEST(CudaEmulationDeathTest, AMisalignedWmmaTileFailsTheLaunch) {
+  EXPECT_EXIT(
+      {
+        __half *a = deviceArray<__half>(16 * 16 + 8);
+        float *c = deviceArray<float>(32);
+        misalignedWmmaKernel<<<1, 32>>>(a, c);
+        const bool failed = cudaGetLastError() == cudaErrorLaunchFailure;
+        std::exit(failed ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "256-bit aligned");
+}
+
 /// Lane 0 waits at __syncthreads while the rest of its warp waits for it
 /// at a shuffle: neither can pass.
 __global__ void deadlockKernel(float *out) {

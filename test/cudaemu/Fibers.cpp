@@ -483,6 +483,16 @@ void warpGather(const void *mine, size_t bytes, void *all) {
   }
 }
 
+void checkWmmaMatrix(const void *p, size_t ldmBytes, const char *what) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 == 0 && ldmBytes % 16 == 0)
+    return;
+  complain((std::string(what) + ": the pointer must be 256-bit aligned and "
+                                "the leading dimension a multiple of 16 "
+                                "bytes")
+               .c_str());
+  tBlock->failed = true;
+}
+
 void ldmatrixX4(uint32_t (&r)[4], const void *row, bool trans) {
   const unsigned char *rows[32];
   warpGather(&row, sizeof row, rows);

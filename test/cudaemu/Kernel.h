@@ -250,6 +250,11 @@ inline void mmaM16N8K16(float (&d)[4], const uint32_t (&a)[4],
 /// column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1. The whole warp calls it.
 void ldmatrixX4(uint32_t (&r)[4], const void *row, bool trans);
 
+/// What WMMA's load_matrix_sync and store_matrix_sync require (CUDA's
+/// programming guide): a 256-bit aligned pointer and a leading dimension
+/// of a multiple of 16 bytes; else the launch fails, named `what`.
+void checkWmmaMatrix(const void *p, size_t ldmBytes, const char *what);
+
 /// cp.async through cuda_pipeline.h's primitives. A copy is queued on the
 /// calling thread and made only when __pipeline_wait_prior lets its group
 /// complete (copies queued since the last commit join the next group), so
@@ -485,6 +490,7 @@ template <typename T> inline float widen(T v) { return static_cast<float>(v); }
 template <typename Use, int M, int N, int K, typename T, typename Layout>
 inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const T *p,
                              unsigned ldm) {
+  ::mtc::cudaemu::checkWmmaMatrix(p, ldm * sizeof(T), "load_matrix_sync");
   __syncwarp();
   using F = fragment<Use, M, N, K, T, Layout>;
   for (int r = 0; r < F::kRows; ++r)
@@ -497,6 +503,7 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const T *p,
 template <int M, int N, int K>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f,
                              const float *p, unsigned ldm, layout_t layout) {
+  ::mtc::cudaemu::checkWmmaMatrix(p, ldm * sizeof(float), "load_matrix_sync");
   __syncwarp();
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c)
@@ -508,6 +515,7 @@ template <int M, int N, int K>
 inline void store_matrix_sync(float *p,
                               const fragment<accumulator, M, N, K, float> &f,
                               unsigned ldm, layout_t layout) {
+  ::mtc::cudaemu::checkWmmaMatrix(p, ldm * sizeof(float), "store_matrix_sync");
   __syncwarp();
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c)
