@@ -22,6 +22,19 @@
 // turns a missing barrier (a thread reading what another writes before the
 // same barrier) into different results.
 //
+// Built with ThreadSanitizer (-fsanitize=thread), every thread of a block
+// is a ThreadSanitizer fiber of its own, and switching fibers orders
+// nothing. What orders two threads' accesses is what orders them on a GPU:
+// __syncthreads (and its reductions) for the block, __syncwarp for a warp,
+// the end of a launch for the next one. Shuffles, ballots, WMMA and
+// mma.sync / ldmatrix make the lanes converge but order no memory, as the
+// PTX ISA defines only bar.sync and bar.warp.sync to. So a thread reading
+// or writing what another thread of its block writes, with no such barrier
+// between them, is reported as a data race, whatever order the fibers ran
+// in. The emulation's own bookkeeping (barrier counts, exchange slots, the
+// 0xff fill of fresh shared memory) is hidden from it. Blocks are ordered
+// one after the other, so races between blocks are not seen.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Emulation.h"
@@ -32,6 +45,17 @@
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
+#endif
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+/// Not instrumented, so not entered or left in ThreadSanitizer's view:
+/// what switches fibers (a function entered on one fiber's call stack
+/// would be left on another's), and what never returns.
+#define MTC_CUDAEMU_NO_TSAN __attribute__((no_sanitize_thread))
+#else
+#define MTC_CUDAEMU_NO_TSAN
 #endif
 
 #include <algorithm>
@@ -111,6 +135,7 @@ struct Fiber {
   const void *stackBottom = nullptr; ///< for AddressSanitizer
   size_t stackBytes = 0;
   void *fakeStack = nullptr;
+  void *race = nullptr;                          ///< its ThreadSanitizer fiber
   std::vector<std::vector<AsyncCopy>> committed; ///< oldest group first
   std::vector<AsyncCopy> open;                   ///< since the last commit
 };
@@ -126,7 +151,9 @@ struct Barrier {
   int result[2] = {0, 0};
   // Warp exchanges.
   uint64_t values[2][32] = {};
-  unsigned char blobs[2][32][kGatherBytes] = {};
+  /// warpGather's: lane l's `bytes` at l * bytes (every lane of one
+  /// gather gives as many), so that the warp's are copied out at once.
+  unsigned char blobs[2][32 * kGatherBytes] = {};
   unsigned present[2] = {0, 0};
   unsigned ballot[2] = {0, 0};
 };
@@ -142,6 +169,7 @@ struct BlockRun {
   size_t schedulerBytes = 0;
   void *schedulerFakeStack = nullptr;
   Fiber *running = nullptr;
+  void *schedulerRace = nullptr; ///< the scheduler's ThreadSanitizer fiber
   const std::function<void()> *body = nullptr;
   unsigned char *shared = nullptr;
   std::vector<const void *> freshStatics; ///< filled by this block
@@ -225,11 +253,77 @@ void beforeSwitch(void **, const void *, size_t) {}
 void afterSwitch(void *, const void ** = nullptr, size_t * = nullptr) {}
 #endif
 
+// ThreadSanitizer: the fiber of each thread slot, what orders the threads'
+// accesses, and the emulation's bookkeeping kept out of its sight.
+#if defined(__SANITIZE_THREAD__)
+/// The ThreadSanitizer fiber of thread slot `i`, made once and kept.
+void *raceFibers[kMaxThreads] = {};
+void *raceFiber(unsigned i) {
+  if (!raceFibers[i])
+    raceFibers[i] = __tsan_create_fiber(0);
+  return raceFibers[i];
+}
+/// A fiber dropped where it stands (a failed launch) may be inside
+/// Bookkeeping: the slot gets a fresh one.
+void dropRaceFiber(unsigned i) {
+  if (raceFibers[i])
+    __tsan_destroy_fiber(raceFibers[i]);
+  raceFibers[i] = nullptr;
+}
+void *currentRaceFiber() { return __tsan_get_current_fiber(); }
+void nameRaceFiber(void *fiber, const ThreadState &s) {
+  char name[96];
+  std::snprintf(name, sizeof name, "thread (%u,%u,%u) of block (%u,%u,%u)",
+                s.thread.x, s.thread.y, s.thread.z, s.block.x, s.block.y,
+                s.block.z);
+  __tsan_set_fiber_name(fiber, name);
+}
+/// Immediately before a switch: the switch orders nothing.
+MTC_CUDAEMU_NO_TSAN void raceSwitch(void *fiber) {
+  __tsan_switch_to_fiber(fiber, __tsan_switch_to_fiber_no_sync);
+}
+void raceRelease(void *sync) { __tsan_release(sync); }
+void raceAcquire(void *sync) { __tsan_acquire(sync); }
+/// While one lives, the calling fiber's reads and writes go unchecked.
+struct Bookkeeping {
+  Bookkeeping() { __tsan_ignore_thread_begin(); }
+  ~Bookkeeping() { __tsan_ignore_thread_end(); }
+  Bookkeeping(const Bookkeeping &) = delete;
+  Bookkeeping &operator=(const Bookkeeping &) = delete;
+};
+#else
+void *raceFiber(unsigned) { return nullptr; }
+void dropRaceFiber(unsigned) {}
+void *currentRaceFiber() { return nullptr; }
+void nameRaceFiber(void *, const ThreadState &) {}
+void raceSwitch(void *) {}
+void raceRelease(void *) {}
+void raceAcquire(void *) {}
+struct Bookkeeping {
+  Bookkeeping() {} // user-provided: a scope of its own, not an unused variable
+};
+#endif
+
+/// What the fibers acquire when they start (the host's work before the
+/// block) and release when they finish (for the host after the block).
+char blockStartSync, blockEndSync;
+/// What __syncthreads and each warp's __syncwarp release and acquire, one
+/// per parity of the barrier's round (a thread that has passed a round
+/// may reach the next before a slower one has resumed from it).
+char blockSync[2];
+char warpSync[kMaxThreads / 32][2];
+
+/// The fiber running now (written by the scheduler as it switches).
+Fiber *runningFiber(const BlockRun &run) {
+  return __atomic_load_n(&run.running, __ATOMIC_RELAXED);
+}
+
 /// Back to the scheduler; returns when the scheduler resumes this fiber.
 void yieldToScheduler() {
   BlockRun &run = *tBlock;
-  Fiber &self = *run.running;
+  Fiber &self = *runningFiber(run);
   beforeSwitch(&self.fakeStack, run.schedulerBottom, run.schedulerBytes);
+  raceSwitch(run.schedulerRace);
   mtcEmuSwitchFiber(&self.sp, run.schedulerSp);
   afterSwitch(self.fakeStack);
 }
@@ -251,16 +345,25 @@ void release(Barrier &b) {
   tBlock->progress = true;
 }
 
-/// Arrives at `b` and waits until its round has passed.
-unsigned arriveAndWait(Barrier &b) {
+/// Arrives at `b` and waits until its round has passed. A barrier that
+/// orders memory gives its pair of sync objects, `sync`: what the thread
+/// did before it happens before what every thread does after.
+unsigned arriveAndWait(Barrier &b, char *sync = nullptr) {
   BlockRun &run = *tBlock;
   const unsigned generation = b.generation;
-  ++b.arrived;
-  run.progress = true;
-  if (b.arrived == b.live)
-    release(b);
-  while (b.generation == generation)
-    yieldToScheduler();
+  if (sync)
+    raceRelease(&sync[generation & 1]);
+  {
+    Bookkeeping hidden;
+    ++b.arrived;
+    run.progress = true;
+    if (b.arrived == b.live)
+      release(b);
+    while (b.generation == generation)
+      yieldToScheduler();
+  }
+  if (sync)
+    raceAcquire(&sync[generation & 1]);
   return generation & 1;
 }
 
@@ -291,22 +394,28 @@ bool runBlock(BlockRun &run, const char *what) {
   const unsigned threads = static_cast<unsigned>(run.fibers.size());
   for (unsigned i = 0; i < threads; ++i)
     run.fibers[i].sp = stacks().prepare(i, &run.fibers[i]);
+  run.schedulerRace = currentRaceFiber();
+  raceRelease(&blockStartSync);
   const bool reverse = reverseOrder();
-  while (run.live > 0) {
+  bool ok = true;
+  while (ok && run.live > 0) {
     run.progress = false;
     for (unsigned n = 0; n < threads; ++n) {
       Fiber &f = run.fibers[reverse ? threads - 1 - n : n];
       if (f.done)
         continue;
-      run.running = &f;
+      __atomic_store_n(&run.running, &f, __ATOMIC_RELAXED);
+      // Read before ThreadSanitizer takes what runs for the fiber's.
+      void *const sp = f.sp;
       beforeSwitch(&run.schedulerFakeStack, f.stackBottom, f.stackBytes);
-      mtcEmuSwitchFiber(&run.schedulerSp, f.sp);
+      raceSwitch(f.race);
+      mtcEmuSwitchFiber(&run.schedulerSp, sp);
       afterSwitch(run.schedulerFakeStack);
-      run.running = nullptr;
+      __atomic_store_n(&run.running, nullptr, __ATOMIC_RELAXED);
     }
-    if (run.failed)
-      return false;
-    if (!run.progress && run.live > 0) {
+    if (run.failed) {
+      ok = false;
+    } else if (!run.progress && run.live > 0) {
       unsigned atBlock = run.block.arrived, atWarp = 0;
       for (const Barrier &w : run.warps)
         atWarp += w.arrived;
@@ -315,10 +424,14 @@ bool runBlock(BlockRun &run, const char *what) {
                 std::to_string(atWarp) + " at warp operations, " +
                 std::to_string(threads - run.live) + " have exited")
                    .c_str());
-      return false;
+      ok = false;
     }
   }
-  return true;
+  for (unsigned i = 0; !ok && i < threads; ++i)
+    if (!run.fibers[i].done)
+      dropRaceFiber(i);
+  raceAcquire(&blockEndSync);
+  return ok;
 }
 
 /// Opted-in dynamic shared memory per kernel (cudaFuncSetAttribute).
@@ -353,6 +466,8 @@ void startBlock(BlockRun &run, dim3 grid, dim3 block, uint3 blockIndex,
         f.state.gridSize = grid;
         f.state.linear = t;
         f.warp = t / 32;
+        f.race = raceFiber(t);
+        nameRaceFiber(f.race, f.state);
       }
 }
 
@@ -391,39 +506,65 @@ void runLaunch(const std::string &what, dim3 grid, dim3 block,
 
 } // namespace
 
-extern "C" void mtcEmuFiberMain(Fiber *fiber) {
+// Never returns: ThreadSanitizer would see it entered once more with each
+// block its fiber runs, and the fiber's call stack grow without end.
+extern "C" MTC_CUDAEMU_NO_TSAN void mtcEmuFiberMain(Fiber *fiber) {
+  raceAcquire(&blockStartSync); // before the first read of the host's state
   BlockRun &run = *tBlock;
   afterSwitch(nullptr, &run.schedulerBottom, &run.schedulerBytes);
   (*run.body)();
-  const bool pending =
-      !fiber->open.empty() ||
-      std::any_of(fiber->committed.begin(), fiber->committed.end(),
-                  [](const std::vector<AsyncCopy> &g) { return !g.empty(); });
-  if (pending) {
-    complain("a thread exited with cp.async copies it never waited for");
-    run.failed = true;
+  raceRelease(&blockEndSync);
+  void *schedulerRace, *schedulerSp;
+  const void *schedulerBottom;
+  size_t schedulerBytes;
+  {
+    // Ends before the switch: the fiber never returns from it, and its
+    // ThreadSanitizer fiber runs the same slot's thread of the next block.
+    Bookkeeping hidden;
+    schedulerRace = run.schedulerRace;
+    schedulerSp = run.schedulerSp;
+    schedulerBottom = run.schedulerBottom;
+    schedulerBytes = run.schedulerBytes;
+    const bool pending =
+        !fiber->open.empty() ||
+        std::any_of(fiber->committed.begin(), fiber->committed.end(),
+                    [](const std::vector<AsyncCopy> &g) { return !g.empty(); });
+    if (pending) {
+      complain("a thread exited with cp.async copies it never waited for");
+      run.failed = true;
+    }
+    fiber->done = true;
+    --run.live;
+    run.progress = true;
+    leave(run.block);
+    leave(run.warps[fiber->warp]);
   }
-  fiber->done = true;
-  --run.live;
-  run.progress = true;
-  leave(run.block);
-  leave(run.warps[fiber->warp]);
-  beforeSwitch(nullptr, run.schedulerBottom, run.schedulerBytes);
-  mtcEmuSwitchFiber(&fiber->sp, run.schedulerSp);
+  beforeSwitch(nullptr, schedulerBottom, schedulerBytes);
+  raceSwitch(schedulerRace);
+  mtcEmuSwitchFiber(&fiber->sp, schedulerSp);
   __builtin_unreachable();
 }
 
 const ThreadState &current() {
-  return tBlock && tBlock->running ? tBlock->running->state : kOutside;
+  const Fiber *running = tBlock ? runningFiber(*tBlock) : nullptr;
+  return running ? running->state : kOutside;
 }
 
 int blockBarrier(int predicate, Reduce reduce) {
   Barrier &b = tBlock->block;
   const int p = predicate != 0;
-  b.orValue |= p;
-  b.andValue &= p;
-  b.count += p;
-  const int word = b.result[arriveAndWait(b)];
+  int word;
+  {
+    Bookkeeping hidden;
+    b.orValue |= p;
+    b.andValue &= p;
+    b.count += p;
+  }
+  const unsigned round = arriveAndWait(b, blockSync);
+  {
+    Bookkeeping hidden;
+    word = b.result[round];
+  }
   switch (reduce) {
   case Reduce::Or:
     return word & 1;
@@ -437,10 +578,17 @@ int blockBarrier(int predicate, Reduce reduce) {
   return 0;
 }
 
+void warpBarrier() {
+  BlockRun &run = *tBlock;
+  const Fiber &self = *runningFiber(run);
+  arriveAndWait(run.warps[self.warp], warpSync[self.warp]);
+}
+
 uint64_t warpExchange(uint64_t value, int source, int predicate,
                       unsigned *ballot) {
+  Bookkeeping hidden;
   BlockRun &run = *tBlock;
-  Fiber &self = *run.running;
+  Fiber &self = *runningFiber(run);
   Barrier &w = run.warps[self.warp];
   const unsigned lane = self.state.linear % 32;
   const unsigned half = w.generation & 1;
@@ -461,31 +609,30 @@ uint64_t warpExchange(uint64_t value, int source, int predicate,
 }
 
 void warpGather(const void *mine, size_t bytes, void *all) {
+  Bookkeeping hidden;
   if (bytes > kGatherBytes) {
     complain("warpGather: more bytes a lane than the emulation holds");
     tBlock->failed = true;
     return;
   }
   BlockRun &run = *tBlock;
-  Fiber &self = *run.running;
+  Fiber &self = *runningFiber(run);
   Barrier &w = run.warps[self.warp];
   const unsigned lane = self.state.linear % 32;
   const unsigned half = w.generation & 1;
-  std::memcpy(w.blobs[half][lane], mine, bytes);
+  std::memcpy(w.blobs[half] + lane * bytes, mine, bytes);
   w.present[half] |= 1u << lane;
   const unsigned round = arriveAndWait(w);
-  for (unsigned l = 0; l < 32; ++l) {
-    unsigned char *dst = static_cast<unsigned char *>(all) + l * bytes;
-    if (w.present[round] >> l & 1u)
-      std::memcpy(dst, w.blobs[round][l], bytes);
-    else
-      std::memset(dst, 0xff, bytes);
-  }
+  std::memcpy(all, w.blobs[round], 32 * bytes);
+  for (unsigned l = 0; l < 32; ++l)
+    if (!(w.present[round] >> l & 1u))
+      std::memset(static_cast<unsigned char *>(all) + l * bytes, 0xff, bytes);
 }
 
 void checkWmmaMatrix(const void *p, size_t ldmBytes, const char *what) {
   if (reinterpret_cast<uintptr_t>(p) % 32 == 0 && ldmBytes % 16 == 0)
     return;
+  Bookkeeping hidden;
   complain((std::string(what) + ": the pointer must be 256-bit aligned and "
                                 "the leading dimension a multiple of 16 "
                                 "bytes")
@@ -499,6 +646,7 @@ void ldmatrixX4(uint32_t (&r)[4], const void *row, bool trans) {
   for (const unsigned char *p : rows)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
       // Also a lane that has exited (its address reads as all ones).
+      Bookkeeping hidden;
       complain("ldmatrix: every lane must give a 16-byte aligned row");
       tBlock->failed = true;
       r[0] = r[1] = r[2] = r[3] = 0u;
@@ -519,22 +667,25 @@ void asyncCopy(void *dst, const void *src, size_t bytes, size_t zfill) {
   if ((bytes != 4 && bytes != 8 && bytes != 16) || zfill > bytes ||
       reinterpret_cast<uintptr_t>(dst) % bytes != 0 ||
       reinterpret_cast<uintptr_t>(src) % bytes != 0) {
+    Bookkeeping hidden;
     complain("__pipeline_memcpy_async: the size must be 4, 8 or 16 bytes, "
              "both addresses aligned to it and zfill at most the size");
     tBlock->failed = true;
     return;
   }
-  tBlock->running->open.push_back({dst, src, bytes, zfill});
+  runningFiber(*tBlock)->open.push_back({dst, src, bytes, zfill});
 }
 
 void asyncCommit() {
-  Fiber &self = *tBlock->running;
+  Fiber &self = *runningFiber(*tBlock);
   self.committed.push_back(std::move(self.open));
   self.open.clear();
 }
 
+// The copies are the waiting thread's writes of the shared memory and reads
+// of the source as ThreadSanitizer sees them.
 void asyncWait(size_t prior) {
-  Fiber &self = *tBlock->running;
+  Fiber &self = *runningFiber(*tBlock);
   const size_t done =
       self.committed.size() > prior ? self.committed.size() - prior : 0;
   for (size_t g = 0; g < done; ++g)
@@ -549,6 +700,7 @@ void asyncWait(size_t prior) {
 void *dynamicShared() { return tBlock ? tBlock->shared : nullptr; }
 
 void freshShared(void *address, size_t bytes) {
+  Bookkeeping hidden; // no thread writes the fill on a GPU
   if (!tBlock ||
       std::find(tBlock->freshStatics.begin(), tBlock->freshStatics.end(),
                 address) != tBlock->freshStatics.end())

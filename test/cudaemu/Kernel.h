@@ -22,9 +22,12 @@
 //    a fresh buffer per block filled alike, as device memory from
 //    cudaMalloc is, so code that reads what it never wrote shows it;
 //  * atomics are plain read-modify-writes: fibers never interleave inside
-//    one;
+//    one (built with ThreadSanitizer, relaxed atomics of the host);
 //  * WMMA fragments hold the whole 16 x 16 tile in every lane; products are
-//    summed in float in k order.
+//    summed in float in k order; loads and stores touch each element from
+//    the lane mma.sync's layout gives it (a load then gathers the tile);
+//  * built with ThreadSanitizer, only __syncthreads* and __syncwarp order
+//    the memory accesses of a block's threads (Fibers.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -90,6 +93,15 @@ int blockBarrier(int predicate, Reduce reduce);
 /// predicates' bits.
 uint64_t warpExchange(uint64_t value, int source, int predicate,
                       unsigned *ballot);
+
+/// __syncwarp: every lane of the calling thread's warp that has not exited
+/// arrives, and what each did before happens before what all do after
+/// (the one warp operation that orders memory).
+void warpBarrier();
+
+/// The lanes of a warp converge (WMMA's collective calls), ordering no
+/// memory.
+inline void warpConverge() { warpExchange(0, -1, 0, nullptr); }
 
 /// The current block's dynamic shared memory.
 void *dynamicShared();
@@ -168,6 +180,15 @@ template <typename T> T fromSlot(uint64_t slot) {
   return value;
 }
 
+/// A function ThreadSanitizer does not instrument: one that works on a
+/// lane's registers alone (and the copies of the warp's that it gathers),
+/// where checking each access would only cost time.
+#if defined(__SANITIZE_THREAD__)
+#define MTC_CUDAEMU_REGISTERS_ONLY __attribute__((no_sanitize_thread))
+#else
+#define MTC_CUDAEMU_REGISTERS_ONLY
+#endif
+
 /// The lane of the calling thread in its warp.
 inline int laneId() { return static_cast<int>(current().linear % 32); }
 
@@ -189,7 +210,7 @@ constexpr size_t kGatherBytes = 32;
 void warpGather(const void *mine, size_t bytes, void *all);
 
 /// A 16-bit value (bfloat16 when `bf16`, else float16) widened to float.
-inline float widen16(uint16_t bits, bool bf16) {
+MTC_CUDAEMU_REGISTERS_ONLY inline float widen16(uint16_t bits, bool bf16) {
   if (bf16) {
     const uint32_t word = static_cast<uint32_t>(bits) << 16;
     float f;
@@ -213,32 +234,31 @@ inline float widen16(uint16_t bits, bool bf16) {
 ///     d[2..3] = D[g+8][2t, 2t+1].
 /// The products are summed in float in k order after D, as the WMMA
 /// emulation sums them.
-inline void mmaM16N8K16(float (&d)[4], const uint32_t (&a)[4],
-                        const uint32_t (&b)[2], bool bf16) {
+MTC_CUDAEMU_REGISTERS_ONLY inline void mmaM16N8K16(float (&d)[4],
+                                                   const uint32_t (&a)[4],
+                                                   const uint32_t (&b)[2],
+                                                   bool bf16) {
   struct Fragments {
     uint32_t a[4], b[2];
   };
   const Fragments mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
   Fragments all[32];
   warpGather(&mine, sizeof mine, all);
-  // The element of a register pair's half: the lower index is the low half.
-  auto element = [&](uint32_t word, int index) {
-    return widen16(static_cast<uint16_t>(word >> (16 * (index & 1))), bf16);
-  };
-  auto aAt = [&](int row, int k) { // held by lane 4 (row % 8) + (k % 8) / 2
-    const Fragments &f = all[4 * (row % 8) + (k % 8) / 2];
-    return element(f.a[(row / 8) + 2 * (k / 8)], k);
-  };
-  auto bAt = [&](int k, int col) { // held by lane 4 col + (k % 8) / 2
-    const Fragments &f = all[4 * col + (k % 8) / 2];
-    return element(f.b[k / 8], k);
-  };
   const int lane = laneId(), g = lane / 4, t = lane % 4;
   for (int i = 0; i < 4; ++i) {
     const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
     float sum = d[i];
-    for (int k = 0; k < 16; ++k)
-      sum += aAt(row, k) * bAt(k, col);
+    for (int k = 0; k < 16; ++k) {
+      // A[row][k] is held by lane 4 (row % 8) + (k % 8) / 2, B[k][col] by
+      // lane 4 col + (k % 8) / 2; of a register's pair of elements, the
+      // lower index is the low half.
+      const uint32_t aWord =
+          all[4 * (row % 8) + (k % 8) / 2].a[row / 8 + 2 * (k / 8)];
+      const uint32_t bWord = all[4 * col + (k % 8) / 2].b[k / 8];
+      const int shift = 16 * (k & 1);
+      sum += widen16(static_cast<uint16_t>(aWord >> shift), bf16) *
+             widen16(static_cast<uint16_t>(bWord >> shift), bf16);
+    }
     d[i] = sum;
   }
 }
@@ -334,7 +354,7 @@ inline void __pipeline_wait_prior(size_t prior) {
   ::mtc::cudaemu::asyncWait(prior);
 }
 inline void __syncwarp(unsigned = 0xffffffffu) {
-  ::mtc::cudaemu::warpExchange(0, -1, 0, nullptr);
+  ::mtc::cudaemu::warpBarrier();
 }
 
 /// The lanes are split into groups of `width`; lane `source` of the caller's
@@ -383,36 +403,48 @@ inline int __all_sync(unsigned mask, int predicate) {
 }
 
 //===----------------------------------------------------------------------===//
-// Atomics (plain: fibers switch only at barriers)
+// Atomics (plain: fibers switch only at barriers; under ThreadSanitizer
+// relaxed host atomics, which it tells from plain accesses and which order
+// nothing, as CUDA's atomics do not)
 //===----------------------------------------------------------------------===//
 
-template <typename T> inline T atomicAdd(T *address, T value) {
-  T old = *address;
-  *address = old + value;
+namespace mtc::cudaemu {
+/// *address = next(*address) as one atomic step; returns the old value.
+template <typename T, typename F> inline T atomicUpdate(T *address, F next) {
+#if defined(__SANITIZE_THREAD__)
+  T old;
+  __atomic_load(address, &old, __ATOMIC_RELAXED);
+  T value = next(old);
+  while (!__atomic_compare_exchange(address, &old, &value, false,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    value = next(old);
   return old;
+#else
+  T old = *address;
+  *address = next(old);
+  return old;
+#endif
+}
+} // namespace mtc::cudaemu
+
+template <typename T> inline T atomicAdd(T *address, T value) {
+  return ::mtc::cudaemu::atomicUpdate(address,
+                                      [&](T old) { return old + value; });
 }
 template <typename T> inline T atomicMin(T *address, T value) {
-  T old = *address;
-  if (value < old)
-    *address = value;
-  return old;
+  return ::mtc::cudaemu::atomicUpdate(
+      address, [&](T old) { return value < old ? value : old; });
 }
 template <typename T> inline T atomicMax(T *address, T value) {
-  T old = *address;
-  if (old < value)
-    *address = value;
-  return old;
+  return ::mtc::cudaemu::atomicUpdate(
+      address, [&](T old) { return old < value ? value : old; });
 }
 template <typename T> inline T atomicExch(T *address, T value) {
-  T old = *address;
-  *address = value;
-  return old;
+  return ::mtc::cudaemu::atomicUpdate(address, [&](T) { return value; });
 }
 template <typename T> inline T atomicCAS(T *address, T compare, T value) {
-  T old = *address;
-  if (old == compare)
-    *address = value;
-  return old;
+  return ::mtc::cudaemu::atomicUpdate(
+      address, [&](T old) { return old == compare ? value : old; });
 }
 
 //===----------------------------------------------------------------------===//
@@ -486,29 +518,73 @@ struct fragment {
 
 template <typename T> inline float widen(T v) { return static_cast<float>(v); }
 
+// Memory as a GPU's lanes touch it: each element of a tile is read and
+// written by one lane, the lane that would hold it in mma.sync.m16n8k16's
+// fragments (the PTX ISA's layout; mmaM16N8K16 above): element (r, c) of an
+// A or accumulator tile by lane 4 (r % 8) + (c % 8) / 2, element (k, n) of
+// a B tile by lane 4 (n % 8) + (k % 8) / 2. CUDA leaves WMMA's layout
+// undefined but an accumulator's load and store agree, so a kernel may
+// store what it loaded without a barrier; a lane that reads what another
+// wrote needs a __syncwarp (which ThreadSanitizer checks), and a kernel
+// that wrote a tile from lane e % 32 for element e before loading it is
+// reported. A load then gathers the lanes' elements, as every lane here
+// holds the whole tile.
+
+/// The lane that reads and writes element (r, c) of a tile (`b`: a B
+/// tile, K x N).
+template <bool kB> inline int shareOwner(int r, int c) {
+  return kB ? 4 * (c % 8) + (r % 8) / 2 : 4 * (r % 8) + (c % 8) / 2;
+}
+
+/// tile (kRows x kCols, row-major) = read(r, c), each element read by its
+/// lane.
+template <int kRows, int kCols, bool kB, typename Read>
+inline void loadShares(float (&tile)[kRows * kCols], Read read) {
+  static_assert(kRows % 8 == 0 && kCols % 8 == 0, "whole 8 x 8 blocks");
+  constexpr int kSlots = kRows * kCols / 32;
+  constexpr int kPerRound =
+      static_cast<int>(::mtc::cudaemu::kGatherBytes / sizeof(float));
+  const int lane = ::mtc::cudaemu::laneId();
+  float mine[kSlots], all[32 * kSlots];
+  int n = 0;
+  for (int i = 0; i < kRows * kCols; ++i)
+    if (shareOwner<kB>(i / kCols, i % kCols) == lane)
+      mine[n++] = read(i / kCols, i % kCols);
+  for (int first = 0; first < kSlots; first += kPerRound) {
+    const int count = kSlots - first < kPerRound ? kSlots - first : kPerRound;
+    float round[32 * kPerRound];
+    ::mtc::cudaemu::warpGather(mine + first, count * sizeof(float), round);
+    for (int l = 0; l < 32; ++l)
+      for (int j = 0; j < count; ++j)
+        all[l * kSlots + first + j] = round[l * count + j];
+  }
+  int next[32] = {};
+  for (int i = 0; i < kRows * kCols; ++i) {
+    const int owner = shareOwner<kB>(i / kCols, i % kCols);
+    tile[i] = all[owner * kSlots + next[owner]++];
+  }
+}
+
 /// Operand tiles: the fragment's layout says how memory holds them.
 template <typename Use, int M, int N, int K, typename T, typename Layout>
 inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const T *p,
                              unsigned ldm) {
   ::mtc::cudaemu::checkWmmaMatrix(p, ldm * sizeof(T), "load_matrix_sync");
-  __syncwarp();
   using F = fragment<Use, M, N, K, T, Layout>;
-  for (int r = 0; r < F::kRows; ++r)
-    for (int c = 0; c < F::kCols; ++c)
-      f.x[r * F::kCols + c] =
-          widen(std::is_same<Layout, col_major>::value ? p[c * ldm + r]
-                                                       : p[r * ldm + c]);
+  loadShares<F::kRows, F::kCols, std::is_same<Use, matrix_b>::value>(
+      f.x, [&](int r, int c) {
+        return widen(std::is_same<Layout, col_major>::value ? p[c * ldm + r]
+                                                            : p[r * ldm + c]);
+      });
 }
 
 template <int M, int N, int K>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f,
                              const float *p, unsigned ldm, layout_t layout) {
   ::mtc::cudaemu::checkWmmaMatrix(p, ldm * sizeof(float), "load_matrix_sync");
-  __syncwarp();
-  for (int r = 0; r < M; ++r)
-    for (int c = 0; c < N; ++c)
-      f.x[r * N + c] =
-          layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+  loadShares<M, N, false>(f.x, [&](int r, int c) {
+    return layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+  });
 }
 
 template <int M, int N, int K>
@@ -516,11 +592,13 @@ inline void store_matrix_sync(float *p,
                               const fragment<accumulator, M, N, K, float> &f,
                               unsigned ldm, layout_t layout) {
   ::mtc::cudaemu::checkWmmaMatrix(p, ldm * sizeof(float), "store_matrix_sync");
-  __syncwarp();
+  ::mtc::cudaemu::warpConverge();
+  const int lane = ::mtc::cudaemu::laneId();
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c)
-      (layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) =
-          f.x[r * N + c];
+      if (shareOwner<false>(r, c) == lane)
+        (layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) =
+            f.x[r * N + c];
 }
 
 template <typename Use, int M, int N, int K, typename T, typename Layout>
@@ -530,11 +608,12 @@ inline void fill_fragment(fragment<Use, M, N, K, T, Layout> &f, float value) {
 }
 
 template <int M, int N, int K, typename T, typename LA, typename LB>
-inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
-                     const fragment<matrix_a, M, N, K, T, LA> &a,
-                     const fragment<matrix_b, M, N, K, T, LB> &b,
-                     const fragment<accumulator, M, N, K, float> &c) {
-  __syncwarp();
+MTC_CUDAEMU_REGISTERS_ONLY inline void
+mma_sync(fragment<accumulator, M, N, K, float> &d,
+         const fragment<matrix_a, M, N, K, T, LA> &a,
+         const fragment<matrix_b, M, N, K, T, LB> &b,
+         const fragment<accumulator, M, N, K, float> &c) {
+  ::mtc::cudaemu::warpConverge();
   float out[M * N];
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
