@@ -30,9 +30,14 @@ benchmark, the GPU trainer and its profile included, without a GPU (times
 and bandwidths mean nothing there; the first losses must agree). Prints a
 Markdown table; `--doc FILE` writes it with this explanation.
 
+A failure of one side (mtc, eager or compiled) is printed and fails the
+run, and the other sides are still measured. `--prepare` only exports
+the models and builds the trainers (CPU work), so that it can run beside
+other GPU work; a later run with the same flags reuses them.
+
 Usage: gpu_bench.py --mtc PATH --work DIR [--models gpt2s,resnet50]
                     [--steps N] [--device cuda|cpu] [--small] [--emulated]
-                    [--doc FILE]
+                    [--prepare] [--doc FILE]
 """
 
 import argparse
@@ -93,7 +98,9 @@ def median_after_warmup(times):
     return statistics.median(times[2:] if len(times) > 4 else times)
 
 
-def run_mtc(args, name, onnx_path, data_dir):
+def compile_mtc(args, name, onnx_path):
+    """Builds the trainer (mtc compile: CPU work only) unless --prepare
+    built it from these flags; returns its path and the seconds it took."""
     work = os.path.join(args.work, name)
     exe = os.path.join(work, "mtc", "trainer")
     os.makedirs(os.path.dirname(exe), exist_ok=True)
@@ -102,6 +109,13 @@ def run_mtc(args, name, onnx_path, data_dir):
     if args.device == "cuda" or args.emulated:
         flags += ["--target", "cuda", "--arch", args.arch, "--precision",
                   "bf16"]
+    stamp = exe + ".built"
+    key = " ".join([args.mtc, onnx_path] + flags)
+    if os.path.exists(stamp) and os.path.exists(exe):
+        with open(stamp) as f:
+            built_key, _, seconds = f.read().rpartition("\n")
+        if built_key == key:
+            return exe, float(seconds)
     start = time.time()
     r = subprocess.run([args.mtc, "compile", onnx_path] + flags,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -109,6 +123,13 @@ def run_mtc(args, name, onnx_path, data_dir):
     if r.returncode != 0:
         raise RuntimeError("mtc compile failed: " + r.stderr[-600:])
     build_s = time.time() - start
+    with open(stamp, "w") as f:
+        f.write("%s\n%.1f" % (key, build_s))
+    return exe, build_s
+
+
+def run_mtc(args, name, onnx_path, data_dir):
+    exe, build_s = compile_mtc(args, name, onnx_path)
     metrics = exe + ".jsonl"
     subprocess.run([exe, "--data", data_dir, "--steps", str(args.steps),
                     "--metrics", metrics], check=True,
@@ -219,7 +240,9 @@ def copy_bandwidth(args):
     return 2 * 4 * n / seconds / 1e9
 
 
-def bench_model(args, name):
+def prepare_model(args, name):
+    """The model's data and ONNX file (exported once); the model, its
+    loss and the batch."""
     import torch
     import mtc_testlib as tl
     model, loss_fn, x, y = MODELS[name](args.small)
@@ -231,24 +254,50 @@ def bench_model(args, name):
     onnx_path = os.path.join(work, name + ".onnx")
     if not os.path.exists(onnx_path):
         tl.export_with_loss(model, torch.from_numpy(x), torch.from_numpy(y),
-                            onnx_path, loss=loss_fn)
-    res = {"name": name, "batch": x.shape[0],
-           "mtc": run_mtc(args, name, onnx_path, data_dir),
-           "eager": run_torch(args, model, loss_fn, x, y, compiled=False)}
+                            onnx_path + ".tmp", loss=loss_fn)
+        os.replace(onnx_path + ".tmp", onnx_path)
+    return model, loss_fn, x, y, onnx_path, data_dir
+
+
+def attempt(res, side, fn):
+    """res[side] = fn(), or the failure in res["failed"]: one side's
+    failure leaves the others' figures."""
+    try:
+        res[side] = fn()
+    except Exception as e:  # noqa: BLE001 (reported, and the exit fails)
+        res["failed"].append("%s %s: %s" % (res["name"], side,
+                                            str(e).strip()[-800:]))
+        print("  FAIL: " + res["failed"][-1], flush=True)
+
+
+def bench_model(args, name):
+    import torch
+    model, loss_fn, x, y, onnx_path, data_dir = prepare_model(args, name)
+    res = {"name": name, "batch": x.shape[0], "failed": []}
+    attempt(res, "mtc", lambda: run_mtc(args, name, onnx_path, data_dir))
+    attempt(res, "eager",
+            lambda: run_torch(args, model, loss_fn, x, y, compiled=False))
     if hasattr(torch, "compile") and not args.no_compile:
         model, loss_fn, x, y = MODELS[name](args.small)
-        res["compile"] = run_torch(args, model, loss_fn, x, y, compiled=True)
-    gap = abs(res["mtc"]["loss"] - res["eager"]["loss"]) / abs(
-        res["eager"]["loss"])
-    res["loss_gap"] = gap
-    print("  %-9s mtc %.1f ms (%.0f MiB), eager %.1f ms (%.0f MiB)%s; first "
-          "loss %.4f vs %.4f" % (
-              name, res["mtc"]["ms"], res["mtc"]["bytes"] / 2 ** 20,
-              res["eager"]["ms"], res["eager"]["bytes"] / 2 ** 20,
-              ", compile %.1f ms (%.0f MiB)" % (
-                  res["compile"]["ms"], res["compile"]["bytes"] / 2 ** 20)
-              if "compile" in res else "",
-              res["mtc"]["loss"], res["eager"]["loss"]), flush=True)
+        attempt(res, "compile",
+                lambda: run_torch(args, model, loss_fn, x, y, compiled=True))
+    if "mtc" in res and "eager" in res:
+        res["loss_gap"] = abs(res["mtc"]["loss"] - res["eager"]["loss"]) / abs(
+            res["eager"]["loss"])
+        if not res["loss_gap"] <= LOSS_BAR:
+            res["failed"].append("%s: first losses differ by more than %g" %
+                                 (name, LOSS_BAR))
+
+    def fig(side):
+        r = res.get(side)
+        return "%s %s" % (side, "%.1f ms (%.0f MiB)" % (
+            r["ms"], r["bytes"] / 2 ** 20) if r else "failed")
+    print("  %-9s %s, %s%s; first loss %s vs %s" % (
+        name, fig("mtc"), fig("eager"),
+        ", " + fig("compile") if not args.no_compile else "",
+        "%.4f" % res["mtc"]["loss"] if "mtc" in res else "-",
+        "%.4f" % res["eager"]["loss"] if "eager" in res else "-"),
+        flush=True)
     return res
 
 
@@ -259,6 +308,10 @@ def table(results, copy_gbs):
            "first loss mtc / eager | mtc elementwise GB/s (of copy) |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
+        if "mtc" not in r or "eager" not in r:
+            out.append("| %s (%d) | %s |" % (r["name"], r["batch"], "; ".join(
+                f.replace("|", "/").replace("\n", " ") for f in r["failed"])))
+            continue
         c = r.get("compile")
         out.append("| %s (%d) | %.1f | %.1f | %s | %.2f | %s | %.0f | %.0f | "
                    "%s | %.4f / %.4f | %.0f (%.0f%%) |" % (
@@ -292,6 +345,11 @@ def main():
                          "(test/cudaemu), PyTorch on the CPU in bf16: a dry "
                          "run of the GPU path without a GPU")
     ap.add_argument("--doc", help="also write the table here (Markdown)")
+    ap.add_argument("--prepare", action="store_true",
+                    help="only export the models and build mtc's trainers "
+                         "(CPU work, no GPU needed), which a later run with "
+                         "the same flags then times: run it beside other "
+                         "GPU work")
     args = ap.parse_args()
     args.mtc = os.path.abspath(args.mtc)
     if args.emulated:
@@ -299,6 +357,15 @@ def main():
         os.environ["MTC_NVCC"] = os.path.join(ROOT, "test", "cudaemu",
                                               "nvcc-emu")
     os.makedirs(args.work, exist_ok=True)
+    if args.prepare:
+        for name in args.models.split(","):
+            start = time.time()
+            onnx_path = prepare_model(args, name)[4]
+            exported = time.time() - start
+            build_s = compile_mtc(args, name, onnx_path)[1]
+            print("prepared %s: exported in %.1fs, trainer built in %.1fs" %
+                  (name, exported, build_s), flush=True)
+        return 0
     import torch
     print("torch %s, device %s%s" % (
         torch.__version__, args.device,
@@ -314,10 +381,9 @@ def main():
              "time (`trainer --profile`), against a %.0f GB/s "
              "device-to-device copy measured in the same run." % copy_gbs)
     print(text)
-    failed = [r["name"] for r in results if r["loss_gap"] > LOSS_BAR]
-    for name in failed:
-        print("FAIL: %s: first losses differ by more than %g" % (name,
-                                                                 LOSS_BAR))
+    failed = [f for r in results for f in r["failed"]]
+    for f in failed:
+        print("FAIL: " + f)
     if args.doc:
         with open(args.doc, "w") as f:
             f.write("# GPU step time and memory: mtc vs PyTorch\n\n")

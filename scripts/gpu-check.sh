@@ -5,7 +5,7 @@
 # benchmark (bench/gpu_bench.py: GPT-2 small and ResNet-50 in bf16, step time
 # and peak memory against PyTorch eager and torch.compile) unless
 # MTC_GPU_BENCH=0; it writes its table to $build/gpu-bench.md. MTC_GPU_CHECK=0
-# runs the benchmark alone.
+# runs the benchmark alone, MTC_GPU_BENCH_MODELS=gpt2s only some of its models.
 #
 # On a GPU machine without LLVM to build mtc with (and no network to install
 # it), it uses the bundle scripts/device-bundle.sh packed on a machine that
@@ -35,6 +35,27 @@ if [ -f "$bundle" ] && { [ "${MTC_USE_DEVICE_BUNDLE:-0}" = 1 ] ||
   export MTC_RUNTIME_LIB_DIR="$build/lib"
   export MTC_RUNTIME_INCLUDE_DIR="$root/runtime/include"
   python="${MTC_PYTHON:-$(command -v python3)}"
+  # Where the toolkit beside nvcc has no cuBLAS to link, PyTorch's own
+  # (the nvidia-cublas wheel's libcublas.so.N) serves, under the names the
+  # linker looks for.
+  if ! echo 'int main() { return 0; }' |
+       g++ -x c++ - -lcublasLt -lcublas -o "$build/link-test" 2> /dev/null; then
+    wheel="$("$python" -c 'import nvidia.cublas as m; print(list(m.__path__)[0])' \
+             2> /dev/null || true)"
+    if [ -n "$wheel" ] && [ -d "$wheel/lib" ]; then
+      mkdir -p "$build/cublas"
+      for lib in "$wheel"/lib/libcublas*.so.*; do
+        base="$(basename "$lib")"
+        ln -sf "$lib" "$build/cublas/$base"
+        ln -sf "$lib" "$build/cublas/${base%%.so.*}.so"
+      done
+      export LIBRARY_PATH="$build/cublas:$LIBRARY_PATH"
+      export LD_LIBRARY_PATH="$build/cublas:$LD_LIBRARY_PATH"
+      echo "gpu-check: linking cuBLAS from $wheel/lib"
+    else
+      echo "gpu-check: no cuBLAS to link beside nvcc nor in python's nvidia-cublas" >&2
+    fi
+  fi
   echo "gpu-check: using the device bundle $bundle (mtc in $build/bin)"
 elif [ "${MTC_SKIP_SETUP:-0}" != 1 ]; then
   MTC_JOBS="${MTC_JOBS:-$(nproc)}" bash "$root/scripts/setup.sh" || {
@@ -74,12 +95,23 @@ if [ "${MTC_GPU_EMULATED:-0}" = 1 ]; then
 fi
 nvidia-smi -L || { echo "gpu-check: no CUDA GPU visible"; exit 1; }
 status=0
+bench=("$python" "$root/bench/gpu_bench.py" --mtc "$build/bin/mtc"
+       --work "$build/gpu-bench" --models "${MTC_GPU_BENCH_MODELS:-gpt2s,resnet50}")
+prepare=""
+if [ "${MTC_GPU_BENCH:-1}" != 0 ]; then
+  # The benchmark's CPU work (exporting the models, building the trainers)
+  # runs beside the check's GPU work; the benchmark then only times.
+  "${bench[@]}" --prepare > "$build/gpu-bench-prepare.log" 2>&1 &
+  prepare=$!
+fi
 if [ "${MTC_GPU_CHECK:-1}" != 0 ]; then
   "$python" "$root/test/gpu/gpu_check.py" --mtc "$build/bin/mtc" \
     --build "$build" --work "$build/gpu-check" "$@" || status=$?
 fi
-if [ "${MTC_GPU_BENCH:-1}" != 0 ]; then
-  "$python" "$root/bench/gpu_bench.py" --mtc "$build/bin/mtc" \
-    --work "$build/gpu-bench" --doc "$build/gpu-bench.md" || status=$?
+if [ -n "$prepare" ]; then
+  wait "$prepare" || echo "gpu-check: preparing the benchmark failed" \
+    "(the benchmark builds what is missing)"
+  cat "$build/gpu-bench-prepare.log"
+  "${bench[@]}" --doc "$build/gpu-bench.md" || status=$?
 fi
 exit "$status"

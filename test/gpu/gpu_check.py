@@ -111,6 +111,14 @@ def main():
     notes = []  # lines printed after the table
     start = time.time()
 
+    def record(result):
+        """Keeps a check's result and prints it at once, so that a run cut
+        short (a device call's time limit) still shows what finished."""
+        results.append(result)
+        name, ok, detail = result
+        print(f"  [{time.time() - start:5.0f}s] {'PASS' if ok else 'FAIL'}  {name}  {detail}",
+              flush=True)
+
     unit_name = "mtc-runtime-cudaemu-tests" if args.emulated else "mtc-runtime-cuda-tests"
     if args.emulated:
         os.environ["MTC_NVCC"] = os.path.join(HERE, "..", "cudaemu", "nvcc-emu")
@@ -123,14 +131,14 @@ def main():
         rc, secs, out = run([unit], os.path.join(args.work, "cuda-unit.log"))
         tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
         ran = re.search(r"PASSED\s*\]\s*[1-9][0-9]* test", out) is not None
-        results.append(("runtime CUDA kernel tests", rc == 0 and ran,
+        record(("runtime CUDA kernel tests", rc == 0 and ran,
                         "; ".join(tail[-2:]) + f" ({secs:.1f}s)"))
         # Which bias-gradient GEMMs ran as cuBLASLt epilogues (the tests
         # print it; a fallback is correct, only slower).
         notes += [l for l in out.splitlines()
                   if l.startswith("gemm") and "BGRAD" in l]
     else:
-        results.append(("runtime CUDA kernel tests", False, unit_name + " not built"))
+        record(("runtime CUDA kernel tests", False, unit_name + " not built"))
     # On a GPU: the emulation's promises that CUDA defines (the built-ins,
     # barriers, shuffles, WMMA, mma.sync and ldmatrix fragments through the
     # runtime's inline PTX, graphs), built by nvcc, so that the layouts the
@@ -148,7 +156,7 @@ def main():
                 os.path.join(args.work, "emulation-layouts.log"))
             ran = re.search(r"PASSED\s*\]\s*[1-9][0-9]* test", out) is not None
             tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
-            results.append(("the emulation's CUDA layouts on the GPU", rc == 0 and ran,
+            record(("the emulation's CUDA layouts on the GPU", rc == 0 and ran,
                             "; ".join(tail[-3:]) + f" ({secs:.1f}s)"))
         else:
             notes.append("mtc-cudaemu-self-tests-gpu not built: the emulation's "
@@ -175,7 +183,7 @@ def main():
                                  "--work", work, "--target", target] + extra.get(model, []),
                                 os.path.join(args.work, f"{model}-{target}.log"))
             worst = [l.strip() for l in out.splitlines() if l.strip().startswith("worst")]
-            results.append((f"{model} {target} vs PyTorch", rc == 0,
+            record((f"{model} {target} vs PyTorch", rc == 0,
                             "; ".join(worst) + f" ({secs:.1f}s)"))
         # cuda vs cpu on the same model, data and flags.
         for config in ["sgd", "sgd-nesterov", "adamw"]:
@@ -197,9 +205,9 @@ def main():
                         a, b, os.path.join(dirs["cpu"], config, "torch-noise.json"))
                     ok = ok and tensors_ok
                     detail += ", " + tensor_detail
-                results.append((f"{model} {config} cuda vs cpu", ok, detail))
+                record((f"{model} {config} cuda vs cpu", ok, detail))
             except Exception as e:  # a missing file means the run failed above
-                results.append((f"{model} {config} cuda vs cpu", False, f"not comparable: {e}"))
+                record((f"{model} {config} cuda vs cpu", False, f"not comparable: {e}"))
 
     def e2e_script(key, script, label, summary):
         """Runs test/e2e/<script> on the device target as one check."""
@@ -211,7 +219,7 @@ def main():
                              "--work", os.path.join(args.work, key),
                              "--target", args.device_target],
                             os.path.join(args.work, key + ".log"))
-        results.append((f"{label} on {args.device_target}", rc == 0,
+        record((f"{label} on {args.device_target}", rc == 0,
                         "; ".join(summary(out.splitlines())) +
                         f" ({secs:.1f}s)"))
 

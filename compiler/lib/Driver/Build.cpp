@@ -193,11 +193,16 @@ llvm::Error mtc::buildTrainer(const std::string &source,
   if (llvm::Error err =
           run(*host, {"-c", asmPath, "-o", asmObject}, options.verbose))
     return err;
+  // Machine code for --arch and its PTX, which the driver compiles for a
+  // newer GPU at load (an sm_80 trainer runs on an H100). No contraction
+  // into fused multiply-adds here either (nvcc contracts by default): the
+  // kernels round as the CPU trainer and the CUDA emulation do.
   std::string arch = options.arch.substr(3); // "sm_80" -> "80"
   return run(*nvcc,
-             {"-O2", "-std=c++17", "-ccbin", *host,
-              "-gencode=arch=compute_" + arch + ",code=sm_" + arch, include,
-              sourcePath, asmObject, libDir + "/libmtc_runtime_cuda.a",
+             {"-O2", "-std=c++17", "--fmad=false", "-ccbin", *host,
+              "-gencode=arch=compute_" + arch + ",code=[sm_" + arch +
+                  ",compute_" + arch + "]",
+              include, sourcePath, asmObject, libDir + "/libmtc_runtime_cuda.a",
               "-lcublasLt", "-lcublas", "-o", out},
              options.verbose);
 }
