@@ -311,6 +311,13 @@ void gemmStridedBatched(Context &ctx, bool transA, bool transB, int64_t m,
 // compute (no reduced-precision accumulation), which runs on the tensor
 // cores.
 namespace {
+/// c (rows x n, ldc apart) = the float32 sums (n apart), rounded once.
+__global__ void roundSumsKernel(int64_t rows, int64_t n, const float *sums,
+                                uint16_t *c, int64_t ldc, bool bf16) {
+  for (int64_t i = cuda::threadIndex(); i < rows * n; i += cuda::threadCount())
+    storeFloat(c + (i / n) * ldc + i % n, sums[i], bf16);
+}
+
 template <typename C>
 void gemm16Into(Context &ctx, Storage16 storage, bool transA, bool transB,
                 int64_t m, int64_t n, int64_t k, float alpha,
@@ -322,6 +329,44 @@ void gemm16Into(Context &ctx, Storage16 storage, bool transA, bool transB,
     return;
   if (k == 0)
     return scaleOnly(ctx, m, n, beta, c, ldc, storage == Storage16::Bf16);
+  // A K that is not a multiple of 8 slows cuBLAS as much (GPT-2's logits
+  // gradient times the embedding, K = 50257: 132 TFLOP/s on an H200). The
+  // products up to the last multiple of 8 go in one call, the few left in a
+  // second that adds onto the float32 sums: into C when it is float32, else
+  // into the library workspace (free between GEMMs), a chunk of rows at a
+  // time, rounded into C once at the end, as one call rounds.
+  const int64_t kAligned = k - k % 8;
+  if (kAligned > 0 && kAligned < k) {
+    const uint16_t *aRest = a + (transA ? kAligned * lda : kAligned);
+    const uint16_t *bRest = b + (transB ? kAligned : kAligned * ldb);
+    if constexpr (std::is_same_v<C, float>) {
+      gemm16Into(ctx, storage, transA, transB, m, n, kAligned, alpha, a, lda, b,
+                 ldb, beta, c, ldc);
+      gemm16Into(ctx, storage, transA, transB, m, n, k - kAligned, alpha, aRest,
+                 lda, bRest, ldb, 1.0f, c, ldc);
+      return;
+    } else {
+      const int64_t rowsHeld =
+          ctx.ltWorkspace ? static_cast<int64_t>(ctx.ltWorkspaceBytes) / (4 * n)
+                          : 0;
+      if (beta == 0.0f && rowsHeld > 0) {
+        auto *sums = static_cast<float *>(ctx.ltWorkspace);
+        for (int64_t first = 0; first < m; first += rowsHeld) {
+          const int64_t rows = std::min(rowsHeld, m - first);
+          const int64_t rowOffset = transA ? first : first * lda;
+          gemm16Into(ctx, storage, transA, transB, rows, n, kAligned, alpha,
+                     a + rowOffset, lda, b, ldb, 0.0f, sums, n);
+          gemm16Into(ctx, storage, transA, transB, rows, n, k - kAligned, alpha,
+                     aRest + rowOffset, lda, bRest, ldb, 1.0f, sums, n);
+          roundSumsKernel<<<cuda::gridFor(rows * n), cuda::kBlock, 0,
+                            ctx.stream>>>(rows, n, sums, c + first * ldc, ldc,
+                                          storage == Storage16::Bf16);
+          checkLaunch(ctx, "roundSumsKernel");
+        }
+        return;
+      }
+    }
+  }
   cudaDataType_t type = dataTypeOf(storage);
   cudaDataType_t cType =
       std::is_same_v<C, uint16_t> ? type : CUDA_R_32F;

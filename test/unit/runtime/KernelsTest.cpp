@@ -1718,6 +1718,33 @@ TEST_F(Kernels, Gemm16StoresSixteenBitResults) {
                     lastGemmUsedEpilogue(ctx) ? "cuBLASLt epilogue"
                                               : "fallback: bias, then GEMM");
     }
+    // K = 300 is no multiple of 8: gemm16 sums the first 296 products and
+    // the last 4 in float32 in the library workspace before rounding. Here
+    // it holds 5 rows (8 chunks of the 37), and C's rows are 32 apart;
+    // the padding stays as it was.
+    const size_t libraryWorkspace = ctx.ltWorkspaceBytes;
+    ctx.ltWorkspaceBytes = 4 * n * 5;
+    const int64_t ldc = 32;
+    uint16_t *c = upload<uint16_t>(std::vector<uint16_t>(m * ldc, 0x7777));
+    gemm16(ctx, storage, false, false, m, n, k, 1.0f, da, k, db, n, 0.0f, c,
+           ldc);
+    ctx.ltWorkspaceBytes = libraryWorkspace;
+    EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+    GemmReference want =
+        gemmReference(wa, wb, {}, false, false, m, n, k, false);
+    std::vector<uint16_t> got = download(c, m * ldc);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        if (j >= n) {
+          EXPECT_EQ(got[i * ldc + j], 0x7777) << "padding " << i << ", " << j;
+          continue;
+        }
+        const double w = want.c[i * n + j];
+        EXPECT_NEAR(widen(got[i * ldc + j]), w,
+                    accumulation + halfUlp * (std::abs(w) + accumulation) +
+                        1e-6)
+            << "chunked row " << i << ", column " << j;
+      }
   }
 }
 #endif
