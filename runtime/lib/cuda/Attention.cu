@@ -64,6 +64,11 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+/// log2(e) and ln(2): the mma.sync kernels exponentiate in base 2, the
+/// scores' scale times log2(e) applied once per score (see The register
+/// kernels on mma.sync).
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2 = 0.693147180559945309f;
 using cuda::allowSharedBytes;
 using cuda::kDefaultSharedBytes;
 
@@ -2189,6 +2194,19 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 // registers an instruction; .trans for the B operands read down the staged
 // rows), whose rows, 16-byte aligned and kPad16 elements apart, fall in
 // different banks.
+//
+// For head dims up to 64 a warp of the forward and of dQ owns two 16-row
+// strips of queries (mmaStrips: blocks of 128), so that every K or V
+// fragment loaded by ldmatrix feeds two tensor-core steps, not one. Each
+// step of the walk runs in one of two instances: where every score of the
+// warp's strips is live (a step of kMaxStep rows that the mask leaves
+// whole, within the sequence; all but the diagonal's steps under a causal
+// mask) the per-score tests of mask, bounds and empty rows drop out and the
+// tile counts are constants; otherwise they are made per score. Scores are
+// exponentiated in base 2 with the scale times log2(e) folded into one
+// multiply or multiply-add a score (exp2f is one PTX instruction,
+// ex2.approx.f32, where expf takes eight); the log-sum-exp stays in
+// natural units.
 
 /// D += A B for one 16 x 8 x 16 tile on the tensor cores (PTX
 /// mma.sync.aligned.m16n8k16.row.col.f32, T's format for A and B). With
@@ -2342,21 +2360,24 @@ pairKeepFactors(const DropoutParams &drop, uint64_t index, float (&f)[2]) {
   f[1] = next & 1u ? drop.scale : 0.0f;
 }
 
-/// acc[n] = A B_n^T for n < kGroup (tiles first + n < tiles; the others are
-/// left 0; first and tiles even): A the warp's 16-row strip (row-major at
-/// a, stride lda), B_n the 8 rows from row 8 (first + n) of b (stride ldb),
-/// `chunks` 16-deep slices of both, rows 16-byte aligned. Element e of
-/// acc[n] is A's row g + 8 (e / 2) against B's row 8 (first + n) + 2 quad +
-/// e % 2. The whole warp calls it.
-template <typename T, int kGroup>
-__device__ inline void stripProduct(float (&acc)[kGroup][4], const uint16_t *a,
-                                    int lda, const uint16_t *b, int ldb,
-                                    int chunks, int first, int tiles) {
+/// acc[st][n] = A_st B_n^T for n < kGroup (tiles first + n < tiles; the
+/// others are left 0; first and tiles even): A_st the warp's 16-row strip st
+/// (row-major from a + 16 st rows, stride lda), B_n the 8 rows from row
+/// 8 (first + n) of b (stride ldb), `chunks` 16-deep slices of both, rows
+/// 16-byte aligned. Element e of acc[st][n] is A_st's row g + 8 (e / 2)
+/// against B's row 8 (first + n) + 2 quad + e % 2. Each B fragment is
+/// loaded once for all kStrips strips. The whole warp calls it.
+template <typename T, int kGroup, int kStrips>
+__device__ inline void
+stripsProduct(float (&acc)[kStrips][kGroup][4], const uint16_t *a, int lda,
+              const uint16_t *b, int ldb, int chunks, int first, int tiles) {
   static_assert(kGroup % 2 == 0, "B fragments loaded two tiles at a time");
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int n = 0; n < kGroup; ++n)
-    acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int st = 0; st < kStrips; ++st)
+#pragma unroll
+    for (int n = 0; n < kGroup; ++n)
+      acc[st][n][0] = acc[st][n][1] = acc[st][n][2] = acc[st][n][3] = 0.0f;
   // ldmatrix rows: A's matrices are its four 8 x 8 quarters in fragment
   // order (rows 8 (j % 2), columns 8 (j / 2)); B's are tile n's two halves
   // of the slice (b[0], b[1]), then tile n + 1's.
@@ -2365,29 +2386,46 @@ __device__ inline void stripProduct(float (&acc)[kGroup][4], const uint16_t *a,
   const uint16_t *br =
       b + ((first + lane / 16) * kNarrow + lane % 8) * ldb + 8 * (lane / 8 % 2);
   for (int kc = 0; kc < chunks; ++kc) {
-    uint32_t fa[4];
-    ldmatrixX4<false>(fa, ar + kc * kEdge);
+    uint32_t fa[kStrips][4];
+#pragma unroll
+    for (int st = 0; st < kStrips; ++st)
+      ldmatrixX4<false>(fa[st], ar + st * kEdge * lda + kc * kEdge);
 #pragma unroll
     for (int n = 0; n < kGroup; n += 2)
       if (first + n < tiles) {
         uint32_t fb[4];
         ldmatrixX4<false>(fb, br + n * kNarrow * ldb + kc * kEdge);
         const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
-        mmaM16N8K16<T>(acc[n], fa, lo);
-        mmaM16N8K16<T>(acc[n + 1], fa, hi);
+#pragma unroll
+        for (int st = 0; st < kStrips; ++st) {
+          mmaM16N8K16<T>(acc[st][n], fa[st], lo);
+          mmaM16N8K16<T>(acc[st][n + 1], fa[st], hi);
+        }
       }
   }
 }
 
-/// o[n] += P B_n for n < outTiles (even): P the warp's 16 x (8 tiles) strip
-/// held as A halves (p[t][x]: row g + 8x, columns 8t + 2 quad and the next;
-/// an accumulator of stripProduct rounded in place), B_n the 8 columns from
-/// 8n on of the rows at b (stride ldb, rows 16-byte aligned), row r of them
-/// against P's column r. tiles is even. The whole warp calls it.
-template <typename T, int kGroup, int kOut>
-__device__ inline void
-stripTimesRows(float (&o)[kOut][4], const uint32_t (&p)[kGroup][2],
-               const uint16_t *b, int ldb, int tiles, int outTiles) {
+/// stripsProduct for one strip (acc[n]).
+template <typename T, int kGroup>
+__device__ inline void stripProduct(float (&acc)[kGroup][4], const uint16_t *a,
+                                    int lda, const uint16_t *b, int ldb,
+                                    int chunks, int first, int tiles) {
+  stripsProduct<T, kGroup, 1>(reinterpret_cast<float(&)[1][kGroup][4]>(acc), a,
+                              lda, b, ldb, chunks, first, tiles);
+}
+
+/// o[st][n] += P_st B_n for n < outTiles (even): P_st the warp's strip st,
+/// 16 x (8 tiles), held as A halves (p[st][t][x]: row g + 8x, columns
+/// 8t + 2 quad and the next; an accumulator of stripsProduct rounded in
+/// place), B_n the 8 columns from 8n on of the rows at b (stride ldb, rows
+/// 16-byte aligned), row r of them against P's column r. tiles is even.
+/// Each B fragment is loaded once for all kStrips strips. The whole warp
+/// calls it.
+template <typename T, int kGroup, int kOut, int kStrips>
+__device__ inline void stripsTimesRows(float (&o)[kStrips][kOut][4],
+                                       const uint32_t (&p)[kStrips][kGroup][2],
+                                       const uint16_t *b, int ldb, int tiles,
+                                       int outTiles) {
   static_assert(kGroup % 2 == 0 && kOut % 2 == 0,
                 "16-deep steps of two 8-column tiles");
   const int lane = threadIdx.x % 32;
@@ -2399,18 +2437,38 @@ stripTimesRows(float (&o)[kOut][4], const uint32_t (&p)[kGroup][2],
   for (int kc = 0; kc < kGroup / 2; ++kc)
     if (2 * kc < tiles) {
       // Columns 16 kc .. 16 kc + 15 of P are its tiles 2 kc and 2 kc + 1.
-      const uint32_t fa[4] = {p[2 * kc][0], p[2 * kc][1], p[2 * kc + 1][0],
-                              p[2 * kc + 1][1]};
+      uint32_t fa[kStrips][4];
+#pragma unroll
+      for (int st = 0; st < kStrips; ++st) {
+        fa[st][0] = p[st][2 * kc][0];
+        fa[st][1] = p[st][2 * kc][1];
+        fa[st][2] = p[st][2 * kc + 1][0];
+        fa[st][3] = p[st][2 * kc + 1][1];
+      }
 #pragma unroll
       for (int n = 0; n < kOut; n += 2)
         if (n < outTiles) {
           uint32_t fb[4];
           ldmatrixX4<true>(fb, br + kc * kEdge * ldb + n * kNarrow);
           const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
-          mmaM16N8K16<T>(o[n], fa, lo);
-          mmaM16N8K16<T>(o[n + 1], fa, hi);
+#pragma unroll
+          for (int st = 0; st < kStrips; ++st) {
+            mmaM16N8K16<T>(o[st][n], fa[st], lo);
+            mmaM16N8K16<T>(o[st][n + 1], fa[st], hi);
+          }
         }
     }
+}
+
+/// stripsTimesRows for one strip (o[n], p[t][x]).
+template <typename T, int kGroup, int kOut>
+__device__ inline void
+stripTimesRows(float (&o)[kOut][4], const uint32_t (&p)[kGroup][2],
+               const uint16_t *b, int ldb, int tiles, int outTiles) {
+  stripsTimesRows<T, kGroup, kOut, 1>(
+      reinterpret_cast<float(&)[1][kOut][4]>(o),
+      reinterpret_cast<const uint32_t(&)[1][kGroup][2]>(p), b, ldb, tiles,
+      outTiles);
 }
 
 /// Stores a warp's 16-row strip of gradient rows from its accumulators
@@ -2459,22 +2517,42 @@ keyPairKeepFactors(const DropoutParams &drop, uint64_t base, float (&f)[2]) {
   }
 }
 
-/// kOut 8-column output tiles (8 for dv <= 64, 16 for dv <= 128).
+/// The 16-row strips of queries a warp of the mma.sync forward and dQ
+/// kernels owns, for kOut 8-column output tiles: two for head dims up to 64
+/// (each K and V fragment loaded from shared memory feeds two tensor-core
+/// steps, as in FlashAttention-2's 128-query tiles of 4 warps), one for up
+/// to 128 (the accumulators of two would not fit the registers). The dK/dV
+/// kernel's warps own dkvStrips strips of keys.
+__host__ __device__ constexpr int mmaStrips(int kOut) {
+  return kOut == 8 ? 2 : 1;
+}
+
+/// The 16-row strips of keys a warp of the mma.sync dK/dV kernel owns:
+/// one. Two (for head dims up to 64, holding S^T and dP^T a quarter step at
+/// a time beside their two sets of accumulators) spilled 28-40 bytes under
+/// the 255 registers of two blocks an SM (sm_90).
+__host__ __device__ constexpr int dkvStrips(int) { return 1; }
+
+/// kOut 8-column output tiles (8 for dv <= 64, 16 for dv <= 128); a block
+/// owns kWarps * 16 * mmaStrips(kOut) queries, warp w the
+/// mmaStrips(kOut) strips from row 16 mmaStrips(kOut) w on.
 template <typename T, int kOut, typename O>
 __device__ void
 forwardMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
              const uint16_t *v, const unsigned char *mask,
              const DropoutParams &drop, bool dropout, const Tiling16 &t,
              unsigned char *smem, O *out, float *lse) {
+  constexpr int kStrips = mmaStrips(kOut);
   const MmaForwardLayout L(t);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, quad = lane % 4;
-  const int r0 = warp * kEdge; // the warp's strip of the block's rows
+  const int r0 = warp * kEdge * kStrips; // the warp's first row
   uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
   uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
   uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
   const int stepTiles = t.step / kNarrow, dTiles = t.d16 / kEdge;
   const int outTiles = t.dv16 / kNarrow;
+  const float scaleLog2 = a.scale * kLog2e;
 
   forEachTile(
       a, a.sq, t.own, t.order, mask,
@@ -2482,120 +2560,150 @@ forwardMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         __syncthreads(); // every warp is done with the previous tile's Q
         stage16Async(qs, L.ldQ, q + attentionRow(a, a.rows.q, h, i0),
                      a.rows.q.row, rows, t.own, static_cast<int>(a.d), t.d16);
-        // The lane's rows g and g + 8 of the strip: their running maximum, the
-        // lane's share of their sums, and their output columns 8n + 2 quad + e.
-        float rowMax[2] = {kNegInf, kNegInf}, rowSum[2] = {0.0f, 0.0f};
-        float o[kOut][4];
+        // The lane's rows g and g + 8 of each strip st (block row
+        // r0 + 16 st + g + 8x): their running maximum (base 2), the lane's
+        // share of their sums, and their output columns 8n + 2 quad + e.
+        float rowMax[kStrips][2], rowSum[kStrips][2];
+        float o[kStrips][kOut][4];
 #pragma unroll
-        for (int n = 0; n < kOut; ++n)
-          o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        for (int st = 0; st < kStrips; ++st) {
+          rowMax[st][0] = rowMax[st][1] = kNegInf;
+          rowSum[st][0] = rowSum[st][1] = 0.0f;
+#pragma unroll
+          for (int n = 0; n < kOut; ++n)
+            o[st][n][0] = o[st][n][1] = o[st][n][2] = o[st][n][3] = 0.0f;
+        }
 
-        walkKeys(
-            a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldKV, vs, L.ldKV,
-            L.buffer,
-            [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
-                const unsigned char *stepMask) {
-              // S = Q K^T for the strip: 8-key tiles n, accumulators as D.
-              float s[kStepTiles][4];
-              stripProduct<T, kStepTiles>(s, qs + r0 * L.ldQ, L.ldQ, kb, L.ldKV,
-                                          dTiles, 0, stepTiles);
+        // One step of keys; kFull: every score of the warp's strips is live
+        // (no mask test, no bound test per score).
+        auto step = [&](auto full, int64_t j0, int cols, const uint16_t *kb,
+                        const uint16_t *vb, const unsigned char *stepMask) {
+          constexpr bool kFull = decltype(full)::value;
+          // A full step is kMaxStep long: its tiles are known here.
+          const int tiles = kFull ? kStepTiles : stepTiles;
+          // S = Q K^T for the strips: 8-key tiles n, accumulators as D.
+          float s[kStrips][kStepTiles][4];
+          stripsProduct<T, kStepTiles, kStrips>(s, qs + r0 * L.ldQ, L.ldQ, kb,
+                                                L.ldKV, dTiles, 0, tiles);
 
-              // The online softmax: element e of tile n is row g + 8 (e / 2),
-              // key 8n + 2 quad + e % 2 of the step.
-              bool live[kStepTiles][4];
-              float stepMax[2] = {kNegInf, kNegInf};
+          // The online softmax in base 2 (scores times scale * log2(e)):
+          // element e of tile n is row g + 8 (e / 2) of the strip, key
+          // 8n + 2 quad + e % 2 of the step.
+          bool live[kStrips][kStepTiles][4];
+          float factor[kStrips][2];
 #pragma unroll
-              for (int n = 0; n < kStepTiles; ++n)
+          for (int st = 0; st < kStrips; ++st) {
+            float stepMax[2] = {kNegInf, kNegInf};
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  const int r = g + 8 * (e / 2),
-                            c = n * kNarrow + 2 * quad + e % 2;
-                  live[n][e] = n < stepTiles && r0 + r < rows && c < cols &&
-                               !maskedOut(a, stepMask, i0 + r0 + r, j0 + c);
-                  s[n][e] = live[n][e] ? s[n][e] * a.scale : kNegInf;
-                  stepMax[e / 2] = fmaxf(stepMax[e / 2], s[n][e]);
-                }
-              float factor[2];
+            for (int n = 0; n < kStepTiles; ++n)
 #pragma unroll
-              for (int x = 0; x < 2; ++x) {
-                // The row's four lanes (a quad) hold its 64 keys.
-                stepMax[x] = fmaxf(stepMax[x],
-                                   __shfl_xor_sync(kFullMask, stepMax[x], 1));
-                stepMax[x] = fmaxf(stepMax[x],
-                                   __shfl_xor_sync(kFullMask, stepMax[x], 2));
-                const float m = fmaxf(rowMax[x], stepMax[x]);
-                // m == -inf: every key so far is masked; nothing to rescale.
-                factor[x] = m == kNegInf ? 1.0f : expf(rowMax[x] - m);
-                rowMax[x] = m;
-                rowSum[x] *= factor[x];
+              for (int e = 0; e < 4; ++e) {
+                const int r = r0 + kEdge * st + g + 8 * (e / 2),
+                          c = n * kNarrow + 2 * quad + e % 2;
+                bool &l = live[st][n][e];
+                l = n < tiles &&
+                    (kFull || (r < rows && c < cols &&
+                               !maskedOut(a, stepMask, i0 + r, j0 + c)));
+                s[st][n][e] = l ? s[st][n][e] * scaleLog2 : kNegInf;
+                stepMax[e / 2] = fmaxf(stepMax[e / 2], s[st][n][e]);
               }
 #pragma unroll
-              for (int n = 0; n < kOut; ++n)
+            for (int x = 0; x < 2; ++x) {
+              // The row's four lanes (a quad) hold its keys of the step.
+              stepMax[x] =
+                  fmaxf(stepMax[x], __shfl_xor_sync(kFullMask, stepMax[x], 1));
+              stepMax[x] =
+                  fmaxf(stepMax[x], __shfl_xor_sync(kFullMask, stepMax[x], 2));
+              const float m = fmaxf(rowMax[st][x], stepMax[x]);
+              // m == -inf: every key so far is masked; nothing to rescale.
+              factor[st][x] = m == kNegInf ? 1.0f : exp2f(rowMax[st][x] - m);
+              rowMax[st][x] = m;
+              rowSum[st][x] *= factor[st][x];
+            }
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                  o[n][e] *= factor[e / 2];
+            for (int n = 0; n < kOut; ++n)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                o[st][n][e] *= factor[st][e / 2];
+          }
 
-              // P (dropped, rounded to T) as the A operand of P V: keys
-              // 16 kc .. 16 kc + 15 are tiles 2 kc and 2 kc + 1.
-              uint32_t p[kStepTiles][2];
+          // P (dropped, rounded to T) as the A operand of P V: keys
+          // 16 kc .. 16 kc + 15 are tiles 2 kc and 2 kc + 1.
+          uint32_t p[kStrips][kStepTiles][2];
 #pragma unroll
-              for (int n = 0; n < kStepTiles; ++n)
+          for (int st = 0; st < kStrips; ++st)
 #pragma unroll
-                for (int x = 0; x < 2; ++x) {
-                  float pr[2] = {0.0f, 0.0f};
-                  bool any = false;
+            for (int n = 0; n < kStepTiles; ++n)
 #pragma unroll
-                  for (int y = 0; y < 2; ++y)
-                    if (live[n][2 * x + y]) {
-                      pr[y] = expf(s[n][2 * x + y] - rowMax[x]);
-                      rowSum[x] += pr[y];
-                      any = true;
-                    }
-                  if (dropout && any) {
-                    float f[2];
-                    const int64_t i = i0 + r0 + g + 8 * x;
-                    pairKeepFactors(
-                        drop,
-                        static_cast<uint64_t>((h * a.sq + i) * a.sk + j0 +
-                                              n * kNarrow + 2 * quad),
-                        f);
-                    pr[0] *= f[0];
-                    pr[1] *= f[1];
+              for (int x = 0; x < 2; ++x) {
+                float pr[2] = {0.0f, 0.0f};
+                bool any = false;
+#pragma unroll
+                for (int y = 0; y < 2; ++y)
+                  if (live[st][n][2 * x + y]) {
+                    pr[y] = exp2f(s[st][n][2 * x + y] - rowMax[st][x]);
+                    rowSum[st][x] += pr[y];
+                    any = true;
                   }
-                  p[n][x] = packPair(round16<T>(pr[0]), round16<T>(pr[1]));
+                if (dropout && any) {
+                  float f[2];
+                  const int64_t i = i0 + r0 + kEdge * st + g + 8 * x;
+                  pairKeepFactors(drop,
+                                  static_cast<uint64_t>((h * a.sq + i) * a.sk +
+                                                        j0 + n * kNarrow +
+                                                        2 * quad),
+                                  f);
+                  pr[0] *= f[0];
+                  pr[1] *= f[1];
                 }
+                p[st][n][x] = packPair(round16<T>(pr[0]), round16<T>(pr[1]));
+              }
 
-              // O += P V.
-              stripTimesRows<T, kStepTiles, kOut>(o, p, vb, L.ldKV, stepTiles,
-                                                  outTiles);
-            });
+          // O += P V.
+          stripsTimesRows<T, kStepTiles, kOut, kStrips>(o, p, vb, L.ldKV, tiles,
+                                                        outTiles);
+        };
+
+        walkKeys(a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldKV, vs, L.ldKV,
+                 L.buffer,
+                 [&](int64_t j0, int cols, const uint16_t *kb,
+                     const uint16_t *vb, const unsigned char *stepMask) {
+                   if (!stepMask && r0 + kEdge * kStrips <= rows &&
+                       cols == t.step && t.step == kMaxStep)
+                     step(std::true_type{}, j0, cols, kb, vb, stepMask);
+                   else
+                     step(std::false_type{}, j0, cols, kb, vb, stepMask);
+                 });
 
         if (r0 >= rows)
           return; // the next tile
 
       // out = O / rowSum (0 for a row whose every key is masked).
 #pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          float sum = rowSum[x];
-          sum += __shfl_xor_sync(kFullMask, sum, 1);
-          sum += __shfl_xor_sync(kFullMask, sum, 2);
-          const int r = r0 + g + 8 * x;
-          if (r >= rows)
-            continue;
-          const bool empty = sum == 0.0f; // every key masked
-          const float inverse = empty ? 0.0f : 1.0f / sum;
-          O *orow = out + attentionRow(a, a.rows.o, h, i0 + r);
+        for (int st = 0; st < kStrips; ++st)
 #pragma unroll
-          for (int n = 0; n < kOut; ++n)
+          for (int x = 0; x < 2; ++x) {
+            float sum = rowSum[st][x];
+            sum += __shfl_xor_sync(kFullMask, sum, 1);
+            sum += __shfl_xor_sync(kFullMask, sum, 2);
+            const int r = r0 + kEdge * st + g + 8 * x;
+            if (r >= rows)
+              continue;
+            const bool empty = sum == 0.0f; // every key masked
+            const float inverse = empty ? 0.0f : 1.0f / sum;
+            O *orow = out + attentionRow(a, a.rows.o, h, i0 + r);
 #pragma unroll
-            for (int y = 0; y < 2; ++y) {
-              const int c = n * kNarrow + 2 * quad + y;
-              if (n < outTiles && c < a.dv)
-                storeOut<T>(orow + c, o[n][2 * x + y] * inverse);
-            }
-          if (quad == 0)
-            lse[h * a.sq + i0 + r] = empty ? kNegInf : rowMax[x] + logf(sum);
-        }
+            for (int n = 0; n < kOut; ++n)
+#pragma unroll
+              for (int y = 0; y < 2; ++y) {
+                const int c = n * kNarrow + 2 * quad + y;
+                if (n < outTiles && c < a.dv)
+                  storeOut<T>(orow + c, o[st][n][2 * x + y] * inverse);
+              }
+            if (quad == 0)
+              lse[h * a.sq + i0 + r] =
+                  empty ? kNegInf : rowMax[st][x] * kLn2 + logf(sum);
+          }
       });
 }
 
@@ -2823,10 +2931,11 @@ dkvReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 
 /// Backward dQ on mma.sync (sm_80 on), kOut 8-column tiles of dQ (8 for
 /// head dims <= 64, 16 for <= 128): per step of keys, a warp forms its
-/// strip's S = Q K^T and dP = dO V^T, kGroup 8-key tiles at a time, turns
+/// strips' S = Q K^T and dP = dO V^T, kGroup 8-key tiles at a time, turns
 /// them into scale * dS in place (rounded to T: the A operand of dS K) and
-/// adds dS K to its dQ accumulators. Nothing goes through shared memory but
-/// the staged tiles.
+/// adds dS K to its dQ accumulators. A block owns kWarps * 16 * mmaStrips
+/// queries, warp w the mmaStrips(kOut) strips from row 16 mmaStrips(kOut) w
+/// on. Nothing goes through shared memory but the staged tiles.
 template <typename T, int kOut, typename O>
 __device__ void
 dqMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
@@ -2835,10 +2944,11 @@ dqMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
         bool dropout, const Tiling16 &t, unsigned char *smem, void *dq,
         bool narrowGrads, float *deltaHeads) {
   constexpr int kGroup = mmaGroupTiles(kOut);
+  constexpr int kStrips = mmaStrips(kOut);
   const MmaDqLayout L(t);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, quad = lane % 4;
-  const int r0 = warp * kEdge; // the warp's strip of the block's queries
+  const int r0 = warp * kEdge * kStrips; // the warp's first query
   uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
   uint16_t *gs = reinterpret_cast<uint16_t *>(smem + L.g);
   uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
@@ -2847,6 +2957,7 @@ dqMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   float *deltaRows = reinterpret_cast<float *>(smem + L.delta);
   const int stepTiles = t.step / kNarrow;
   const int dChunks = t.d16 / kEdge, dvChunks = t.dv16 / kEdge;
+  const float scaleLog2 = a.scale * kLog2e;
 
   forEachTile(
       a, a.sq, t.own, t.order, mask,
@@ -2859,83 +2970,115 @@ dqMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                      t.dv16);
         rowTerms<T>(a, out, lse, dout, h, i0, rows, t.own, lseRows, deltaRows,
                     deltaHeads);
-        // The lane's dQ columns 8n + 2 quad + y of rows g and g + 8.
-        float acc[kOut][4];
+        // The lane's dQ columns 8n + 2 quad + y of rows g and g + 8 of each
+        // strip.
+        float acc[kStrips][kOut][4];
 #pragma unroll
-        for (int n = 0; n < kOut; ++n)
-          acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        for (int st = 0; st < kStrips; ++st)
+#pragma unroll
+          for (int n = 0; n < kOut; ++n)
+            acc[st][n][0] = acc[st][n][1] = acc[st][n][2] = acc[st][n][3] =
+                0.0f;
 
-        walkKeys(
-            a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldK, vs, L.ldV,
-            L.buffer,
-            [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
-                const unsigned char *stepMask) {
-              float rowLse[2], rowDelta[2];
+        // One step of keys; kFull: every score of the warp's strips is live.
+        auto step = [&](auto full, int64_t j0, int cols, const uint16_t *kb,
+                        const uint16_t *vb, const unsigned char *stepMask) {
+          constexpr bool kFull = decltype(full)::value;
+          // A full step is kMaxStep long: its tiles are known here.
+          const int tiles = kFull ? kStepTiles : stepTiles;
+          // The rows' log-sum-exp in base 2 and their deltas.
+          float rowLse[kStrips][2], rowDelta[kStrips][2];
 #pragma unroll
-              for (int x = 0; x < 2; ++x) {
-                rowLse[x] = lseRows[r0 + g + 8 * x];
-                rowDelta[x] = deltaRows[r0 + g + 8 * x];
-              }
-              for (int first = 0; first < stepTiles; first += kGroup) {
-                float s[kGroup][4], dp[kGroup][4];
-                stripProduct<T, kGroup>(s, qs + r0 * L.ldQ, L.ldQ, kb, L.ldK,
-                                        dChunks, first, stepTiles);
-                stripProduct<T, kGroup>(dp, gs + r0 * L.ldG, L.ldG, vb, L.ldV,
-                                        dvChunks, first, stepTiles);
-                // scale * dS, element 2x + y of tile n: row g + 8x, key
-                // 8 (first + n) + 2 quad + y of the step.
-                uint32_t ds[kGroup][2];
+          for (int st = 0; st < kStrips; ++st)
 #pragma unroll
-                for (int n = 0; n < kGroup; ++n)
+            for (int x = 0; x < 2; ++x) {
+              const int r = r0 + kEdge * st + g + 8 * x;
+              rowLse[st][x] = lseRows[r] * kLog2e;
+              rowDelta[st][x] = deltaRows[r];
+            }
+          for (int first = 0; first < tiles; first += kGroup) {
+            float s[kStrips][kGroup][4], dp[kStrips][kGroup][4];
+            stripsProduct<T, kGroup, kStrips>(s, qs + r0 * L.ldQ, L.ldQ, kb,
+                                              L.ldK, dChunks, first, tiles);
+            stripsProduct<T, kGroup, kStrips>(dp, gs + r0 * L.ldG, L.ldG, vb,
+                                              L.ldV, dvChunks, first, tiles);
+            // scale * dS, element 2x + y of tile n: row g + 8x of the strip,
+            // key 8 (first + n) + 2 quad + y of the step.
+            uint32_t ds[kStrips][kGroup][2];
 #pragma unroll
-                  for (int x = 0; x < 2; ++x) {
-                    const int r = r0 + g + 8 * x;
-                    const int c = (first + n) * kNarrow + 2 * quad;
-                    bool live[2], any = false;
+            for (int st = 0; st < kStrips; ++st)
 #pragma unroll
-                    for (int y = 0; y < 2; ++y) {
-                      live[y] = first + n < stepTiles && r < rows &&
-                                c + y < cols && rowLse[x] != kNegInf &&
-                                !maskedOut(a, stepMask, i0 + r, j0 + c + y);
-                      any |= live[y];
-                    }
-                    float f[2] = {1.0f, 1.0f}, value[2] = {0.0f, 0.0f};
-                    if (dropout && any)
-                      pairKeepFactors(drop,
-                                      static_cast<uint64_t>(
-                                          (h * a.sq + i0 + r) * a.sk + j0 + c),
-                                      f);
+              for (int n = 0; n < kGroup; ++n)
 #pragma unroll
-                    for (int y = 0; y < 2; ++y)
-                      if (live[y]) {
-                        const float pr =
-                            expf(s[n][2 * x + y] * a.scale - rowLse[x]);
-                        value[y] = pr * (dp[n][2 * x + y] * f[y] - rowDelta[x]);
-                      }
-                    ds[n][x] = packPair(round16<T>(value[0] * a.scale),
-                                        round16<T>(value[1] * a.scale));
+                for (int x = 0; x < 2; ++x) {
+                  const int r = r0 + kEdge * st + g + 8 * x;
+                  const int c = (first + n) * kNarrow + 2 * quad;
+                  bool live[2], any = false;
+#pragma unroll
+                  for (int y = 0; y < 2; ++y) {
+                    live[y] = first + n < tiles &&
+                              (kFull ||
+                               (r < rows && c + y < cols &&
+                                rowLse[st][x] != kNegInf &&
+                                !maskedOut(a, stepMask, i0 + r, j0 + c + y)));
+                    any |= live[y];
                   }
-                // dQ += dS K.
-                stripTimesRows<T, kGroup, kOut>(
-                    acc, ds, kb + first * kNarrow * L.ldK, L.ldK,
-                    stepTiles - first, t.d16 / kNarrow);
-              }
-            });
+                  float f[2] = {1.0f, 1.0f}, value[2] = {0.0f, 0.0f};
+                  if (dropout && any)
+                    pairKeepFactors(drop,
+                                    static_cast<uint64_t>(
+                                        (h * a.sq + i0 + r) * a.sk + j0 + c),
+                                    f);
+#pragma unroll
+                  for (int y = 0; y < 2; ++y)
+                    if (live[y]) {
+                      const float pr = exp2f(
+                          fmaf(s[st][n][2 * x + y], scaleLog2, -rowLse[st][x]));
+                      value[y] =
+                          pr * (dp[st][n][2 * x + y] * f[y] - rowDelta[st][x]);
+                    }
+                  ds[st][n][x] = packPair(round16<T>(value[0] * a.scale),
+                                          round16<T>(value[1] * a.scale));
+                }
+            // dQ += dS K.
+            stripsTimesRows<T, kGroup, kOut, kStrips>(
+                acc, ds, kb + first * kNarrow * L.ldK, L.ldK, tiles - first,
+                t.d16 / kNarrow);
+          }
+        };
 
-        if (r0 >= rows)
-          return; // the next tile
-        storeGradStrip<T>(
-            dq, narrowGrads, acc, rows - r0, static_cast<int>(a.d),
-            [&](int r) { return attentionRow(a, a.rows.dq, h, i0 + r0 + r); });
+        walkKeys(a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldK, vs, L.ldV,
+                 L.buffer,
+                 [&](int64_t j0, int cols, const uint16_t *kb,
+                     const uint16_t *vb, const unsigned char *stepMask) {
+                   if (!stepMask && r0 + kEdge * kStrips <= rows &&
+                       cols == t.step && t.step == kMaxStep)
+                     step(std::true_type{}, j0, cols, kb, vb, stepMask);
+                   else
+                     step(std::false_type{}, j0, cols, kb, vb, stepMask);
+                 });
+
+#pragma unroll
+        for (int st = 0; st < kStrips; ++st) {
+          const int first = r0 + kEdge * st;
+          if (first >= rows)
+            break; // the next tile
+          storeGradStrip<T>(dq, narrowGrads, acc[st], rows - first,
+                            static_cast<int>(a.d), [&](int r) {
+                              return attentionRow(a, a.rows.dq, h,
+                                                  i0 + first + r);
+                            });
+        }
       });
 }
 
 /// Backward dK/dV on mma.sync (sm_80 on), kOut 8-column tiles of each (as
-/// dqMma16): per step of queries, a warp forms its strip's S^T = K Q^T and
+/// dqMma16): per step of queries, a warp forms its strips' S^T = K Q^T and
 /// dP^T = V dO^T, kGroup 8-query tiles at a time, turns them into the
 /// dropped P^T and scale * dS^T in place (rounded to T: the A operands of
 /// P^T dO and dS^T Q) and adds those products to its dV and dK
-/// accumulators.
+/// accumulators. A block owns kWarps * 16 * dkvStrips(kOut) keys, warp w
+/// the dkvStrips(kOut) strips from key 16 dkvStrips(kOut) w on.
 template <typename T, int kOut, typename O>
 __device__ void
 dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
@@ -2943,11 +3086,12 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
          const float *lse, const uint16_t *dout, const DropoutParams &drop,
          bool dropout, const Tiling16 &t, unsigned char *smem, void *dk,
          void *dv, bool narrowGrads, const float *deltaHeads) {
-  constexpr int kGroup = mmaGroupTiles(kOut);
+  constexpr int kStrips = dkvStrips(kOut);
+  constexpr int kGroup = mmaGroupTiles(kOut) / kStrips;
   const MmaDkvLayout L(t);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, quad = lane % 4;
-  const int r0 = warp * kEdge; // the warp's strip of the block's keys
+  const int r0 = warp * kEdge * kStrips; // the warp's first key
   uint16_t *ks = reinterpret_cast<uint16_t *>(smem + L.k);
   uint16_t *vs = reinterpret_cast<uint16_t *>(smem + L.v);
   uint16_t *qs = reinterpret_cast<uint16_t *>(smem + L.q);
@@ -2956,6 +3100,7 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   float *deltaRows = reinterpret_cast<float *>(smem + L.delta);
   const int stepTiles = t.step / kNarrow;
   const int dChunks = t.d16 / kEdge, dvChunks = t.dv16 / kEdge;
+  const float scaleLog2 = a.scale * kLog2e;
 
   forEachTile(
       a, a.sk, t.own, t.order, mask,
@@ -2965,84 +3110,127 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                      a.rows.k.row, cols, t.own, static_cast<int>(a.d), t.d16);
         stage16Async(vs, L.ldV, v + attentionRow(a, a.rows.v, h, j0),
                      a.rows.v.row, cols, t.own, static_cast<int>(a.dv), t.dv16);
-        // The lane's dK and dV columns 8n + 2 quad + y of keys g and g + 8.
-        float accK[kOut][4], accV[kOut][4];
+        // The lane's dK and dV columns 8n + 2 quad + y of keys g and g + 8
+        // of each strip.
+        float accK[kStrips][kOut][4], accV[kStrips][kOut][4];
 #pragma unroll
-        for (int n = 0; n < kOut; ++n)
+        for (int st = 0; st < kStrips; ++st)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            accK[n][e] = accV[n][e] = 0.0f;
+          for (int n = 0; n < kOut; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              accK[st][n][e] = accV[st][n][e] = 0.0f;
 
-        walkQueries<T>(
-            a, maskHead, h, j0, cols, r0, q, dout, out, lse, deltaHeads, t, qs,
-            L.ldQ, gs, L.ldG, L.buffer, lseRows, deltaRows, L.rowBuffer,
-            [&](int64_t i0, int rows, const uint16_t *qb, const uint16_t *gb,
-                const float *lseB, const float *deltaB,
-                const unsigned char *stepMask) {
-              for (int first = 0; first < stepTiles; first += kGroup) {
-                float s[kGroup][4], dp[kGroup][4];
-                stripProduct<T, kGroup>(s, ks + r0 * L.ldK, L.ldK, qb, L.ldQ,
-                                        dChunks, first, stepTiles);
-                stripProduct<T, kGroup>(dp, vs + r0 * L.ldV, L.ldV, gb, L.ldG,
-                                        dvChunks, first, stepTiles);
-                // Element 2x + y of tile n: key g + 8x of the strip, query
-                // 8 (first + n) + 2 quad + y of the step.
-                uint32_t pT[kGroup][2], dsT[kGroup][2];
+        // One step of queries; kFull: every score of the warp's strips is
+        // live.
+        auto step = [&](auto full, int64_t i0, int rows, const uint16_t *qb,
+                        const uint16_t *gb, const float *lseB,
+                        const float *deltaB, const unsigned char *stepMask) {
+          constexpr bool kFull = decltype(full)::value;
+          // A full step is kMaxStep long: its tiles are known here.
+          const int tiles = kFull ? kStepTiles : stepTiles;
+          for (int first = 0; first < tiles; first += kGroup) {
+            float s[kStrips][kGroup][4], dp[kStrips][kGroup][4];
+            stripsProduct<T, kGroup, kStrips>(s, ks + r0 * L.ldK, L.ldK, qb,
+                                              L.ldQ, dChunks, first, tiles);
+            stripsProduct<T, kGroup, kStrips>(dp, vs + r0 * L.ldV, L.ldV, gb,
+                                              L.ldG, dvChunks, first, tiles);
+            // Element 2x + y of tile n: key g + 8x of the strip, query
+            // 8 (first + n) + 2 quad + y of the step.
+            uint32_t pT[kStrips][kGroup][2], dsT[kStrips][kGroup][2];
 #pragma unroll
-                for (int n = 0; n < kGroup; ++n) {
-                  const int c = (first + n) * kNarrow + 2 * quad;
-                  // f[y][x]: query c + y against key g + 8x (a line of the
-                  // dropout mask is a query; its 16 keys from j0 + r0).
-                  float f[2][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}};
-                  if (dropout && first + n < stepTiles)
+            for (int n = 0; n < kGroup; ++n) {
+              const int c = (first + n) * kNarrow + 2 * quad;
+              // The queries' log-sum-exp in base 2 and their deltas (read
+              // within the step's staged rows only).
+              float queryLse[2] = {kNegInf, kNegInf}, queryDelta[2] = {0, 0};
+              if (first + n < tiles)
 #pragma unroll
-                    for (int y = 0; y < 2; ++y)
-                      keyPairKeepFactors(
-                          drop,
-                          static_cast<uint64_t>((h * a.sq + i0 + c + y) * a.sk +
-                                                j0 + r0),
-                          f[y]);
-#pragma unroll
-                  for (int x = 0; x < 2; ++x) {
-                    const int key = r0 + g + 8 * x;
-                    float dropped[2] = {0.0f, 0.0f}, value[2] = {0.0f, 0.0f};
-#pragma unroll
-                    for (int y = 0; y < 2; ++y) {
-                      const int query = c + y;
-                      if (first + n < stepTiles && key < cols && query < rows &&
-                          lseB[query] != kNegInf &&
-                          !maskedOut(a, stepMask, i0 + query, j0 + key)) {
-                        const float pr =
-                            expf(s[n][2 * x + y] * a.scale - lseB[query]);
-                        value[y] =
-                            pr * (dp[n][2 * x + y] * f[y][x] - deltaB[query]);
-                        dropped[y] = pr * f[y][x];
-                      }
-                    }
-                    pT[n][x] = packPair(round16<T>(dropped[0]),
-                                        round16<T>(dropped[1]));
-                    dsT[n][x] = packPair(round16<T>(value[0] * a.scale),
-                                         round16<T>(value[1] * a.scale));
-                  }
+                for (int y = 0; y < 2; ++y) {
+                  queryLse[y] = lseB[c + y] * kLog2e;
+                  queryDelta[y] = deltaB[c + y];
                 }
-                // dV += P^T dO, dK += dS^T Q.
-                stripTimesRows<T, kGroup, kOut>(
-                    accV, pT, gb + first * kNarrow * L.ldG, L.ldG,
-                    stepTiles - first, t.dv16 / kNarrow);
-                stripTimesRows<T, kGroup, kOut>(
-                    accK, dsT, qb + first * kNarrow * L.ldQ, L.ldQ,
-                    stepTiles - first, t.d16 / kNarrow);
+#pragma unroll
+              for (int st = 0; st < kStrips; ++st) {
+                const int strip = r0 + kEdge * st;
+                // f[y][x]: query c + y against key g + 8x (a line of the
+                // dropout mask is a query; its 16 keys from j0 + strip).
+                float f[2][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}};
+                if (dropout && first + n < tiles)
+#pragma unroll
+                  for (int y = 0; y < 2; ++y)
+                    keyPairKeepFactors(
+                        drop,
+                        static_cast<uint64_t>((h * a.sq + i0 + c + y) * a.sk +
+                                              j0 + strip),
+                        f[y]);
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                  const int key = strip + g + 8 * x;
+                  float dropped[2] = {0.0f, 0.0f}, value[2] = {0.0f, 0.0f};
+#pragma unroll
+                  for (int y = 0; y < 2; ++y) {
+                    const int query = c + y;
+                    if (first + n < tiles &&
+                        (kFull ||
+                         (key < cols && query < rows &&
+                          queryLse[y] != kNegInf &&
+                          !maskedOut(a, stepMask, i0 + query, j0 + key)))) {
+                      const float pr = exp2f(
+                          fmaf(s[st][n][2 * x + y], scaleLog2, -queryLse[y]));
+                      value[y] =
+                          pr * (dp[st][n][2 * x + y] * f[y][x] - queryDelta[y]);
+                      dropped[y] = pr * f[y][x];
+                    }
+                  }
+                  pT[st][n][x] =
+                      packPair(round16<T>(dropped[0]), round16<T>(dropped[1]));
+                  dsT[st][n][x] = packPair(round16<T>(value[0] * a.scale),
+                                           round16<T>(value[1] * a.scale));
+                }
               }
-            });
+            }
+            // dV += P^T dO, dK += dS^T Q.
+            stripsTimesRows<T, kGroup, kOut, kStrips>(
+                accV, pT, gb + first * kNarrow * L.ldG, L.ldG, tiles - first,
+                t.dv16 / kNarrow);
+            stripsTimesRows<T, kGroup, kOut, kStrips>(
+                accK, dsT, qb + first * kNarrow * L.ldQ, L.ldQ, tiles - first,
+                t.d16 / kNarrow);
+          }
+        };
 
-        if (r0 >= cols)
-          return; // the next tile
-        storeGradStrip<T>(
-            dk, narrowGrads, accK, cols - r0, static_cast<int>(a.d),
-            [&](int r) { return attentionRow(a, a.rows.dk, h, j0 + r0 + r); });
-        storeGradStrip<T>(
-            dv, narrowGrads, accV, cols - r0, static_cast<int>(a.dv),
-            [&](int r) { return attentionRow(a, a.rows.dv, h, j0 + r0 + r); });
+        walkQueries<T>(a, maskHead, h, j0, cols, r0, q, dout, out, lse,
+                       deltaHeads, t, qs, L.ldQ, gs, L.ldG, L.buffer, lseRows,
+                       deltaRows, L.rowBuffer,
+                       [&](int64_t i0, int rows, const uint16_t *qb,
+                           const uint16_t *gb, const float *lseB,
+                           const float *deltaB, const unsigned char *stepMask) {
+                         if (!stepMask && r0 + kEdge * kStrips <= cols &&
+                             rows == t.step && t.step == kMaxStep)
+                           step(std::true_type{}, i0, rows, qb, gb, lseB,
+                                deltaB, stepMask);
+                         else
+                           step(std::false_type{}, i0, rows, qb, gb, lseB,
+                                deltaB, stepMask);
+                       });
+
+#pragma unroll
+        for (int st = 0; st < kStrips; ++st) {
+          const int first = r0 + kEdge * st;
+          if (first >= cols)
+            break; // the next tile
+          storeGradStrip<T>(dk, narrowGrads, accK[st], cols - first,
+                            static_cast<int>(a.d), [&](int r) {
+                              return attentionRow(a, a.rows.dk, h,
+                                                  j0 + first + r);
+                            });
+          storeGradStrip<T>(dv, narrowGrads, accV[st], cols - first,
+                            static_cast<int>(a.dv), [&](int r) {
+                              return attentionRow(a, a.rows.dv, h,
+                                                  j0 + first + r);
+                            });
+        }
       });
 }
 
@@ -3118,11 +3306,12 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-// The mma.sync forward: sm_80 on (the host launches it nowhere else). The
+// The mma.sync forward: sm_80 on (the host launches it nowhere else). Two
+// blocks an SM: the d <= 64 instance's warps hold two strips each, and the
 // d <= 128 instance's shared memory (87,040 bytes) fits two blocks an sm_90
 // SM, not three; under three (168 registers) it spilled.
 template <typename T, typename O, int kOut>
-__global__ void __launch_bounds__(kThreads, kOut == 8 ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, 2)
     attentionForwardMma16Kernel(AttentionDims a, const uint16_t *q,
                                 const uint16_t *k, const uint16_t *v,
                                 const unsigned char *mask, DropoutParams drop,
@@ -3169,11 +3358,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The mma.sync backward: sm_80 on (the host launches it nowhere else). dQ's
-// d <= 128 instance (64 accumulators a lane) spilled under three blocks an
-// SM (168 registers); dK/dV (two sets of them) takes 219-255 registers.
+// The mma.sync backward: sm_80 on (the host launches it nowhere else). Two
+// blocks an SM: dQ's d <= 64 instance holds two strips a warp, its d <= 128
+// one (64 accumulators a lane) spilled under three blocks an SM (168
+// registers); dK/dV (two sets of them) takes 219-255 registers.
 template <typename T, typename O, int kOut>
-__global__ void __launch_bounds__(kThreads, kOut == 8 ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, 2)
     attentionDqMma16Kernel(AttentionDims a, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v,
                            const unsigned char *mask, const O *out,
@@ -3271,7 +3461,8 @@ bool chooseTiling16(Context &ctx, const AttentionDims &a, int64_t ownRows,
 }
 
 /// The register kernels' instance for a's head dims (regTilesFor) and its
-/// tiling (own = kRegOwn rows of a side of `ownRows`; steps of kMaxStep rows
+/// tiling (own = kRegOwn rows, times mmaStrips for the mma.sync
+/// forward, of a side of `ownRows`; steps of kMaxStep rows
 /// of a streamed side of `stepRows`, fewer when it is shorter, as
 /// chooseTiling16 would; two buffers for the steps when they fit, else
 /// one), when there is one, the own side has kRegOwn rows
@@ -3286,8 +3477,16 @@ int regTiling16(const AttentionDims &a, int64_t ownRows, int64_t stepRows,
       static_cast<int>(std::min<int64_t>(kMaxStep, roundUp16(stepRows)));
   if (tiles == 0)
     return 0;
+  // The mma.sync kernels' warps own mmaStrips or dkvStrips strips (their
+  // instance for 8-column tiles: 2 a WMMA accumulator's).
+  int own = kRegOwn;
+  if constexpr (std::is_same_v<Layout, MmaForwardLayout> ||
+                std::is_same_v<Layout, MmaDqLayout>)
+    own *= mmaStrips(2 * tiles);
+  else if constexpr (std::is_same_v<Layout, MmaDkvLayout>)
+    own *= dkvStrips(2 * tiles);
   for (int buffers : {2, 1}) {
-    const Tiling16 t{kRegOwn, step, roundUp16(a.d), roundUp16(a.dv), buffers};
+    const Tiling16 t{own, step, roundUp16(a.d), roundUp16(a.dv), buffers};
     if (Layout(t, extra...).bytes <= limit) {
       tiling = t;
       return tiles;
