@@ -2197,7 +2197,8 @@ forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 //
 // For head dims up to 64 a warp of the forward and of dQ owns two 16-row
 // strips of queries (mmaStrips: blocks of 128), so that every K or V
-// fragment loaded by ldmatrix feeds two tensor-core steps, not one. Each
+// fragment loaded by ldmatrix feeds two tensor-core steps, not one; a warp
+// of dK/dV holds its strip's K and V fragments in registers for the walk. Each
 // step of the walk runs in one of two instances: where every score of the
 // warp's strips is live (a step of kMaxStep rows that the mask leaves
 // whole, within the sequence; all but the diagonal's steps under a causal
@@ -2360,17 +2361,14 @@ pairKeepFactors(const DropoutParams &drop, uint64_t index, float (&f)[2]) {
   f[1] = next & 1u ? drop.scale : 0.0f;
 }
 
-/// acc[st][n] = A_st B_n^T for n < kGroup (tiles first + n < tiles; the
-/// others are left 0; first and tiles even): A_st the warp's 16-row strip st
-/// (row-major from a + 16 st rows, stride lda), B_n the 8 rows from row
-/// 8 (first + n) of b (stride ldb), `chunks` 16-deep slices of both, rows
-/// 16-byte aligned. Element e of acc[st][n] is A_st's row g + 8 (e / 2)
-/// against B's row 8 (first + n) + 2 quad + e % 2. Each B fragment is
-/// loaded once for all kStrips strips. The whole warp calls it.
-template <typename T, int kGroup, int kStrips>
-__device__ inline void
-stripsProduct(float (&acc)[kStrips][kGroup][4], const uint16_t *a, int lda,
-              const uint16_t *b, int ldb, int chunks, int first, int tiles) {
+/// stripsProduct with the A fragments of slice kc from loadA(kc, fa):
+/// with kChunks, the loop over the slices is unrolled for at most kChunks
+/// of them, so that loadA may read registers by kc.
+template <typename T, int kGroup, int kStrips, int kChunks = 0, typename LoadA>
+__device__ inline void stripsProductFrom(float (&acc)[kStrips][kGroup][4],
+                                         LoadA loadA, const uint16_t *b,
+                                         int ldb, int chunks, int first,
+                                         int tiles) {
   static_assert(kGroup % 2 == 0, "B fragments loaded two tiles at a time");
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -2378,18 +2376,13 @@ stripsProduct(float (&acc)[kStrips][kGroup][4], const uint16_t *a, int lda,
 #pragma unroll
     for (int n = 0; n < kGroup; ++n)
       acc[st][n][0] = acc[st][n][1] = acc[st][n][2] = acc[st][n][3] = 0.0f;
-  // ldmatrix rows: A's matrices are its four 8 x 8 quarters in fragment
-  // order (rows 8 (j % 2), columns 8 (j / 2)); B's are tile n's two halves
-  // of the slice (b[0], b[1]), then tile n + 1's.
-  const uint16_t *ar =
-      a + (lane % 8 + 8 * (lane / 8 % 2)) * lda + 8 * (lane / 16);
+  // ldmatrix rows: B's matrices are tile n's two halves of the slice
+  // (b[0], b[1]), then tile n + 1's.
   const uint16_t *br =
       b + ((first + lane / 16) * kNarrow + lane % 8) * ldb + 8 * (lane / 8 % 2);
-  for (int kc = 0; kc < chunks; ++kc) {
+  const auto slice = [&](int kc) {
     uint32_t fa[kStrips][4];
-#pragma unroll
-    for (int st = 0; st < kStrips; ++st)
-      ldmatrixX4<false>(fa[st], ar + st * kEdge * lda + kc * kEdge);
+    loadA(kc, fa);
 #pragma unroll
     for (int n = 0; n < kGroup; n += 2)
       if (first + n < tiles) {
@@ -2402,7 +2395,67 @@ stripsProduct(float (&acc)[kStrips][kGroup][4], const uint16_t *a, int lda,
           mmaM16N8K16<T>(acc[st][n + 1], fa[st], hi);
         }
       }
+  };
+  if constexpr (kChunks == 0) {
+    for (int kc = 0; kc < chunks; ++kc)
+      slice(kc);
+  } else {
+#pragma unroll
+    for (int kc = 0; kc < kChunks; ++kc)
+      if (kc < chunks)
+        slice(kc);
   }
+}
+
+/// The A fragments of slice kc of a warp's 16-row strips: kStrips strips
+/// 16 rows apart from a (row-major, stride lda, rows 16-byte aligned), as
+/// mmaM16N8K16 takes them. The whole warp calls it.
+template <int kStrips>
+__device__ inline void stripFragments(uint32_t (&fa)[kStrips][4],
+                                      const uint16_t *a, int lda, int kc) {
+  const int lane = threadIdx.x % 32;
+  // ldmatrix rows: A's matrices are its four 8 x 8 quarters in fragment
+  // order (rows 8 (j % 2), columns 8 (j / 2)).
+  const uint16_t *ar =
+      a + (lane % 8 + 8 * (lane / 8 % 2)) * lda + 8 * (lane / 16);
+#pragma unroll
+  for (int st = 0; st < kStrips; ++st)
+    ldmatrixX4<false>(fa[st], ar + st * kEdge * lda + kc * kEdge);
+}
+
+/// acc[st][n] = A_st B_n^T for n < kGroup (tiles first + n < tiles; the
+/// others are left 0; first and tiles even): A_st the warp's 16-row strip st
+/// (row-major from a + 16 st rows, stride lda), B_n the 8 rows from row
+/// 8 (first + n) of b (stride ldb), `chunks` 16-deep slices of both, rows
+/// 16-byte aligned. Element e of acc[st][n] is A_st's row g + 8 (e / 2)
+/// against B's row 8 (first + n) + 2 quad + e % 2. Each B fragment is
+/// loaded once for all kStrips strips. The whole warp calls it.
+template <typename T, int kGroup, int kStrips>
+__device__ inline void
+stripsProduct(float (&acc)[kStrips][kGroup][4], const uint16_t *a, int lda,
+              const uint16_t *b, int ldb, int chunks, int first, int tiles) {
+  stripsProductFrom<T, kGroup, kStrips>(
+      acc,
+      [&](int kc, uint32_t(&fa)[kStrips][4]) {
+        stripFragments<kStrips>(fa, a, lda, kc);
+      },
+      b, ldb, chunks, first, tiles);
+}
+
+/// stripsProduct for one strip whose A fragments for its first kChunks
+/// slices (chunks of them) are held in registers (stripFragments).
+template <typename T, int kGroup, int kChunks>
+__device__ inline void
+heldStripProduct(float (&acc)[kGroup][4], const uint32_t (&held)[kChunks][4],
+                 const uint16_t *b, int ldb, int chunks, int first, int tiles) {
+  stripsProductFrom<T, kGroup, 1, kChunks>(
+      reinterpret_cast<float(&)[1][kGroup][4]>(acc),
+      [&](int kc, uint32_t(&fa)[1][4]) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          fa[0][r] = held[kc][r];
+      },
+      b, ldb, chunks, first, tiles);
 }
 
 /// stripsProduct for one strip (acc[n]).
@@ -3101,6 +3154,11 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
   const int stepTiles = t.step / kNarrow;
   const int dChunks = t.d16 / kEdge, dvChunks = t.dv16 / kEdge;
   const float scaleLog2 = a.scale * kLog2e;
+  // For head dims up to 64 the strip's K and V fragments (four slices
+  // each) are held in registers for the tile's whole walk, not loaded
+  // again for every group of queries.
+  constexpr int kHeld = kStrips == 1 && kOut == 8 ? 4 : 0;
+  constexpr int kHeldRows = kHeld > 0 ? kHeld : 1;
 
   forEachTile(
       a, a.sk, t.own, t.order, mask,
@@ -3120,6 +3178,8 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
 #pragma unroll
             for (int e = 0; e < 4; ++e)
               accK[st][n][e] = accV[st][n][e] = 0.0f;
+        uint32_t heldK[kHeldRows][4], heldV[kHeldRows][4];
+        bool held = false;
 
         // One step of queries; kFull: every score of the warp's strips is
         // live.
@@ -3129,12 +3189,35 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
           constexpr bool kFull = decltype(full)::value;
           // A full step is kMaxStep long: its tiles are known here.
           const int tiles = kFull ? kStepTiles : stepTiles;
+          if constexpr (kHeld > 0) {
+            if (!held) { // the own rows are in from the first step on
+#pragma unroll
+              for (int kc = 0; kc < kHeld; ++kc) {
+                if (kc < dChunks)
+                  stripFragments<1>(
+                      reinterpret_cast<uint32_t(&)[1][4]>(heldK[kc]),
+                      ks + r0 * L.ldK, L.ldK, kc);
+                if (kc < dvChunks)
+                  stripFragments<1>(
+                      reinterpret_cast<uint32_t(&)[1][4]>(heldV[kc]),
+                      vs + r0 * L.ldV, L.ldV, kc);
+              }
+              held = true;
+            }
+          }
           for (int first = 0; first < tiles; first += kGroup) {
             float s[kStrips][kGroup][4], dp[kStrips][kGroup][4];
-            stripsProduct<T, kGroup, kStrips>(s, ks + r0 * L.ldK, L.ldK, qb,
-                                              L.ldQ, dChunks, first, tiles);
-            stripsProduct<T, kGroup, kStrips>(dp, vs + r0 * L.ldV, L.ldV, gb,
-                                              L.ldG, dvChunks, first, tiles);
+            if constexpr (kHeld > 0) {
+              heldStripProduct<T, kGroup, kHeld>(s[0], heldK, qb, L.ldQ,
+                                                 dChunks, first, tiles);
+              heldStripProduct<T, kGroup, kHeld>(dp[0], heldV, gb, L.ldG,
+                                                 dvChunks, first, tiles);
+            } else {
+              stripsProduct<T, kGroup, kStrips>(s, ks + r0 * L.ldK, L.ldK, qb,
+                                                L.ldQ, dChunks, first, tiles);
+              stripsProduct<T, kGroup, kStrips>(dp, vs + r0 * L.ldV, L.ldV, gb,
+                                                L.ldG, dvChunks, first, tiles);
+            }
             // Element 2x + y of tile n: key g + 8x of the strip, query
             // 8 (first + n) + 2 quad + y of the step.
             uint32_t pT[kStrips][kGroup][2], dsT[kStrips][kGroup][2];
