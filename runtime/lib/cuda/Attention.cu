@@ -2090,6 +2090,37 @@ __device__ void walkKeys(const AttentionDims &a, const unsigned char *maskHead,
       });
 }
 
+/// Whether an mma.sync kernel's step of `count` rows of the streamed side
+/// is whole for a warp whose strips end at row `warpEnd` of the tile's
+/// `valid` own rows: no mask to read for it (stepMask null), every one of
+/// the warp's rows inside the sequence, and kMaxStep rows long. The step
+/// body then runs its instance without per-score tests.
+__device__ inline bool wholeStep(const Tiling16 &t,
+                                 const unsigned char *stepMask, int warpEnd,
+                                 int valid, int count) {
+  return !stepMask && warpEnd <= valid && count == t.step && t.step == kMaxStep;
+}
+
+/// walkKeys for an mma.sync kernel whose warp owns `warpRows` rows from r0:
+/// step(full, j0, cols, K rows, V rows, mask) with full a std::true_type
+/// where the step is whole for the warp (wholeStep), else a
+/// std::false_type.
+template <typename Step>
+__device__ void
+walkKeysWhole(const AttentionDims &a, const unsigned char *maskHead, int64_t h,
+              int64_t i0, int rows, int r0, int warpRows, const uint16_t *k,
+              const uint16_t *v, const Tiling16 &t, uint16_t *ks, int ldK,
+              uint16_t *vs, int ldV, size_t buffer, Step &step) {
+  walkKeys(a, maskHead, h, i0, rows, r0, k, v, t, ks, ldK, vs, ldV, buffer,
+           [&](int64_t j0, int cols, const uint16_t *kb, const uint16_t *vb,
+               const unsigned char *stepMask) {
+             if (wholeStep(t, stepMask, r0 + warpRows, rows, cols))
+               step(std::true_type{}, j0, cols, kb, vb, stepMask);
+             else
+               step(std::false_type{}, j0, cols, kb, vb, stepMask);
+           });
+}
+
 template <typename T, int kTiles, typename O>
 __device__ void
 forwardReg16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
@@ -2549,6 +2580,22 @@ __device__ inline void storeGradStrip(void *grad, bool narrow,
   }
 }
 
+/// storeGradStrip for a warp's kStrips strips from row r0 of the tile's
+/// `valid` rows (rowAt(r): where tile row r starts).
+template <typename T, int kStrips, int kOut, typename RowAt>
+__device__ inline void
+storeGradStrips(void *grad, bool narrow, const float (&acc)[kStrips][kOut][4],
+                int r0, int valid, int width, RowAt rowAt) {
+#pragma unroll
+  for (int st = 0; st < kStrips; ++st) {
+    const int first = r0 + kEdge * st;
+    if (first >= valid)
+      return;
+    storeGradStrip<T>(grad, narrow, acc[st], valid - first, width,
+                      [&](int r) { return rowAt(first + r); });
+  }
+}
+
 /// The dropout factors of the keys at positions g and g + 8 of a line of 16
 /// consecutive keys of one query (flat index of its first key: base), the
 /// quad's query: the line spans at most kTileGroupsPerLine groups, and lane
@@ -2717,16 +2764,8 @@ forwardMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                                                         outTiles);
         };
 
-        walkKeys(a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldKV, vs, L.ldKV,
-                 L.buffer,
-                 [&](int64_t j0, int cols, const uint16_t *kb,
-                     const uint16_t *vb, const unsigned char *stepMask) {
-                   if (!stepMask && r0 + kEdge * kStrips <= rows &&
-                       cols == t.step && t.step == kMaxStep)
-                     step(std::true_type{}, j0, cols, kb, vb, stepMask);
-                   else
-                     step(std::false_type{}, j0, cols, kb, vb, stepMask);
-                 });
+        walkKeysWhole(a, maskHead, h, i0, rows, r0, kEdge * kStrips, k, v, t,
+                      ks, L.ldKV, vs, L.ldKV, L.buffer, step);
 
         if (r0 >= rows)
           return; // the next tile
@@ -3100,28 +3139,12 @@ dqMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
           }
         };
 
-        walkKeys(a, maskHead, h, i0, rows, r0, k, v, t, ks, L.ldK, vs, L.ldV,
-                 L.buffer,
-                 [&](int64_t j0, int cols, const uint16_t *kb,
-                     const uint16_t *vb, const unsigned char *stepMask) {
-                   if (!stepMask && r0 + kEdge * kStrips <= rows &&
-                       cols == t.step && t.step == kMaxStep)
-                     step(std::true_type{}, j0, cols, kb, vb, stepMask);
-                   else
-                     step(std::false_type{}, j0, cols, kb, vb, stepMask);
-                 });
+        walkKeysWhole(a, maskHead, h, i0, rows, r0, kEdge * kStrips, k, v, t,
+                      ks, L.ldK, vs, L.ldV, L.buffer, step);
 
-#pragma unroll
-        for (int st = 0; st < kStrips; ++st) {
-          const int first = r0 + kEdge * st;
-          if (first >= rows)
-            break; // the next tile
-          storeGradStrip<T>(dq, narrowGrads, acc[st], rows - first,
-                            static_cast<int>(a.d), [&](int r) {
-                              return attentionRow(a, a.rows.dq, h,
-                                                  i0 + first + r);
-                            });
-        }
+        storeGradStrips<T>(
+            dq, narrowGrads, acc, r0, rows, static_cast<int>(a.d),
+            [&](int r) { return attentionRow(a, a.rows.dq, h, i0 + r); });
       });
 }
 
@@ -3289,8 +3312,8 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                        [&](int64_t i0, int rows, const uint16_t *qb,
                            const uint16_t *gb, const float *lseB,
                            const float *deltaB, const unsigned char *stepMask) {
-                         if (!stepMask && r0 + kEdge * kStrips <= cols &&
-                             rows == t.step && t.step == kMaxStep)
+                         if (wholeStep(t, stepMask, r0 + kEdge * kStrips, cols,
+                                       rows))
                            step(std::true_type{}, i0, rows, qb, gb, lseB,
                                 deltaB, stepMask);
                          else
@@ -3298,22 +3321,12 @@ dkvMma16(const AttentionDims &a, const uint16_t *q, const uint16_t *k,
                                 deltaB, stepMask);
                        });
 
-#pragma unroll
-        for (int st = 0; st < kStrips; ++st) {
-          const int first = r0 + kEdge * st;
-          if (first >= cols)
-            break; // the next tile
-          storeGradStrip<T>(dk, narrowGrads, accK[st], cols - first,
-                            static_cast<int>(a.d), [&](int r) {
-                              return attentionRow(a, a.rows.dk, h,
-                                                  j0 + first + r);
-                            });
-          storeGradStrip<T>(dv, narrowGrads, accV[st], cols - first,
-                            static_cast<int>(a.dv), [&](int r) {
-                              return attentionRow(a, a.rows.dv, h,
-                                                  j0 + first + r);
-                            });
-        }
+        storeGradStrips<T>(
+            dk, narrowGrads, accK, r0, cols, static_cast<int>(a.d),
+            [&](int r) { return attentionRow(a, a.rows.dk, h, j0 + r); });
+        storeGradStrips<T>(
+            dv, narrowGrads, accV, r0, cols, static_cast<int>(a.dv),
+            [&](int r) { return attentionRow(a, a.rows.dv, h, j0 + r); });
       });
 }
 
