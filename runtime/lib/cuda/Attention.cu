@@ -66,9 +66,9 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 /// log2(e) and ln(2): the mma.sync kernels exponentiate in base 2, the
 /// scores' scale times log2(e) applied once per score (see The register
-/// kernels on mma.sync).
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2 = 0.693147180559945309f;
+/// kernels on mma.sync; sm_75's compilation has none of them).
+[[maybe_unused]] constexpr float kLog2e = 1.44269504088896341f;
+[[maybe_unused]] constexpr float kLn2 = 0.693147180559945309f;
 using cuda::allowSharedBytes;
 using cuda::kDefaultSharedBytes;
 
@@ -2095,9 +2095,10 @@ __device__ void walkKeys(const AttentionDims &a, const unsigned char *maskHead,
 /// `valid` own rows: no mask to read for it (stepMask null), every one of
 /// the warp's rows inside the sequence, and kMaxStep rows long. The step
 /// body then runs its instance without per-score tests.
-__device__ inline bool wholeStep(const Tiling16 &t,
-                                 const unsigned char *stepMask, int warpEnd,
-                                 int valid, int count) {
+[[maybe_unused]] __device__ inline bool wholeStep(const Tiling16 &t,
+                                                  const unsigned char *stepMask,
+                                                  int warpEnd, int valid,
+                                                  int count) {
   return !stepMask && warpEnd <= valid && count == t.step && t.step == kMaxStep;
 }
 
