@@ -320,15 +320,22 @@ MTC_HOST_DEVICE inline float activate(float v, const NormActivation &a) {
   return v;
 }
 
-/// A normalized value v plus a residual block's other term at `at`, v first
-/// rounded as the output (stored like the residual) stores it: what a
-/// separate kernel adding the stored normalized values computes.
+/// A normalized value v plus a residual block's other term (its stored
+/// value widened to float), v first rounded as the output (stored as Y,
+/// like the residual) stores it: what a separate kernel adding the stored
+/// normalized values computes.
+template <typename Y>
+MTC_HOST_DEVICE inline float addResidual(float v, float residual, bool bf16) {
+  Y rounded;
+  storeFloat(&rounded, v, bf16);
+  return storedToFloat(rounded, bf16) + residual;
+}
+
+/// addResidual with the residual's term at residual[at].
 template <typename Y>
 MTC_HOST_DEVICE inline float addResidual(float v, const Y *residual, int64_t at,
                                          bool bf16) {
-  Y rounded;
-  storeFloat(&rounded, v, bf16);
-  return storedToFloat(rounded, bf16) + storedToFloat(residual[at], bf16);
+  return addResidual<Y>(v, storedToFloat(residual[at], bf16), bf16);
 }
 
 /// The incoming gradient dy through that activation, from its output y (the

@@ -52,46 +52,141 @@ constexpr int kColumns = 32;
 constexpr int kRowSlices = 16;
 /// Grid dimensions y and z are limited to 65535.
 constexpr int64_t kMaxGridY = 65535;
-/// The BatchNorm reductions aim at about this many blocks in all: about
-/// four blocks of kReduceThreads on each of an H100's or H200's 132 SMs.
-constexpr int64_t kWantedReduceBlocks = 512;
 
 using cuda::blockSum;
 
-/// Calls f(offset) for the elements of channel ch of [n, c, inner] that this
-/// thread handles when the channel is split into `parts` parts of blockDim.x
-/// threads, this block being part `part`. Whole images go to parts when a
-/// plane is at least a block wide (no division per element); otherwise the
-/// channel's elements are numbered flat, split into image and position by
-/// `byInner` (inner as a Divisor for dividends below n * inner: a multiply
-/// and a shift, not a 64-bit division).
-template <typename F>
-__device__ void forEachInChannel(int64_t n, int64_t c, int64_t inner,
-                                 const Divisor &byInner, int64_t ch,
-                                 int64_t part, int64_t parts, F &&f) {
-  // Unrolled so that several loads are in flight per thread.
-  if (inner >= blockDim.x) {
-    for (int64_t img = part; img < n; img += parts) {
-      const int64_t base = (img * c + ch) * inner;
-#pragma unroll 4
-      for (int64_t j = threadIdx.x; j < inner; j += blockDim.x)
-        f(base + j);
+/// The V consecutive values at p widened to float: float32, or 16-bit
+/// (bfloat16 when `bf16`). V is 1, 4 or 8; p is aligned to V values (to 16
+/// bytes at most): float32 moves as V / 4 float4 vectors, 16-bit values as
+/// one vector of 8 or 16 bytes.
+template <int V>
+__device__ inline void loadValues(const float *p, bool, float *v) {
+  if constexpr (V == 1) {
+    v[0] = *p;
+  } else {
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q) {
+      const float4 f = reinterpret_cast<const float4 *>(p)[q];
+      v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z,
+            v[4 * q + 3] = f.w;
     }
-    return;
   }
-  const int64_t m = n * inner;
-#pragma unroll 4
-  for (int64_t r = part * blockDim.x + threadIdx.x; r < m;
-       r += parts * blockDim.x) {
-    const int64_t img = byInner.divide(r);
-    f((img * c + ch) * inner + byInner.remainder(r, img));
+}
+template <int V>
+__device__ inline void loadValues(const uint16_t *p, bool bf16, float *v) {
+  uint32_t words[(V + 1) / 2];
+  if constexpr (V == 1) {
+    words[0] = *p;
+  } else if constexpr (V == 4) {
+    const uint2 q = *reinterpret_cast<const uint2 *>(p);
+    words[0] = q.x, words[1] = q.y;
+  } else {
+    const uint4 q = *reinterpret_cast<const uint4 *>(p);
+    words[0] = q.x, words[1] = q.y, words[2] = q.z, words[3] = q.w;
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    // Little-endian: the lower half of a word is the earlier value.
+    const uint16_t h = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
+    v[e] = bf16 ? bf16ToFloat(h) : halfToFloat(h);
   }
 }
 
-/// The x-dimension of a grid that splits each of c channels into parts.
-unsigned channelParts(int64_t n, int64_t c, int64_t inner) {
-  int64_t perChannel =
-      inner >= cuda::kBlock ? n : (n * inner + cuda::kBlock - 1) / cuda::kBlock;
+/// Stores V values at p (aligned as for loadValues): as float32, or
+/// rounded to 16 bits (bfloat16 when `bf16`).
+template <int V>
+__device__ inline void storeValues(float *p, bool, const float *v) {
+  if constexpr (V == 1) {
+    *p = v[0];
+  } else {
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q)
+      reinterpret_cast<float4 *>(p)[q] =
+          make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+  }
+}
+template <int V>
+__device__ inline void storeValues(uint16_t *p, bool bf16, const float *v) {
+  uint32_t words[(V + 1) / 2] = {};
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const uint16_t h = bf16 ? floatToBf16(v[e]) : floatToHalf(v[e]);
+    words[e / 2] |= uint32_t(h) << (16 * (e % 2));
+  }
+  if constexpr (V == 1)
+    *p = static_cast<uint16_t>(words[0]);
+  else if constexpr (V == 4)
+    *reinterpret_cast<uint2 *>(p) = make_uint2(words[0], words[1]);
+  else
+    *reinterpret_cast<uint4 *>(p) =
+        make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+/// Calls f(offset) for the vectors of V elements (offset: the first's) of
+/// channel ch of [n, c, inner] that this thread handles when the channel is
+/// split into `parts` parts of blockDim.x threads, this block being part
+/// `part`; V divides inner. Whole images go to parts when a plane is at
+/// least a block's vectors wide (no division per vector); otherwise the
+/// channel's vectors are numbered flat, split into image and position by
+/// `byVectors` (inner / V as a Divisor for dividends below n * inner / V:
+/// a multiply and a shift, not a 64-bit division).
+template <int V, typename F>
+__device__ void forEachInChannel(int64_t n, int64_t c, int64_t inner,
+                                 const Divisor &byVectors, int64_t ch,
+                                 int64_t part, int64_t parts, F &&f) {
+  const int64_t vectors = inner / V;
+  // Unrolled so that several loads are in flight per thread.
+  if (vectors >= blockDim.x) {
+    for (int64_t img = part; img < n; img += parts) {
+      const int64_t base = (img * c + ch) * inner;
+#pragma unroll 4
+      for (int64_t j = threadIdx.x; j < vectors; j += blockDim.x)
+        f(base + j * V);
+    }
+    return;
+  }
+  const int64_t m = n * vectors;
+#pragma unroll 4
+  for (int64_t r = part * blockDim.x + threadIdx.x; r < m;
+       r += parts * blockDim.x) {
+    const int64_t img = byVectors.divide(r);
+    f((img * c + ch) * inner + byVectors.remainder(r, img) * V);
+  }
+}
+
+/// The vectors of the kernels below: the widest of 8, 4 and 1 elements that
+/// divides inner and to which every tensor of the call is aligned (null
+/// ones aside). It depends on the shape and the alignment only, not on how
+/// the tensors are stored, so float32 and 16-bit calls sum in the same
+/// order.
+template <typename... T> int channelVector(int64_t inner, const T *...tensors) {
+  auto aligned = [](int v, const auto *p) {
+    const size_t bytes = std::min<size_t>(16, v * sizeof(*p));
+    return !p || reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  for (int v : {8, 4})
+    if (inner % v == 0 && (aligned(v, tensors) && ...))
+      return v;
+  return 1;
+}
+
+/// f(std::integral_constant<int, v>) for v (channelVector's).
+template <typename F> void withVector(int v, F &&f) {
+  if (v == 8)
+    f(std::integral_constant<int, 8>());
+  else if (v == 4)
+    f(std::integral_constant<int, 4>());
+  else
+    f(std::integral_constant<int, 1>());
+}
+
+/// The x-dimension of a grid that splits each of c channels into parts
+/// (vectors of v elements).
+unsigned channelParts(int64_t n, int64_t c, int64_t inner, int v) {
+  const int64_t vectors = inner / v;
+  int64_t perChannel = vectors >= cuda::kBlock
+                           ? n
+                           : (n * vectors + cuda::kBlock - 1) / cuda::kBlock;
   // About 8k blocks in all are plenty to fill a GPU.
   int64_t wanted = std::max<int64_t>(1, 8192 / std::min(c, kMaxGridY));
   return static_cast<unsigned>(
@@ -99,37 +194,50 @@ unsigned channelParts(int64_t n, int64_t c, int64_t inner) {
 }
 
 /// Parts per channel of the BatchNorm reductions (blocks of
-/// kReduceThreads): 1 (a block per channel) when there are channels
-/// enough to fill the GPU; otherwise about kWantedReduceBlocks blocks in
-/// all, each with whole images when a plane is a block wide, else at
-/// least a block's worth of elements. ResNet-50's 64 channels at 112x112
-/// would otherwise reduce 64 x 112 x 112 elements a block on 64 SMs.
-int64_t bnReduceParts(int64_t n, int64_t c, int64_t inner) {
+/// kReduceThreads, vectors of v elements): 1 (a block per channel) when
+/// there are channels enough to fill the GPU (`resident` blocks at once);
+/// otherwise about `resident` blocks in all, each with whole images when a
+/// plane is a block's vectors wide, else at least a block's worth of
+/// vectors. ResNet-50's 64 channels at 112x112 would otherwise reduce 64 x
+/// 112 x 112 elements a block on 64 SMs.
+int64_t bnReduceParts(int64_t n, int64_t c, int64_t inner, int v,
+                      int64_t resident) {
+  const int64_t vectors = inner / v;
   const int64_t perChannel =
-      inner >= kReduceThreads
+      vectors >= kReduceThreads
           ? n
-          : (n * inner + kReduceThreads - 1) / kReduceThreads;
-  const int64_t wanted = std::max<int64_t>(1, kWantedReduceBlocks / c);
+          : (n * vectors + kReduceThreads - 1) / kReduceThreads;
+  const int64_t wanted = std::max<int64_t>(1, resident / c);
   return std::max<int64_t>(1, std::min(perChannel, wanted));
 }
 
 /// The channel statistics from one pass over x: with d = x - k, k the
 /// channel's first element (a shift inside the data, which keeps the
 /// subtraction below from cancelling: the shifted-data algorithm), the
-/// sums of d and d * d in double give mean = k + sum(d) / m and the sum of
-/// squared deviations sum(d * d) - sum(d)^2 / m. Both sums of a part of a
-/// channel (in one block) go to part[0] and part[1] of thread 0.
-template <typename X>
-__device__ void
-shiftedChannelSums(int64_t n, int64_t c, int64_t inner, const Divisor &byInner,
-                   const X *x, bool bf16, int64_t ch, int64_t part,
-                   int64_t parts, double *scratch, double sums[2]) {
-  const double k = storedToFloat(x[ch * inner], bf16);
+/// sums of d and d * d give mean = k + sum(d) / m and the sum of squared
+/// deviations sum(d * d) - sum(d)^2 / m. A vector's V terms are added in
+/// float, the vectors' sums in double. Both sums of a part of a channel
+/// (in one block) go to sums[0] and sums[1] of thread 0.
+template <int V, typename X>
+__device__ void shiftedChannelSums(int64_t n, int64_t c, int64_t inner,
+                                   const Divisor &byVectors, const X *x,
+                                   bool bf16, int64_t ch, int64_t part,
+                                   int64_t parts, double *scratch,
+                                   double sums[2]) {
+  const float k = storedToFloat(x[ch * inner], bf16);
   double d1 = 0.0, d2 = 0.0;
-  forEachInChannel(n, c, inner, byInner, ch, part, parts, [&](int64_t at) {
-    const double d = storedToFloat(x[at], bf16) - k;
-    d1 += d;
-    d2 += d * d;
+  forEachInChannel<V>(n, c, inner, byVectors, ch, part, parts, [&](int64_t at) {
+    float v[V];
+    loadValues<V>(x + at, bf16, v);
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float d = v[e] - k;
+      s1 += d;
+      s2 = fmaf(d, d, s2);
+    }
+    d1 += s1;
+    d2 += s2;
   });
   sums[0] = blockSum(d1, scratch);
   sums[1] = blockSum(d2, scratch);
@@ -156,16 +264,16 @@ __device__ inline void finishChannelStats(int64_t ch, double d1, double d2,
 /// Part blockIdx.x of gridDim.x of each channel: its shifted sums, to
 /// partials[2 * (ch * parts + part)] and the next. x is float32 or 16-bit
 /// (bfloat16 when `bf16`), as are the x of the kernels below.
-template <typename X>
+template <int V, typename X>
 __global__ void bnPartialStatsKernel(int64_t n, int64_t c, int64_t inner,
-                                     Divisor byInner, const X *x, bool bf16,
+                                     Divisor byVectors, const X *x, bool bf16,
                                      double *partials) {
   __shared__ double scratch[kReduceWarps];
   const int64_t parts = gridDim.x, part = blockIdx.x;
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
     double sums[2];
-    shiftedChannelSums(n, c, inner, byInner, x, bf16, ch, part, parts, scratch,
-                       sums);
+    shiftedChannelSums<V>(n, c, inner, byVectors, x, bf16, ch, part, parts,
+                          scratch, sums);
     if (threadIdx.x == 0) {
       partials[2 * (ch * parts + part)] = sums[0];
       partials[2 * (ch * parts + part) + 1] = sums[1];
@@ -195,9 +303,9 @@ bnFinishStatsKernel(int64_t n, int64_t c, int64_t inner, int64_t parts,
 }
 
 /// A block per channel: its statistics from one pass over x.
-template <typename X>
+template <int V, typename X>
 __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
-                                   Divisor byInner, const X *x, bool bf16,
+                                   Divisor byVectors, const X *x, bool bf16,
                                    float *runningMean, float *runningVar,
                                    float eps, float momentum, float *savedMean,
                                    float *savedInvstd) {
@@ -206,8 +314,8 @@ __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double sums[2] = {0.0, 0.0};
     if (m > 0)
-      shiftedChannelSums(n, c, inner, byInner, x, bf16, ch, 0, 1, scratch,
-                         sums);
+      shiftedChannelSums<V>(n, c, inner, byVectors, x, bf16, ch, 0, 1, scratch,
+                            sums);
     if (threadIdx.x == 0)
       finishChannelStats(ch, sums[0], sums[1], m, runningMean, runningVar, eps,
                          momentum, savedMean, savedInvstd,
@@ -219,10 +327,10 @@ __global__ void bnTrainStatsKernel(int64_t n, int64_t c, int64_t inner,
 /// statistics (inference) and invstd is formed here, else savedInvstd
 /// holds it. With x16, x's 16-bit copy is written there too; with a
 /// residual, it is added before the activation (addResidual).
-template <typename X, typename Y>
+template <int V, typename X, typename Y>
 __global__ void
-bnApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner, const X *x,
-              bool bf16, const float *scale, const float *bias,
+bnApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byVectors,
+              const X *x, bool bf16, const float *scale, const float *bias,
               const float *mean, const float *savedInvstd, const float *var,
               float eps, Y *y, NormActivation act, uint16_t *x16,
               const Y *residual) {
@@ -230,62 +338,82 @@ bnApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner, const X *x,
     const float mu = mean[ch];
     const float invstd = var ? inverseStd(var[ch], eps) : savedInvstd[ch];
     const float gamma = scale[ch], beta = bias[ch];
-    forEachInChannel(
-        n, c, inner, byInner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
-          const float v = storedToFloat(x[at], bf16);
-          if (x16)
-            storeFloat(x16 + at, v, bf16);
-          float t = normalizeElement(v, mu, invstd, gamma, beta);
+    forEachInChannel<V>(
+        n, c, inner, byVectors, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
+          float v[V], r[V] = {};
+          loadValues<V>(x + at, bf16, v);
           if (residual)
-            t = addResidual(t, residual, at, bf16);
-          storeFloat(y + at, activate(t, act), bf16);
+            loadValues<V>(residual + at, bf16, r);
+          if (x16)
+            storeValues<V>(x16 + at, bf16, v);
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            float t = normalizeElement(v[e], mu, invstd, gamma, beta);
+            if (residual)
+              t = addResidual<Y>(t, r[e], bf16);
+            v[e] = activate(t, act);
+          }
+          storeValues<V>(y + at, bf16, v);
         });
   }
 }
 
-/// dy (float32, or 16-bit like x) through the activation when there is
-/// one (actOut non-null, stored like x).
-template <typename G, typename X>
-__device__ inline float gradientAt(const G *dy, const X *actOut, int64_t at,
-                                   const NormActivation &act, bool bf16) {
-  const float g = storedToFloat(dy[at], bf16);
-  return actOut ? activationGrad(g, storedToFloat(actOut[at], bf16), act) : g;
+/// The V values of dy (float32, or 16-bit like x) at `at`, through the
+/// activation when there is one (actOut non-null, stored like x).
+template <int V, typename G, typename X>
+__device__ inline void gradientsAt(const G *dy, const X *actOut, int64_t at,
+                                   const NormActivation &act, bool bf16,
+                                   float *g) {
+  loadValues<V>(dy + at, bf16, g);
+  if (!actOut)
+    return;
+  float y[V];
+  loadValues<V>(actOut + at, bf16, y);
+#pragma unroll
+  for (int e = 0; e < V; ++e)
+    g[e] = activationGrad(g[e], y[e], act);
 }
 
 /// The block's sums of dy and of dy * xhat over part `part` of `parts` of
-/// channel ch (valid in thread 0).
-template <typename G, typename X>
+/// channel ch (valid in thread 0): a vector's V terms added in float, the
+/// vectors' sums in double.
+template <int V, typename G, typename X>
 __device__ void channelGradientSums(
-    int64_t n, int64_t c, int64_t inner, const Divisor &byInner, const G *dy,
+    int64_t n, int64_t c, int64_t inner, const Divisor &byVectors, const G *dy,
     const X *x, bool bf16, const float *savedMean, const float *savedInvstd,
     const X *actOut, const NormActivation &act, int64_t ch, int64_t part,
     int64_t parts, double *scratch, double &sumDy, double &sumDyXhat) {
   const float mean = savedMean[ch], invstd = savedInvstd[ch];
   sumDy = 0.0;
   sumDyXhat = 0.0;
-  forEachInChannel(n, c, inner, byInner, ch, part, parts, [&](int64_t at) {
-    float xhat = (storedToFloat(x[at], bf16) - mean) * invstd;
-    float g = gradientAt(dy, actOut, at, act, bf16);
-    sumDy += g;
-    sumDyXhat += static_cast<double>(g) * xhat;
+  forEachInChannel<V>(n, c, inner, byVectors, ch, part, parts, [&](int64_t at) {
+    float v[V], g[V];
+    loadValues<V>(x + at, bf16, v);
+    gradientsAt<V>(dy, actOut, at, act, bf16, g);
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      s1 += g[e];
+      s2 = fmaf(g[e], (v[e] - mean) * invstd, s2);
+    }
+    sumDy += s1;
+    sumDyXhat += s2;
   });
   sumDy = blockSum(sumDy, scratch);
   sumDyXhat = blockSum(sumDyXhat, scratch);
 }
 
-template <typename G, typename X>
-__global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
-                                       Divisor byInner, const G *dy, const X *x,
-                                       bool bf16, const float *savedMean,
-                                       const float *savedInvstd, float *dscale,
-                                       float *dbias, const X *actOut,
-                                       NormActivation act) {
+template <int V, typename G, typename X>
+__global__ void bnBackwardReduceKernel(
+    int64_t n, int64_t c, int64_t inner, Divisor byVectors, const G *dy,
+    const X *x, bool bf16, const float *savedMean, const float *savedInvstd,
+    float *dscale, float *dbias, const X *actOut, NormActivation act) {
   __shared__ double scratch[kReduceWarps];
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double sumDy, sumDyXhat;
-    channelGradientSums(n, c, inner, byInner, dy, x, bf16, savedMean,
-                        savedInvstd, actOut, act, ch, 0, 1, scratch, sumDy,
-                        sumDyXhat);
+    channelGradientSums<V>(n, c, inner, byVectors, dy, x, bf16, savedMean,
+                           savedInvstd, actOut, act, ch, 0, 1, scratch, sumDy,
+                           sumDyXhat);
     if (threadIdx.x == 0) {
       dbias[ch] = static_cast<float>(sumDy);
       dscale[ch] = static_cast<float>(sumDyXhat);
@@ -295,18 +423,18 @@ __global__ void bnBackwardReduceKernel(int64_t n, int64_t c, int64_t inner,
 
 /// Part blockIdx.x of gridDim.x of each channel: its sums of dy and of
 /// dy * xhat, to partials[2 * (ch * parts + part)] and the next.
-template <typename G, typename X>
+template <int V, typename G, typename X>
 __global__ void
-bnPartialBackwardKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner,
+bnPartialBackwardKernel(int64_t n, int64_t c, int64_t inner, Divisor byVectors,
                         const G *dy, const X *x, bool bf16,
                         const float *savedMean, const float *savedInvstd,
                         const X *actOut, NormActivation act, double *partials) {
   __shared__ double scratch[kReduceWarps];
   for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
     double sumDy, sumDyXhat;
-    channelGradientSums(n, c, inner, byInner, dy, x, bf16, savedMean,
-                        savedInvstd, actOut, act, ch, blockIdx.x, gridDim.x,
-                        scratch, sumDy, sumDyXhat);
+    channelGradientSums<V>(n, c, inner, byVectors, dy, x, bf16, savedMean,
+                           savedInvstd, actOut, act, ch, blockIdx.x, gridDim.x,
+                           scratch, sumDy, sumDyXhat);
     if (threadIdx.x == 0) {
       const int64_t at = 2 * (ch * gridDim.x + blockIdx.x);
       partials[at] = sumDy;
@@ -332,9 +460,9 @@ __global__ void bnFinishBackwardKernel(int64_t c, int64_t parts,
 }
 
 /// dx, stored as DX.
-template <typename G, typename X, typename DX>
+template <int V, typename G, typename X, typename DX>
 __global__ void
-bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner,
+bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byVectors,
                       const G *dy, const X *x, bool bf16, const float *scale,
                       const float *savedMean, const float *savedInvstd,
                       const float *dscale, const float *dbias, DX *dx,
@@ -344,13 +472,15 @@ bnBackwardApplyKernel(int64_t n, int64_t c, int64_t inner, Divisor byInner,
     const NormBackwardFactors f =
         normBackwardFactors(dbias[ch], dscale[ch], n * inner,
                             static_cast<double>(invstd) * scale[ch]);
-    forEachInChannel(
-        n, c, inner, byInner, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
-          storeFloat(dx + at,
-                     normBackwardElement(
-                         gradientAt(dy, actOut, at, act, bf16),
-                         (storedToFloat(x[at], bf16) - mean) * invstd, f),
-                     bf16);
+    forEachInChannel<V>(
+        n, c, inner, byVectors, ch, blockIdx.x, gridDim.x, [&](int64_t at) {
+          float v[V], g[V];
+          loadValues<V>(x + at, bf16, v);
+          gradientsAt<V>(dy, actOut, at, act, bf16, g);
+#pragma unroll
+          for (int e = 0; e < V; ++e)
+            v[e] = normBackwardElement(g[e], (v[e] - mean) * invstd, f);
+          storeValues<V>(dx + at, bf16, v);
         });
   }
 }
@@ -573,9 +703,14 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
 /// each thread about four elements, between a warp and kReduceThreads.
 unsigned rowThreads(int64_t dim) { return cuda::normRowThreads(dim); }
 
-dim3 channelGrid(int64_t n, int64_t c, int64_t inner) {
-  return dim3(channelParts(n, c, inner),
+dim3 channelGrid(int64_t n, int64_t c, int64_t inner, int v) {
+  return dim3(channelParts(n, c, inner, v),
               static_cast<unsigned>(std::min(c, kMaxGridY)));
+}
+
+/// inner / v as the Divisor the kernels above split flat vector numbers by.
+Divisor vectorDivisor(int64_t n, int64_t inner, int v) {
+  return makeDivisor(inner / v, n * inner / v);
 }
 
 /// The blocks of `threads` threads running `kernel` that the GPU holds at
@@ -591,12 +726,14 @@ int64_t residentBlocks(Context &ctx, Kernel kernel, unsigned threads) {
   return std::max<int64_t>(1, int64_t(ctx.smCount) * std::max(perSm, 1));
 }
 
-/// bnReduceParts where the context's scratch (cuBLASLt's workspace, free
-/// between GEMMs in stream order) holds `perPart` doubles a part of each
-/// channel, else 1.
-int64_t reduceParts(Context &ctx, int64_t n, int64_t c, int64_t inner,
-                    int64_t perPart) {
-  const int64_t parts = bnReduceParts(n, c, inner);
+/// bnReduceParts for `kernel` (the partial sums' kernel) where the
+/// context's scratch (cuBLASLt's workspace, free between GEMMs in stream
+/// order) holds `perPart` doubles a part of each channel, else 1.
+template <typename Kernel>
+int64_t reduceParts(Context &ctx, Kernel kernel, int64_t n, int64_t c,
+                    int64_t inner, int v, int64_t perPart) {
+  const int64_t parts = bnReduceParts(
+      n, c, inner, v, residentBlocks(ctx, kernel, kReduceThreads));
   if (parts <= 1 || !ctx.ltWorkspace ||
       static_cast<size_t>(perPart * c * parts) * sizeof(double) >
           ctx.ltWorkspaceBytes)
@@ -615,30 +752,37 @@ void batchNormForwardAs(Context &ctx, int64_t n, int64_t c, int64_t inner,
                         float *runningVar, float eps, float momentum, Y *y,
                         float *savedMean, float *savedInvstd,
                         NormActivation act, uint16_t *x16, const Y *residual) {
-  const int64_t parts = reduceParts(ctx, n, c, inner, 2);
-  if (parts > 1) {
-    double *partials = static_cast<double *>(ctx.ltWorkspace);
-    const dim3 grid(static_cast<unsigned>(parts),
-                    static_cast<unsigned>(std::min(c, kMaxGridY)));
-    bnPartialStatsKernel<<<grid, kReduceThreads, 0, ctx.stream>>>(
-        n, c, inner, makeDivisor(inner, n * inner), x, bf16, partials);
-    checkLaunch(ctx, "bnPartialStatsKernel");
-    bnFinishStatsKernel<<<cuda::gridFor(c), cuda::kBlock, 0, ctx.stream>>>(
-        n, c, inner, parts, x, bf16, partials, runningMean, runningVar, eps,
-        momentum, savedMean, savedInvstd);
-    checkLaunch(ctx, "bnFinishStatsKernel");
-  } else {
-    bnTrainStatsKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0, ctx.stream>>>(
-        n, c, inner, makeDivisor(inner, n * inner), x, bf16, runningMean,
-        runningVar, eps, momentum, savedMean, savedInvstd);
-    checkLaunch(ctx, "bnTrainStatsKernel");
-  }
-  if (n * inner == 0)
-    return;
-  bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
-      n, c, inner, makeDivisor(inner, n * inner), x, bf16, scale, bias,
-      savedMean, savedInvstd, nullptr, eps, y, act, x16, residual);
-  checkLaunch(ctx, "bnApplyKernel");
+  withVector(channelVector(inner, x, y, x16, residual), [&](auto vector) {
+    constexpr int V = decltype(vector)::value;
+    const Divisor byVectors = vectorDivisor(n, inner, V);
+    const int64_t parts =
+        reduceParts(ctx, bnPartialStatsKernel<V, X>, n, c, inner, V, 2);
+    if (parts > 1) {
+      double *partials = static_cast<double *>(ctx.ltWorkspace);
+      const dim3 grid(static_cast<unsigned>(parts),
+                      static_cast<unsigned>(std::min(c, kMaxGridY)));
+      bnPartialStatsKernel<V><<<grid, kReduceThreads, 0, ctx.stream>>>(
+          n, c, inner, byVectors, x, bf16, partials);
+      checkLaunch(ctx, "bnPartialStatsKernel");
+      bnFinishStatsKernel<<<cuda::gridFor(c), cuda::kBlock, 0, ctx.stream>>>(
+          n, c, inner, parts, x, bf16, partials, runningMean, runningVar, eps,
+          momentum, savedMean, savedInvstd);
+      checkLaunch(ctx, "bnFinishStatsKernel");
+    } else {
+      bnTrainStatsKernel<V>
+          <<<cuda::gridFor(c, 1), kReduceThreads, 0, ctx.stream>>>(
+              n, c, inner, byVectors, x, bf16, runningMean, runningVar, eps,
+              momentum, savedMean, savedInvstd);
+      checkLaunch(ctx, "bnTrainStatsKernel");
+    }
+    if (n * inner == 0)
+      return;
+    bnApplyKernel<V>
+        <<<channelGrid(n, c, inner, V), cuda::kBlock, 0, ctx.stream>>>(
+            n, c, inner, byVectors, x, bf16, scale, bias, savedMean,
+            savedInvstd, nullptr, eps, y, act, x16, residual);
+    checkLaunch(ctx, "bnApplyKernel");
+  });
 }
 
 template <typename G, typename X, typename DX>
@@ -647,33 +791,38 @@ void batchNormBackwardAs(Context &ctx, int64_t n, int64_t c, int64_t inner,
                          const float *savedMean, const float *savedInvstd,
                          DX *dx, float *dscale, float *dbias, const X *actOut,
                          NormActivation act) {
-  const int64_t parts = reduceParts(ctx, n, c, inner, 2);
-  if (parts > 1) {
-    double *partials = static_cast<double *>(ctx.ltWorkspace);
-    bnPartialBackwardKernel<<<dim3(static_cast<unsigned>(parts),
-                                   static_cast<unsigned>(
-                                       std::min(c, kMaxGridY))),
-                              kReduceThreads, 0, ctx.stream>>>(
-        n, c, inner, makeDivisor(inner, n * inner), dy, x, bf16, savedMean,
-        savedInvstd, actOut, act, partials);
-    checkLaunch(ctx, "bnPartialBackwardKernel");
-    bnFinishBackwardKernel<<<cuda::gridFor(c), cuda::kBlock, 0, ctx.stream>>>(
-        c, parts, partials, dscale, dbias);
-    checkLaunch(ctx, "bnFinishBackwardKernel");
-  } else {
-    bnBackwardReduceKernel<<<cuda::gridFor(c, 1), kReduceThreads, 0,
-                             ctx.stream>>>(
-        n, c, inner, makeDivisor(inner, n * inner), dy, x, bf16, savedMean,
-        savedInvstd, dscale, dbias, actOut, act);
-    checkLaunch(ctx, "bnBackwardReduceKernel");
-  }
-  if (n * inner == 0)
-    return;
-  bnBackwardApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0,
-                          ctx.stream>>>(
-      n, c, inner, makeDivisor(inner, n * inner), dy, x, bf16, scale, savedMean,
-      savedInvstd, dscale, dbias, dx, actOut, act);
-  checkLaunch(ctx, "bnBackwardApplyKernel");
+  withVector(channelVector(inner, dy, x, dx, actOut), [&](auto vector) {
+    constexpr int V = decltype(vector)::value;
+    const Divisor byVectors = vectorDivisor(n, inner, V);
+    const int64_t parts =
+        reduceParts(ctx, bnPartialBackwardKernel<V, G, X>, n, c, inner, V, 2);
+    if (parts > 1) {
+      double *partials = static_cast<double *>(ctx.ltWorkspace);
+      bnPartialBackwardKernel<V>
+          <<<dim3(static_cast<unsigned>(parts),
+                  static_cast<unsigned>(std::min(c, kMaxGridY))),
+             kReduceThreads, 0, ctx.stream>>>(n, c, inner, byVectors, dy, x,
+                                              bf16, savedMean, savedInvstd,
+                                              actOut, act, partials);
+      checkLaunch(ctx, "bnPartialBackwardKernel");
+      bnFinishBackwardKernel<<<cuda::gridFor(c), cuda::kBlock, 0, ctx.stream>>>(
+          c, parts, partials, dscale, dbias);
+      checkLaunch(ctx, "bnFinishBackwardKernel");
+    } else {
+      bnBackwardReduceKernel<V>
+          <<<cuda::gridFor(c, 1), kReduceThreads, 0, ctx.stream>>>(
+              n, c, inner, byVectors, dy, x, bf16, savedMean, savedInvstd,
+              dscale, dbias, actOut, act);
+      checkLaunch(ctx, "bnBackwardReduceKernel");
+    }
+    if (n * inner == 0)
+      return;
+    bnBackwardApplyKernel<V>
+        <<<channelGrid(n, c, inner, V), cuda::kBlock, 0, ctx.stream>>>(
+            n, c, inner, byVectors, dy, x, bf16, scale, savedMean, savedInvstd,
+            dscale, dbias, dx, actOut, act);
+    checkLaunch(ctx, "bnBackwardApplyKernel");
+  });
 }
 
 } // namespace
@@ -687,11 +836,15 @@ void batchNormInferenceForward(Context &ctx, int64_t n, int64_t c,
                                float *y) {
   if (c <= 0 || n * inner == 0)
     return;
-  bnApplyKernel<<<channelGrid(n, c, inner), cuda::kBlock, 0, ctx.stream>>>(
-      n, c, inner, makeDivisor(inner, n * inner), x, false, scale, bias, mean,
-      nullptr, var, eps, y, NormActivation{}, nullptr,
-      static_cast<const float *>(nullptr));
-  checkLaunch(ctx, "bnApplyKernel");
+  withVector(channelVector(inner, x, y), [&](auto vector) {
+    constexpr int V = decltype(vector)::value;
+    bnApplyKernel<V>
+        <<<channelGrid(n, c, inner, V), cuda::kBlock, 0, ctx.stream>>>(
+            n, c, inner, vectorDivisor(n, inner, V), x, false, scale, bias,
+            mean, nullptr, var, eps, y, NormActivation{}, nullptr,
+            static_cast<const float *>(nullptr));
+    checkLaunch(ctx, "bnApplyKernel");
+  });
 }
 
 void layerNormForward(Context &ctx, int64_t outer, int64_t dim, const float *x,

@@ -692,10 +692,17 @@ TEST_F(Kernels, MaxPoolMatchesTheDefinition) {
     int64_t h, w, kh, kw, sh, sw, pt, pl, dh, dw;
   };
   // The last case's first and last rows of windows lie wholly in padding.
+  // CUDA's backward takes bands of about 2048 input elements a block (600
+  // columns: bands of 3 rows; a ResNet stem's 3x3 stride-2 pooling of
+  // 40 x 60: of 34, whose windows overlap the next band's), unless one
+  // row's windows would overflow 48 KiB of shared memory (5000 columns of
+  // windows 3 rows high).
   for (const Case &c : {Case{5, 600, 3, 2, 1, 2, 1, 1, 1, 2},
                         Case{7, 9, 3, 3, 2, 2, 1, 1, 1, 1},
                         Case{4, 300, 2, 3, 2, 1, 0, 2, 2, 1},
-                        Case{3, 8, 1, 2, 1, 1, 1, 0, 1, 1}}) {
+                        Case{3, 8, 1, 2, 1, 1, 1, 0, 1, 1},
+                        Case{40, 60, 3, 3, 2, 2, 1, 1, 1, 1},
+                        Case{3, 5000, 3, 1, 1, 1, 1, 0, 1, 1}}) {
     Pool2dParams p{};
     p.n = 2, p.c = 3, p.h = c.h, p.w = c.w;
     p.kh = c.kh, p.kw = c.kw;

@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -223,9 +224,12 @@ TEST_F(Kernels, BatchNormMatchesReference) {
   // in runs that also end mid-image (5000 channels). CUDA splits the
   // reductions of few channels into parts whose sums a second kernel adds
   // (3 x 300 and 64 x 49: parts of flat runs, 32 x 600: of whole images).
-  const int64_t shapes[][3] = {{4, 3, 37},  {3, 5, 300},  {64, 2, 1},
-                               {8, 150, 3}, {50, 100, 1}, {16, 5000, 1},
-                               {64, 4, 49}, {32, 2, 600}};
+  // CUDA moves vectors of 8 elements where inner allows (600, 4104), of 4
+  // (300, 2052), else single elements; 4104 and 2052 are 513 vectors, a
+  // reduction block's walk of an image (512 threads) and one vector more.
+  const int64_t shapes[][3] = {
+      {4, 3, 37},    {3, 5, 300}, {64, 2, 1},   {8, 150, 3},  {50, 100, 1},
+      {16, 5000, 1}, {64, 4, 49}, {32, 2, 600}, {2, 3, 4104}, {3, 2, 2052}};
   unsigned seed = 1;
   for (const auto &shape : shapes) {
     const int64_t n = shape[0], c = shape[1], inner = shape[2];
@@ -310,6 +314,48 @@ TEST_F(Kernels, BatchNormStatisticsOfOffsetChannels) {
     expectRelNear(download(savedMean, c), ref.mean, 1e-7, 0);
     expectRelNear(download(savedInvstd, c), ref.invstd, 1e-5, 0);
     expectRelNear(download(runningVar, c), ref.runningVar, 1e-5, 0);
+  }
+}
+
+TEST_F(Kernels, BatchNormOfTensorsOffTheVectorAlignment) {
+  // Rows of 4104 elements, which CUDA moves as vectors of 8 when every
+  // tensor is aligned to one, here with x, dy and then y and dx an element
+  // off it: the kernels fall back to single elements and still match the
+  // reference.
+  const int64_t n = 2, c = 3, inner = 4104, size = n * c * inner;
+  std::vector<float> xv = randomVector(size, 2.0f, 6.0f, 400);
+  std::vector<float> dyv = randomVector(size, -1.0f, 1.0f, 401);
+  std::vector<float> scalev = randomVector(c, 0.5f, 1.5f, 402);
+  std::vector<float> biasv = randomVector(c, -1.0f, 1.0f, 403);
+  std::vector<float> zeros(c, 0.0f), ones(c, 1.0f);
+  BatchNormReference ref = batchNormReference(n, c, inner, xv, scalev, biasv,
+                                              zeros, ones, dyv, 1e-5, 0.9);
+  auto offset = [&](const std::vector<float> &v) {
+    std::vector<float> shifted(v.size() + 1, 0.0f);
+    std::copy(v.begin(), v.end(), shifted.begin() + 1);
+    return upload(shifted) + 1;
+  };
+  for (int misaligned = 0; misaligned < 2; ++misaligned) {
+    SCOPED_TRACE(misaligned ? "y and dx off" : "x and dy off");
+    float *x = misaligned ? upload(xv) : offset(xv);
+    float *dy = misaligned ? upload(dyv) : offset(dyv);
+    std::vector<float> zerosOut(size, 0.0f);
+    float *y = misaligned ? offset(zerosOut) : upload(zerosOut);
+    float *dx = misaligned ? offset(zerosOut) : upload(zerosOut);
+    float *mean = upload(std::vector<float>(c)),
+          *inv = upload(std::vector<float>(c));
+    float *scale = upload(scalev), *bias = upload(biasv);
+    batchNormTrainForward(ctx, n, c, inner, x, scale, bias, nullptr, nullptr,
+                          1e-5f, 0.9f, y, mean, inv);
+    expectRelNear(download(y, size), ref.y, 1e-5, 2e-6);
+    expectRelNear(download(mean, c), ref.mean, 1e-5, 1e-6);
+    float *ds = upload(std::vector<float>(c)),
+          *db = upload(std::vector<float>(c));
+    batchNormTrainBackward(ctx, n, c, inner, dy, x, scale, mean, inv, dx, ds,
+                           db);
+    expectRelNear(download(dx, size), ref.dx, 1e-5, 2e-6);
+    expectRelNear(download(ds, c), ref.dscale, 1e-5, 1e-5);
+    expectRelNear(download(db, c), ref.dbias, 1e-5, 1e-5);
   }
 }
 
@@ -556,8 +602,9 @@ TEST_F(Kernels, BatchNormActivationIsTheSeparateKernels) {
   // activation's gradient (relu_grad / clip_grad), bit for bit, on values
   // on both sides of the bounds and exactly at them. 70 channels make two
   // of the CPU's channel blocks; rows of 37 elements, and of one (the
-  // CPU's vector loops over channels).
-  for (const int64_t inner : {37, 1}) {
+  // CPU's vector loops over channels); rows of 600, which CUDA moves as
+  // vectors of 8.
+  for (const int64_t inner : {37, 1, 600}) {
     SCOPED_TRACE("inner=" + std::to_string(inner));
     const int64_t n = 3, c = 70, size = n * c * inner;
     std::vector<float> xv = randomVector(size, -2.0f, 6.0f, 21);
@@ -617,8 +664,10 @@ TEST_F(Kernels, BatchNormResidualIsTheSeparateKernels) {
   // relu loops), rounded as y is stored, bit for bit; in float32 and both
   // 16-bit formats, written over the residual itself too. The shapes walk
   // the CPU's row and channel-vector loops and the CUDA statistics' one-
-  // and multi-part paths.
-  const int64_t shapes[][3] = {{3, 70, 37}, {16, 70, 1}, {64, 4, 49}};
+  // and multi-part paths, with single elements, vectors of 4 (196) and of
+  // 8 (4104).
+  const int64_t shapes[][3] = {
+      {3, 70, 37}, {16, 70, 1}, {64, 4, 49}, {6, 4, 196}, {2, 3, 4104}};
   unsigned seed = 80;
   for (const auto &shape : shapes) {
     const int64_t n = shape[0], c = shape[1], inner = shape[2];
@@ -713,8 +762,9 @@ TEST_F(Kernels, BatchNorm16IsTheFloatKernelOnStoredValues) {
   // values, each result rounded as a conversion rounds it; the statistics
   // and parameter gradients unchanged. The shapes walk each way the
   // kernels split channels (see BatchNormMatchesReference).
-  const int64_t shapes[][3] = {
-      {4, 3, 37}, {64, 4, 49}, {16, 70, 1}, {32, 2, 600}};
+  const int64_t shapes[][3] = {{4, 3, 37},   {64, 4, 49}, {16, 70, 1},
+                               {32, 2, 600}, {6, 4, 196}, {2, 3, 4104},
+                               {3, 2, 2052}};
   unsigned seed = 40;
   for (const auto &shape : shapes) {
     const int64_t n = shape[0], c = shape[1], inner = shape[2];
