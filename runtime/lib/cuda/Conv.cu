@@ -14,7 +14,9 @@
 // pixels (convNativeBatched) the native forward and backward data run
 // one strided-batched GEMM over the images instead (a matrix an image,
 // read and written in place: no staging matrix), which a pointwise
-// convolution runs on its planes alone. col2im differs: on the GPU
+// convolution runs on its planes alone. The native backward filter
+// splits its GEMMs' K into slices run side by side (filterSlices). col2im
+// differs: on the GPU
 // every dx element gathers the taps that read it (one thread per element, fixed
 // order) instead of being scattered into, which needs no atomics and is
 // deterministic. Depthwise convolutions run directly, a thread per output
@@ -523,6 +525,50 @@ void nativeBackwardData(Context &ctx, const Conv2dParams &p, const ConvShape &s,
   });
 }
 
+/// A row of the backward filter's partial sums: patch elements padded to
+/// a multiple of 8 (16-byte rows: cuBLAS takes much slower kernels for
+/// others, and ResNet's stem has 147).
+int64_t paddedPatch(const ConvShape &s) { return (s.patch + 7) / 8 * 8; }
+
+/// The backward filter's GEMMs (native 16-bit) are dw_g [kg, patch] =
+/// dy_g [kg, columns] * col^T: a small result over a long K (ResNet-50's
+/// 64 x 576 over 31360 columns a GEMM), which a GEMM covers with a few
+/// tiles on a few SMs (1.4 ms for such a 14.8 GFLOP convolution on an
+/// H200). Split into this many slices of K instead, one strided-batched
+/// GEMM runs the slices side by side into float32 partial sums that a
+/// small kernel adds in slice order afterwards.
+int64_t filterSlices(Context &ctx, const Conv2dParams &p, const ConvShape &s) {
+  // Slices of at least this many columns; about four tiles of 128 x 128
+  // a SM in all.
+  constexpr int64_t kMinSliceColumns = 512, kTile = 128, kTilesPerSm = 4;
+  const int64_t columns = s.images * s.pixels; // the widest GEMM's
+  const int64_t tiles =
+      ((s.kg + kTile - 1) / kTile) * ((s.patch + kTile - 1) / kTile);
+  const int64_t wanted =
+      (kTilesPerSm * std::max(ctx.smCount, 1) + tiles - 1) / tiles;
+  const int64_t bytesPerSlice = p.k * paddedPatch(s) * int64_t(sizeof(float));
+  const int64_t held =
+      ctx.ltWorkspace ? int64_t(ctx.ltWorkspaceBytes) / bytesPerSlice : 0;
+  return std::max<int64_t>(
+      1, std::min({wanted, columns / kMinSliceColumns, held}));
+}
+
+/// dw[r, q] = sum over the slices of partial[slice][r, q] (rows of
+/// `ldp`), in slice order.
+__global__ void sumSlicesKernel(int64_t rows, Divisor patch, int64_t ldp,
+                                int64_t slices, const float *partial,
+                                float *dw) {
+  const int64_t perSlice = rows * ldp;
+  for (int64_t idx = cuda::threadIndex(); idx < rows * patch.value;
+       idx += cuda::threadCount()) {
+    const int64_t r = patch.divide(idx), q = patch.remainder(idx, r);
+    float sum = 0.0f;
+    for (int64_t slice = 0; slice < slices; ++slice)
+      sum += partial[slice * perSlice + r * ldp + q];
+    dw[idx] = sum;
+  }
+}
+
 /// Group g of the output gradients of `count` images from `first` as one
 /// [kg, count * pixels] matrix of Elem: in place (one float32 image, or one
 /// 16-bit image multiplied as stored), widened into `scratch` (one 16-bit
@@ -546,6 +592,55 @@ const Elem *outputGradient(Context &ctx, const Conv2dParams &p,
       asFloat(ctx, dy, first * p.k * s.pixels, p.k * s.pixels, scratch);
     return scratch + g * s.kg * s.pixels;
   }
+}
+
+/// The backward filter with 16-bit operands multiplied as stored, its K
+/// split into `slices` (filterSlices): for each chunk of images and group,
+/// the output gradients (gathered as gemmBackwardFilter gathers them) and
+/// the im2col matrix, then one strided-batched GEMM over the slices of
+/// their columns (the last, shorter slice in a GEMM of its own) adding
+/// into partial sums in the library workspace, [slices, k, patch] with
+/// rows padded to 8 elements (16 bytes); dw is their sum in slice order.
+void nativeBackwardFilter(Context &ctx, const Conv2dParams &p,
+                          const ConvShape &s, const Operand &x,
+                          const Operand &dy, uint16_t *col, uint16_t *stage,
+                          int64_t slices, float *dw) {
+  const int64_t ldp = paddedPatch(s), perSlice = p.k * ldp;
+  auto *partial = static_cast<float *>(ctx.ltWorkspace);
+  if (const cudaError_t error = cudaMemsetAsync(
+          partial, 0, sizeof(float) * slices * perSlice, ctx.stream);
+      error != cudaSuccess) {
+    (void)cudaGetLastError(); // reported here, not by the next launch
+    reportError(ctx, std::string("conv2dBackwardFilterNative16: ") +
+                         cudaGetErrorString(error));
+    return;
+  }
+  for (int64_t first = 0; first < p.n; first += s.images) {
+    const int64_t count = std::min(s.images, p.n - first),
+                  ld = count * s.pixels;
+    // Slices of a multiple of 8 columns keep every slice's first column on
+    // 16 bytes; `full` of them, then the rest.
+    const int64_t length = ((ld + slices - 1) / slices + 7) / 8 * 8;
+    const int64_t full = ld / length, rest = ld - full * length;
+    for (int64_t g = 0; g < p.groups; ++g) {
+      const uint16_t *dyg =
+          outputGradient(ctx, p, s, dy, first, count, g, stage, nullptr);
+      im2col(ctx, p, s, x, first, count, g, col);
+      float *sums = partial + g * s.kg * ldp;
+      if (full > 0)
+        gemm16StridedBatched(ctx, dy.storage, false, true, s.kg, s.patch,
+                             length, 1.0f, dyg, ld, length, col, ld, length,
+                             1.0f, sums, ldp, perSlice, full);
+      if (rest > 0)
+        gemm16(ctx, dy.storage, false, true, s.kg, s.patch, rest, 1.0f,
+               dyg + full * length, ld, col + full * length, ld, 1.0f,
+               sums + full * perSlice, ldp);
+    }
+  }
+  sumSlicesKernel<<<cuda::gridFor(p.k * s.patch), cuda::kBlock, 0,
+                    ctx.stream>>>(p.k, makeDivisor(s.patch, p.k * s.patch), ldp,
+                                  slices, partial, dw);
+  checkLaunch(ctx, "sumSlicesKernel");
 }
 
 /// Where a kernel's matrices go in its workspace (conv2dWorkspaceBytes):
@@ -704,6 +799,12 @@ void convBackwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
   std::pair<Elem *, Elem *> parts =
       split<Elem, Elem>(workspace, s.patch * s.pixels * s.images, native);
   Elem *col = parts.first, *stage = parts.second;
+  if constexpr (native) {
+    if (const int64_t slices = filterSlices(ctx, p, s); slices > 1) {
+      nativeBackwardFilter(ctx, p, s, x, dy, col, stage, slices, dw);
+      return;
+    }
+  }
   // Widened: one 16-bit image's output gradient goes where a stage would.
   float *scratch = native ? nullptr : reinterpret_cast<float *>(stage);
   gemmBackwardFilter(

@@ -425,7 +425,10 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
   // workspace), else the side-by-side GEMM (6x6, 5x5, 1x1 maps); a
   // stride-1 backward data onto such a map runs as the forward of the
   // output gradient by the flipped weight (40x40 grouped; 16x16 unpadded
-  // from a 14x14 map; 8x8 with 5x5 taps).
+  // from a 14x14 map; 8x8 with 5x5 taps). The native backward filter
+  // splits the columns of GEMMs of at least 1024 of them into slices of a
+  // multiple of 8 (16x16 outputs: 2 slices; 40x40: slices of 536 and a
+  // shorter last one, in grouped convolutions too).
   auto problem = [](int64_t h, int64_t kh, int64_t stride, int64_t pad,
                     int64_t c = 4, int64_t k = 6, int64_t groups = 2,
                     int64_t dilation = 1,
