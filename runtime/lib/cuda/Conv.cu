@@ -63,7 +63,14 @@ struct ConvDivisors {
   Divisor plane; ///< cg * h * w: one image's input channels of the group
   Divisor inPlane, w;
   Divisor strideH, strideW;
+  Divisor runs; ///< kIm2colRun-element runs in an output row
+  Divisor oh;
+  Divisor images; ///< the images of the GEMM
 };
+
+/// Output pixels of an im2col row a thread copies at once: a vector of 16
+/// bytes of 16-bit values.
+constexpr int kIm2colRun = 8;
 
 /// The divisors for `count` images per GEMM, every index below `bound`.
 ConvDivisors convDivisors(const Conv2dParams &p, const ConvShape &s,
@@ -80,6 +87,9 @@ ConvDivisors convDivisors(const Conv2dParams &p, const ConvShape &s,
   // col2im divides offsets below h + padTop (w + padLeft) by the strides.
   d.strideH = makeDivisor(p.strideH, p.h + p.padTop);
   d.strideW = makeDivisor(p.strideW, p.w + p.padLeft);
+  d.runs = makeDivisor((p.ow + kIm2colRun - 1) / kIm2colRun, bound);
+  d.oh = makeDivisor(p.oh, bound);
+  d.images = makeDivisor(count, bound);
   return d;
 }
 
@@ -99,32 +109,71 @@ ColLayout imageMajor(const ConvShape &s) {
   return {s.pixels, s.patch * s.pixels};
 }
 
+/// Stores the n <= kIm2colRun values at dst: as one vector where `vector`
+/// (n == kIm2colRun, dst on 16 bytes for 16-bit Out, on 32 for float32),
+/// else one at a time.
+template <typename Out>
+__device__ inline void storeRun(Out *dst, const Out *v, int n, bool vector) {
+  if (vector) {
+    if constexpr (std::is_same_v<Out, uint16_t>) {
+      uint32_t w[kIm2colRun / 2];
+#pragma unroll
+      for (int e = 0; e < kIm2colRun / 2; ++e) // little-endian
+        w[e] = v[2 * e] | static_cast<uint32_t>(v[2 * e + 1]) << 16;
+      *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+      reinterpret_cast<float4 *>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4 *>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kIm2colRun; ++e)
+    if (e < n)
+      dst[e] = v[e];
+}
+
 /// col[r, j, oy * ow + ox] (at `at` in layout `c`) = x_j[ci, iy, ix] (0 in
 /// padding) for the `count` images x_j = x + j * imageStride, r = (ci *
-/// kh + i) * kw + j; one thread per col element, consecutive threads along
-/// the pixels, so writes are coalesced. T is float or uint16_t (bfloat16
-/// when Bf16, else float16); col is float32 (widened) or holds the 16 bits
-/// as stored (Out = uint16_t; 0 is +0 in both formats).
+/// kh + i) * kw + j. A thread copies a run of kIm2colRun consecutive
+/// output pixels of one row (fewer at a row's end): the coordinates are
+/// worked out once a run rather than once an element, and a whole run
+/// whose first element lies on a vector's bounds in `col` (aligned, the
+/// host's `vectors`) is written as one vector. Consecutive threads take
+/// consecutive runs, so writes are coalesced. T is float or uint16_t
+/// (bfloat16 when Bf16, else float16); col is float32 (widened) or holds
+/// the 16 bits as stored (Out = uint16_t; 0 is +0 in both formats).
 template <typename T, typename Out, bool Bf16>
 __global__ void im2colKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
                              const T *x, int64_t count, int64_t imageStride,
-                             ColLayout c, Out *col) {
-  const int64_t ld = count * s.pixels, total = s.patch * ld;
+                             ColLayout c, bool vectors, Out *col) {
+  const int64_t total = s.patch * count * p.oh * d.runs.value;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
-    const int64_t r = d.ld.divide(idx), column = d.ld.remainder(idx, r);
-    const int64_t image = d.pixels.divide(column),
-                  pixel = d.pixels.remainder(column, image);
+    const int64_t row = d.runs.divide(idx), run = d.runs.remainder(idx, row);
+    const int64_t rest = d.oh.divide(row), oy = d.oh.remainder(row, rest);
+    const int64_t r = d.images.divide(rest),
+                  image = d.images.remainder(rest, r);
     const int64_t ci = d.taps.divide(r), tap = d.taps.remainder(r, ci);
     const int64_t i = d.kw.divide(tap), j = d.kw.remainder(tap, i);
-    const int64_t oy = d.ow.divide(pixel), ox = d.ow.remainder(pixel, oy);
+    const int64_t ox0 = run * kIm2colRun;
+    const int n =
+        p.ow - ox0 < kIm2colRun ? static_cast<int>(p.ow - ox0) : kIm2colRun;
     const int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
-    const int64_t ix = ox * p.strideW - p.padLeft + j * p.dilationW;
-    col[r * c.row + image * c.image + pixel] =
-        (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
-            ? loadAs<Out>(
-                  x[image * imageStride + ci * s.inPlane + iy * p.w + ix], Bf16)
-            : Out(0);
+    const int64_t ix0 = ox0 * p.strideW - p.padLeft + j * p.dilationW;
+    const T *src = x + image * imageStride + ci * s.inPlane + iy * p.w;
+    const bool rowInside = iy >= 0 && iy < p.h;
+    Out v[kIm2colRun];
+#pragma unroll
+    for (int e = 0; e < kIm2colRun; ++e) {
+      const int64_t ix = ix0 + e * p.strideW;
+      v[e] = rowInside && e < n && ix >= 0 && ix < p.w
+                 ? loadAs<Out>(src[ix], Bf16)
+                 : Out(0);
+    }
+    const int64_t at = r * c.row + image * c.image + oy * p.ow + ox0;
+    storeRun(col + at, v, n,
+             vectors && n == kIm2colRun && at % kIm2colRun == 0);
   }
 }
 
@@ -364,12 +413,19 @@ void im2colAs(Context &ctx, const Conv2dParams &p, const ConvShape &s,
   int64_t offset = (first * p.c + g * s.cg) * s.inPlane;
   withStorage(x, [&](auto t, auto bf16) {
     using T = decltype(t);
+    const int64_t runs =
+        s.patch * count * p.oh * ((p.ow + kIm2colRun - 1) / kIm2colRun);
+    // Vectors of a run's bytes: col aligned to one, and rows and images
+    // whole runs apart (runs at multiples of kIm2colRun then start on one).
+    const bool vectors =
+        reinterpret_cast<uintptr_t>(col) % (kIm2colRun * sizeof(Out)) == 0 &&
+        layout.row % kIm2colRun == 0 && layout.image % kIm2colRun == 0;
     if constexpr (std::is_same_v<Out, float> || !std::is_same_v<T, float>)
-      im2colKernel<T, Out, bf16()><<<cuda::gridFor(s.patch * s.pixels * count),
-                                     cuda::kBlock, 0, ctx.stream>>>(
-          p, s, convDivisors(p, s, count, s.patch * s.pixels * count),
-          static_cast<const T *>(x.data) + offset, count, p.c * s.inPlane,
-          layout, col);
+      im2colKernel<T, Out, bf16()>
+          <<<cuda::gridFor(runs), cuda::kBlock, 0, ctx.stream>>>(
+              p, s, convDivisors(p, s, count, runs),
+              static_cast<const T *>(x.data) + offset, count, p.c * s.inPlane,
+              layout, vectors, col);
   });
   checkLaunch(ctx, "im2colKernel");
 }
@@ -530,13 +586,21 @@ void nativeBackwardData(Context &ctx, const Conv2dParams &p, const ConvShape &s,
 /// others, and ResNet's stem has 147).
 int64_t paddedPatch(const ConvShape &s) { return (s.patch + 7) / 8 * 8; }
 
+/// Whether the native backward filter takes a slice an image
+/// (pointwiseBackwardFilter): a pointwise convolution whose planes are
+/// 16-byte rows of at least 512 pixels.
+bool pointwiseByImage(const Conv2dParams &p, const ConvShape &s) {
+  return convIsPointwise(p) && convNativeBatched(p) && s.pixels >= 512;
+}
+
 /// The backward filter's GEMMs (native 16-bit) are dw_g [kg, patch] =
 /// dy_g [kg, columns] * col^T: a small result over a long K (ResNet-50's
 /// 64 x 576 over 31360 columns a GEMM), which a GEMM covers with a few
 /// tiles on a few SMs (1.4 ms for such a 14.8 GFLOP convolution on an
 /// H200). Split into this many slices of K instead, one strided-batched
 /// GEMM runs the slices side by side into float32 partial sums that a
-/// small kernel adds in slice order afterwards.
+/// small kernel adds in slice order afterwards: slices of the columns, or
+/// for pointwiseByImage images (then without copies of the operands).
 int64_t filterSlices(Context &ctx, const Conv2dParams &p, const ConvShape &s) {
   // Slices of at least this many columns; about four tiles of 128 x 128
   // a SM in all.
@@ -549,6 +613,8 @@ int64_t filterSlices(Context &ctx, const Conv2dParams &p, const ConvShape &s) {
   const int64_t bytesPerSlice = p.k * paddedPatch(s) * int64_t(sizeof(float));
   const int64_t held =
       ctx.ltWorkspace ? int64_t(ctx.ltWorkspaceBytes) / bytesPerSlice : 0;
+  if (pointwiseByImage(p, s))
+    return std::max<int64_t>(1, std::min({wanted, p.n, held}));
   return std::max<int64_t>(
       1, std::min({wanted, columns / kMinSliceColumns, held}));
 }
@@ -594,27 +660,47 @@ const Elem *outputGradient(Context &ctx, const Conv2dParams &p,
   }
 }
 
-/// The backward filter with 16-bit operands multiplied as stored, its K
-/// split into `slices` (filterSlices): for each chunk of images and group,
-/// the output gradients (gathered as gemmBackwardFilter gathers them) and
-/// the im2col matrix, then one strided-batched GEMM over the slices of
-/// their columns (the last, shorter slice in a GEMM of its own) adding
-/// into partial sums in the library workspace, [slices, k, patch] with
-/// rows padded to 8 elements (16 bytes); dw is their sum in slice order.
-void nativeBackwardFilter(Context &ctx, const Conv2dParams &p,
-                          const ConvShape &s, const Operand &x,
-                          const Operand &dy, uint16_t *col, uint16_t *stage,
-                          int64_t slices, float *dw) {
-  const int64_t ldp = paddedPatch(s), perSlice = p.k * ldp;
+/// Zeroes `slices` partial sums of a weight (filterSlices) in the library
+/// workspace; null (reported) if the memset cannot be queued.
+float *zeroPartialSums(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+                       int64_t slices) {
   auto *partial = static_cast<float *>(ctx.ltWorkspace);
   if (const cudaError_t error = cudaMemsetAsync(
-          partial, 0, sizeof(float) * slices * perSlice, ctx.stream);
+          partial, 0, sizeof(float) * slices * p.k * paddedPatch(s),
+          ctx.stream);
       error != cudaSuccess) {
     (void)cudaGetLastError(); // reported here, not by the next launch
     reportError(ctx, std::string("conv2dBackwardFilterNative16: ") +
                          cudaGetErrorString(error));
-    return;
+    return nullptr;
   }
+  return partial;
+}
+
+/// dw = the sum of the partial sums in slice order.
+void sumPartialSums(Context &ctx, const Conv2dParams &p, const ConvShape &s,
+                    int64_t slices, const float *partial, float *dw) {
+  sumSlicesKernel<<<cuda::gridFor(p.k * s.patch), cuda::kBlock, 0,
+                    ctx.stream>>>(p.k, makeDivisor(s.patch, p.k * s.patch),
+                                  paddedPatch(s), slices, partial, dw);
+  checkLaunch(ctx, "sumSlicesKernel");
+}
+
+/// The native backward filter with its K split into `slices`
+/// (filterSlices): for each chunk of images and group, the output
+/// gradients (gathered as gemmBackwardFilter gathers them) and the im2col
+/// matrix, then one strided-batched GEMM over the slices of their columns
+/// (the last, shorter slice in a GEMM of its own) adding into partial sums
+/// in the library workspace, [slices, k, patch] with rows padded to 8
+/// elements (16 bytes); dw is their sum in slice order.
+void slicedBackwardFilter(Context &ctx, const Conv2dParams &p,
+                          const ConvShape &s, const Operand &x,
+                          const Operand &dy, uint16_t *col, uint16_t *stage,
+                          int64_t slices, float *dw) {
+  const int64_t ldp = paddedPatch(s), perSlice = p.k * ldp;
+  float *partial = zeroPartialSums(ctx, p, s, slices);
+  if (!partial)
+    return;
   for (int64_t first = 0; first < p.n; first += s.images) {
     const int64_t count = std::min(s.images, p.n - first),
                   ld = count * s.pixels;
@@ -637,10 +723,32 @@ void nativeBackwardFilter(Context &ctx, const Conv2dParams &p,
                sums + full * perSlice, ldp);
     }
   }
-  sumSlicesKernel<<<cuda::gridFor(p.k * s.patch), cuda::kBlock, 0,
-                    ctx.stream>>>(p.k, makeDivisor(s.patch, p.k * s.patch), ldp,
-                                  slices, partial, dw);
-  checkLaunch(ctx, "sumSlicesKernel");
+  sumPartialSums(ctx, p, s, slices, partial, dw);
+}
+
+/// The native backward filter of a pointwise convolution whose planes are
+/// 16-byte rows (convNativeBatched), a slice an image: each image's output
+/// gradient and input planes, read where they are (no gather, no im2col
+/// copy), are one GEMM of a strided-batched one over `slices` images at a
+/// time, image j adding into partial sum j % slices.
+void pointwiseBackwardFilter(Context &ctx, const Conv2dParams &p,
+                             const ConvShape &s, const Operand &x,
+                             const Operand &dy, int64_t slices, float *dw) {
+  const int64_t ldp = paddedPatch(s), perSlice = p.k * ldp;
+  float *partial = zeroPartialSums(ctx, p, s, slices);
+  if (!partial)
+    return;
+  const auto *xs = static_cast<const uint16_t *>(x.data);
+  const auto *dys = static_cast<const uint16_t *>(dy.data);
+  for (int64_t g = 0; g < p.groups; ++g)
+    for (int64_t first = 0; first < p.n; first += slices)
+      gemm16StridedBatched(ctx, dy.storage, false, true, s.kg, s.cg, s.pixels,
+                           1.0f, dys + (first * p.k + g * s.kg) * s.pixels,
+                           s.pixels, p.k * s.pixels,
+                           xs + (first * p.c + g * s.cg) * s.pixels, s.pixels,
+                           p.c * s.pixels, 1.0f, partial + g * s.kg * ldp, ldp,
+                           perSlice, std::min(slices, p.n - first));
+  sumPartialSums(ctx, p, s, slices, partial, dw);
 }
 
 /// Where a kernel's matrices go in its workspace (conv2dWorkspaceBytes):
@@ -801,7 +909,10 @@ void convBackwardFilter(Context &ctx, const Conv2dParams &p, const Operand &x,
   Elem *col = parts.first, *stage = parts.second;
   if constexpr (native) {
     if (const int64_t slices = filterSlices(ctx, p, s); slices > 1) {
-      nativeBackwardFilter(ctx, p, s, x, dy, col, stage, slices, dw);
+      if (pointwiseByImage(p, s))
+        pointwiseBackwardFilter(ctx, p, s, x, dy, slices, dw);
+      else
+        slicedBackwardFilter(ctx, p, s, x, dy, col, stage, slices, dw);
       return;
     }
   }

@@ -428,7 +428,9 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
   // from a 14x14 map; 8x8 with 5x5 taps). The native backward filter
   // splits the columns of GEMMs of at least 1024 of them into slices of a
   // multiple of 8 (16x16 outputs: 2 slices; 40x40: slices of 536 and a
-  // shorter last one, in grouped convolutions too).
+  // shorter last one, in grouped convolutions too), or for pointwise ones
+  // of at least 512 pixels a multiple of 8 (40x40, 24x24 grouped) takes a
+  // slice an image.
   auto problem = [](int64_t h, int64_t kh, int64_t stride, int64_t pad,
                     int64_t c = 4, int64_t k = 6, int64_t groups = 2,
                     int64_t dilation = 1,
@@ -455,7 +457,8 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
                                         problem(40, 1, 1, 0, 4, 6, 1),
                                         problem(9, 1, 2, 0, 4, 6, 1),
                                         problem(16, 3, 1, 0, 3, 5, 1),
-                                        problem(8, 5, 1, 2, 2, 4, 1)};
+                                        problem(8, 5, 1, 2, 2, 4, 1),
+                                        problem(24, 1, 1, 0)};
 #ifdef MTC_RUNTIME_CUDA
   for (size_t i = 0, n = problems.size(); i < n; ++i) {
     Conv2dParams p = problems[i];
@@ -574,6 +577,16 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
     checkRounded(dx16, xs, want.dx);
     conv2dBackwardFilterNative16(ctx, Storage16::Bf16, p, x16, dy16, dw,
                                  native(ConvKernel::BackwardFilter));
+    checkThenPoison(dw, ws, want.dw);
+    // On a GPU of one SM the backward filter wants fewer slices (about
+    // four tiles in all): pointwise ones of 512 pixels or more take 4
+    // images at a time into 4 partial sums, the fifth image adding into
+    // the first; others 4 slices of their columns.
+    const int sms = ctx.smCount;
+    ctx.smCount = 1;
+    conv2dBackwardFilterNative16(ctx, Storage16::Bf16, p, x16, dy16, dw,
+                                 native(ConvKernel::BackwardFilter));
+    ctx.smCount = sms;
     checkThenPoison(dw, ws, want.dw);
 #endif
   }
