@@ -105,8 +105,8 @@ struct ColLayout {
 ColLayout sideBySide(const ConvShape &s, int64_t count) {
   return {count * s.pixels, s.pixels};
 }
-ColLayout imageMajor(const ConvShape &s) {
-  return {s.pixels, s.patch * s.pixels};
+ColLayout imageMajor(const ConvShape &s, int64_t rows) {
+  return {s.pixels, rows * s.pixels};
 }
 
 /// Stores the n <= kIm2colRun values at dst: as one vector where `vector`
@@ -135,7 +135,8 @@ __device__ inline void storeRun(Out *dst, const Out *v, int n, bool vector) {
 
 /// col[r, j, oy * ow + ox] (at `at` in layout `c`) = x_j[ci, iy, ix] (0 in
 /// padding) for the `count` images x_j = x + j * imageStride, r = (ci *
-/// kh + i) * kw + j. A thread copies a run of kIm2colRun consecutive
+/// kh + i) * kw + j, and zero rows from r = patch to `rows` (a padded K).
+/// A thread copies a run of kIm2colRun consecutive
 /// output pixels of one row (fewer at a row's end): the coordinates are
 /// worked out once a run rather than once an element, and a whole run
 /// whose first element lies on a vector's bounds in `col` (aligned, the
@@ -146,8 +147,9 @@ __device__ inline void storeRun(Out *dst, const Out *v, int n, bool vector) {
 template <typename T, typename Out, bool Bf16>
 __global__ void im2colKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
                              const T *x, int64_t count, int64_t imageStride,
-                             ColLayout c, bool vectors, Out *col) {
-  const int64_t total = s.patch * count * p.oh * d.runs.value;
+                             ColLayout c, int64_t rows, bool vectors,
+                             Out *col) {
+  const int64_t total = rows * count * p.oh * d.runs.value;
   for (int64_t idx = cuda::threadIndex(); idx < total;
        idx += cuda::threadCount()) {
     const int64_t row = d.runs.divide(idx), run = d.runs.remainder(idx, row);
@@ -162,7 +164,7 @@ __global__ void im2colKernel(Conv2dParams p, ConvShape s, ConvDivisors d,
     const int64_t iy = oy * p.strideH - p.padTop + i * p.dilationH;
     const int64_t ix0 = ox0 * p.strideW - p.padLeft + j * p.dilationW;
     const T *src = x + image * imageStride + ci * s.inPlane + iy * p.w;
-    const bool rowInside = iy >= 0 && iy < p.h;
+    const bool rowInside = r < s.patch && iy >= 0 && iy < p.h;
     Out v[kIm2colRun];
 #pragma unroll
     for (int e = 0; e < kIm2colRun; ++e) {
@@ -274,6 +276,17 @@ __global__ void flipWeightKernel(int64_t count, Divisor taps, Divisor kg,
     const int64_t g = cg.divide(pairs), ci = cg.remainder(pairs, g);
     flipped[idx] = w[((g * kg.value + ko) * cg.value + ci) * taps.value +
                      taps.value - 1 - t];
+  }
+}
+
+/// padded[r, q] = w[r, q] for q < cols, 0 up to the padded rows' length
+/// (`padded` as a Divisor): r < rows.
+__global__ void padRowsKernel(int64_t rows, int64_t cols, Divisor padded,
+                              const uint16_t *w, uint16_t *out) {
+  for (int64_t idx = cuda::threadIndex(); idx < rows * padded.value;
+       idx += cuda::threadCount()) {
+    const int64_t r = padded.divide(idx), q = padded.remainder(idx, r);
+    out[idx] = q < cols ? w[r * cols + q] : uint16_t(0);
   }
 }
 
@@ -405,16 +418,18 @@ __global__ void depthwiseBackwardFilterKernel(Conv2dParams p, ConvShape s,
 }
 
 /// The im2col matrix of `count` images of group g from image `first`, in
-/// `layout`: float32, or (Out = uint16_t, x stored in 16 bits) 16-bit.
+/// `layout`: float32, or (Out = uint16_t, x stored in 16 bits) 16-bit; its
+/// rows from patch to `rows` (0: none) are zeros.
 template <typename Out>
 void im2colAs(Context &ctx, const Conv2dParams &p, const ConvShape &s,
               const Operand &x, int64_t first, int64_t count, int64_t g,
-              ColLayout layout, Out *col) {
+              ColLayout layout, Out *col, int64_t rows = 0) {
+  rows = std::max(rows, s.patch);
   int64_t offset = (first * p.c + g * s.cg) * s.inPlane;
   withStorage(x, [&](auto t, auto bf16) {
     using T = decltype(t);
     const int64_t runs =
-        s.patch * count * p.oh * ((p.ow + kIm2colRun - 1) / kIm2colRun);
+        rows * count * p.oh * ((p.ow + kIm2colRun - 1) / kIm2colRun);
     // Vectors of a run's bytes: col aligned to one, and rows and images
     // whole runs apart (runs at multiples of kIm2colRun then start on one).
     const bool vectors =
@@ -425,7 +440,7 @@ void im2colAs(Context &ctx, const Conv2dParams &p, const ConvShape &s,
           <<<cuda::gridFor(runs), cuda::kBlock, 0, ctx.stream>>>(
               p, s, convDivisors(p, s, count, runs),
               static_cast<const T *>(x.data) + offset, count, p.c * s.inPlane,
-              layout, vectors, col);
+              layout, rows, vectors, col);
   });
   checkLaunch(ctx, "im2colKernel");
 }
@@ -507,6 +522,12 @@ void col2imGroup(Context &ctx, Storage16 storage, const Conv2dParams &p,
 
 #include "ConvGemms.inc"
 
+/// patch elements padded to a multiple of 8: the rows of the native
+/// forward's GEMM operands and of the backward filter's partial sums
+/// (16-byte rows: cuBLAS takes much slower kernels for others, and
+/// ResNet's stem has 147).
+int64_t paddedPatch(const ConvShape &s) { return (s.patch + 7) / 8 * 8; }
+
 /// The images a native 16-bit forward or backward data takes per
 /// strided-batched GEMM (convNativeBatched): all of them when the convolution
 /// is pointwise (no im2col matrix), else as many as the workspace's matrix
@@ -535,17 +556,31 @@ template <typename Y>
 void nativeForward(Context &ctx, const Conv2dParams &p, const ConvShape &s,
                    const Operand &x, const uint16_t *w, uint16_t *col, Y *y) {
   const bool pointwise = convIsPointwise(p);
+  // The GEMM's K: the im2col matrix's rows, padded to a multiple of 8 with
+  // zero rows, the weight's copy in the workspace with zero columns
+  // (conv2dWorkspaceBytes).
+  const int64_t rows = pointwise ? s.patch : paddedPatch(s);
+  if (rows != s.patch) {
+    const int64_t colBytes =
+        (rows * s.pixels * nativeImages(p, s) * 2 + 255) / 256 * 256;
+    auto *padded = reinterpret_cast<uint16_t *>(
+        reinterpret_cast<unsigned char *>(col) + colBytes);
+    padRowsKernel<<<cuda::gridFor(p.k * rows), cuda::kBlock, 0, ctx.stream>>>(
+        p.k, s.patch, makeDivisor(rows, p.k * rows), w, padded);
+    checkLaunch(ctx, "padRowsKernel");
+    w = padded;
+  }
   forEachNativeGemm(p, s, [&](int64_t first, int64_t count, int64_t g) {
     const uint16_t *b = static_cast<const uint16_t *>(x.data) +
                         (first * p.c + g * s.cg) * s.inPlane;
     int64_t strideB = p.c * s.inPlane;
     if (!pointwise) {
-      im2colAs(ctx, p, s, x, first, count, g, imageMajor(s), col);
+      im2colAs(ctx, p, s, x, first, count, g, imageMajor(s, rows), col, rows);
       b = col;
-      strideB = s.patch * s.pixels;
+      strideB = rows * s.pixels;
     }
-    gemm16StridedBatched(ctx, x.storage, false, false, s.kg, s.pixels, s.patch,
-                         1.0f, w + g * s.kg * s.patch, s.patch, 0, b, s.pixels,
+    gemm16StridedBatched(ctx, x.storage, false, false, s.kg, s.pixels, rows,
+                         1.0f, w + g * s.kg * rows, rows, 0, b, s.pixels,
                          strideB, 0.0f, y + (first * p.k + g * s.kg) * s.pixels,
                          s.pixels, p.k * s.pixels, count);
   });
@@ -576,15 +611,11 @@ void nativeBackwardData(Context &ctx, const Conv2dParams &p, const ConvShape &s,
       products(planes, p.c * s.inPlane);
     } else {
       products(col, s.patch * s.pixels);
-      col2imAs(ctx, dy.storage, p, s, col, imageMajor(s), count, planes);
+      col2imAs(ctx, dy.storage, p, s, col, imageMajor(s, s.patch), count,
+               planes);
     }
   });
 }
-
-/// A row of the backward filter's partial sums: patch elements padded to
-/// a multiple of 8 (16-byte rows: cuBLAS takes much slower kernels for
-/// others, and ResNet's stem has 147).
-int64_t paddedPatch(const ConvShape &s) { return (s.patch + 7) / 8 * 8; }
 
 /// Whether the native backward filter takes a slice an image
 /// (pointwiseBackwardFilter): a pointwise convolution whose planes are

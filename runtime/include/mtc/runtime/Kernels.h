@@ -213,7 +213,11 @@ inline int64_t convImagesPerGemm(const Conv2dParams &p) {
 /// 16-bit output gradients (backward), from the next multiple of 256
 /// bytes. A forward or backward data that runs one strided-batched GEMM
 /// over the images (convNativeBatched) needs no staging matrix, and a
-/// pointwise one (convIsPointwise) no im2col matrix either. A backward
+/// pointwise one (convIsPointwise) no im2col matrix either; such a forward
+/// pads its im2col matrix's rows to a multiple of 8 (the GEMM's K: 16-byte
+/// rows of the weight, which cuBLAS's fast kernels need), and where that
+/// pads, the weight's padded copy follows from the next multiple of 256
+/// bytes. A backward
 /// data run as a forward (convBackwardDataAsForward) keeps the flipped
 /// 16-bit weight, then that forward's matrices. The compiler plans exactly
 /// this many bytes as the op's temporary; none for a depthwise
@@ -236,6 +240,14 @@ inline uint64_t conv2dWorkspaceBytes(const Conv2dParams &p,
                   columns = p.oh * p.ow * convImagesPerGemm(p);
     const int64_t col =
         patch * columns * (kernel == ConvKernel::BackwardData ? 4 : 2);
+    if (kernel == ConvKernel::Forward && convNativeBatched(p) &&
+        !convIsPointwise(p)) {
+      // The im2col matrix's rows (the GEMM's K) padded to a multiple of 8,
+      // and then the weight's rows too (ResNet's stem: 147 to 152).
+      const int64_t rows = (patch + 7) / 8 * 8, padded = rows * columns * 2;
+      return static_cast<uint64_t>(
+          rows == patch ? padded : (padded + 255) / 256 * 256 + p.k * rows * 2);
+    }
     if (kernel != ConvKernel::BackwardFilter && convNativeBatched(p))
       return convIsPointwise(p) ? 0 : static_cast<uint64_t>(col);
     const int64_t stage =
