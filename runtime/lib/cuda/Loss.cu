@@ -168,21 +168,7 @@ __device__ inline int loadChunk(const In *row, int64_t i, int64_t c,
                                 bool vectors, bool bf16, float *v) {
   const int n = c - i < kCeChunk ? static_cast<int>(c - i) : kCeChunk;
   if (vectors && n == kCeChunk) {
-    if constexpr (sizeof(In) == sizeof(float)) {
-      const float4 *q = reinterpret_cast<const float4 *>(row + i);
-      const float4 a = q[0], b = q[1];
-      const float w[kCeChunk] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int e = 0; e < kCeChunk; ++e)
-        v[e] = w[e];
-    } else {
-      const uint4 q = *reinterpret_cast<const uint4 *>(row + i);
-      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-      for (int e = 0; e < kCeChunk; ++e) // little-endian: low half first
-        v[e] = storedToFloat(static_cast<uint16_t>(w[e / 2] >> (e % 2 * 16)),
-                             bf16);
-    }
+    cuda::loadValues<kCeChunk>(row + i, bf16, v);
     return n;
   }
 #pragma unroll
@@ -198,22 +184,7 @@ template <typename Out>
 __device__ inline void storeChunk(Out *row, int64_t i, int n, bool vectors,
                                   bool bf16, const float *v) {
   if (vectors && n == kCeChunk) {
-    if constexpr (sizeof(Out) == sizeof(float)) {
-      float4 *q = reinterpret_cast<float4 *>(row + i);
-      q[0] = make_float4(v[0], v[1], v[2], v[3]);
-      q[1] = make_float4(v[4], v[5], v[6], v[7]);
-    } else {
-      uint32_t w[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const uint16_t lo =
-            bf16 ? floatToBf16(v[2 * k]) : floatToHalf(v[2 * k]);
-        const uint16_t hi =
-            bf16 ? floatToBf16(v[2 * k + 1]) : floatToHalf(v[2 * k + 1]);
-        w[k] = lo | static_cast<uint32_t>(hi) << 16;
-      }
-      *reinterpret_cast<uint4 *>(row + i) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
+    cuda::storeValues<kCeChunk>(row + i, bf16, v);
     return;
   }
 #pragma unroll

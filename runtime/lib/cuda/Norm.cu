@@ -54,73 +54,8 @@ constexpr int kRowSlices = 16;
 constexpr int64_t kMaxGridY = 65535;
 
 using cuda::blockSum;
-
-/// The V consecutive values at p widened to float: float32, or 16-bit
-/// (bfloat16 when `bf16`). V is 1, 4 or 8; p is aligned to V values (to 16
-/// bytes at most): float32 moves as V / 4 float4 vectors, 16-bit values as
-/// one vector of 8 or 16 bytes.
-template <int V>
-__device__ inline void loadValues(const float *p, bool, float *v) {
-  if constexpr (V == 1) {
-    v[0] = *p;
-  } else {
-#pragma unroll
-    for (int q = 0; q < V / 4; ++q) {
-      const float4 f = reinterpret_cast<const float4 *>(p)[q];
-      v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z,
-            v[4 * q + 3] = f.w;
-    }
-  }
-}
-template <int V>
-__device__ inline void loadValues(const uint16_t *p, bool bf16, float *v) {
-  uint32_t words[(V + 1) / 2];
-  if constexpr (V == 1) {
-    words[0] = *p;
-  } else if constexpr (V == 4) {
-    const uint2 q = *reinterpret_cast<const uint2 *>(p);
-    words[0] = q.x, words[1] = q.y;
-  } else {
-    const uint4 q = *reinterpret_cast<const uint4 *>(p);
-    words[0] = q.x, words[1] = q.y, words[2] = q.z, words[3] = q.w;
-  }
-#pragma unroll
-  for (int e = 0; e < V; ++e) {
-    // Little-endian: the lower half of a word is the earlier value.
-    const uint16_t h = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
-    v[e] = bf16 ? bf16ToFloat(h) : halfToFloat(h);
-  }
-}
-
-/// Stores V values at p (aligned as for loadValues): as float32, or
-/// rounded to 16 bits (bfloat16 when `bf16`).
-template <int V>
-__device__ inline void storeValues(float *p, bool, const float *v) {
-  if constexpr (V == 1) {
-    *p = v[0];
-  } else {
-#pragma unroll
-    for (int q = 0; q < V / 4; ++q)
-      reinterpret_cast<float4 *>(p)[q] =
-          make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-  }
-}
-template <int V>
-__device__ inline void storeValues(uint16_t *p, bool bf16, const float *v) {
-  uint32_t words[(V + 1) / 2] = {};
-#pragma unroll
-  for (int e = 0; e < V; ++e) {
-    const uint16_t h = bf16 ? floatToBf16(v[e]) : floatToHalf(v[e]);
-    words[e / 2] |= uint32_t(h) << (16 * (e % 2));
-  }
-  if constexpr (V == 1)
-    *p = static_cast<uint16_t>(words[0]);
-  else if constexpr (V == 4)
-    *reinterpret_cast<uint2 *>(p) = make_uint2(words[0], words[1]);
-  else
-    *reinterpret_cast<uint4 *>(p) =
-        make_uint4(words[0], words[1], words[2], words[3]);
-}
+using cuda::loadValues;
+using cuda::storeValues;
 
 /// Calls f(offset) for the vectors of V elements (offset: the first's) of
 /// channel ch of [n, c, inner] that this thread handles when the channel is
