@@ -143,9 +143,27 @@ __global__ void ceBackwardKernel(int64_t n, int64_t c, int64_t d, Divisor image,
 
 constexpr int kRowThreads = 512;
 
-__device__ inline float blockMax(float value, float *scratch) {
-  return cuda::blockReduce(value, scratch,
-                           [](float a, float b) { return fmaxf(a, b); });
+/// A row's (or a part's) largest logit and the sum of its exponentials
+/// relative to it; none yet: -inf and 0 (kNoLogits).
+struct MaxSum {
+  float max, sum;
+};
+constexpr MaxSum kNoLogits = {-INFINITY, 0.0f};
+
+/// The lane `offset` away's pair (cuda::blockReduce's shuffle).
+__device__ inline MaxSum shuffleXor(MaxSum value, int offset) {
+  return {__shfl_xor_sync(0xffffffffu, value.max, offset),
+          __shfl_xor_sync(0xffffffffu, value.sum, offset)};
+}
+
+/// The pair of both parts: each sum rescaled to the larger maximum. The
+/// same bits either way round (fmaxf and + commute; products are not
+/// contracted into fused multiply-adds), as blockReduce needs.
+__device__ inline MaxSum combine(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.max, b.max);
+  if (m == -INFINITY)
+    return kNoLogits;
+  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
 }
 
 /// The row kernel's elements go in chunks of kCeChunk consecutive ones:
@@ -199,14 +217,14 @@ __device__ inline void storeChunk(Out *row, int64_t i, int n, bool vectors,
 }
 
 /// softmaxCrossEntropyWithGrad's rows [first, last), a block per row: the
-/// row's maximum and sum of exponentials (as softmaxForwardKernel), its
-/// loss term into rowLoss, then the gradient as ceBackwardKernel writes
-/// it, as float (Out = float) or rounded to 16 bits (Out = uint16_t). The
-/// logits are float32 or (In = uint16_t) 16 bits in the same format. With
-/// `staged`, the block first copies its row into dynamic shared memory
-/// (c elements of In) and its three passes read it there: the logits are
-/// read from memory once instead of three times, and the numbers are the
-/// same. Rows are `ld` elements apart in logits and dlogits; where they
+/// row's maximum and sum of exponentials in one pass, its loss term into
+/// rowLoss, then, in a second pass, the gradient as ceBackwardKernel
+/// writes it, as float (Out = float) or rounded to 16 bits (Out =
+/// uint16_t). The logits are float32 or (In = uint16_t) 16 bits in the same
+/// format. With `staged`, the block first copies its row into dynamic
+/// shared memory (c elements of In) and both passes read it there: the
+/// logits are read from memory once instead of twice, and the numbers are
+/// the same. Rows are `ld` elements apart in logits and dlogits; where they
 /// start on 16 bytes (the memory plan pads GEMM outputs so), they are read
 /// and written 16 bytes at a time (kCeChunk).
 template <typename In, typename Out>
@@ -216,7 +234,7 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
                      const float *dloss, bool mean, int64_t ignoreIndex,
                      float *rowLoss, Out *dlogits, bool bf16, bool staged,
                      cuda::DeviceErrorRecord *errors) {
-  __shared__ float scratch[kRowThreads / 32];
+  __shared__ MaxSum pairScratch[kRowThreads / 32];
   extern __shared__ __align__(16) unsigned char ceRowCache[];
   // Without dlogits, the loss alone (dloss is then null).
   float scale = dlogits ? dloss[0] : 0.0f;
@@ -252,29 +270,39 @@ ceWithGradRowsKernel(int64_t first, int64_t last, int64_t c, int64_t ld,
         f(i, v, loadChunk(src, i, c, readVectors, bf16, v));
       }
     };
-    // f(x) for each of the thread's logits, in the same order.
-    auto eachLogit = [&](auto f) {
-      eachChunk([&](int64_t, float *v, int n) {
+    // The maximum and the sum of exponentials in one pass: a thread's sum
+    // is relative to the largest logit it has seen, rescaled when a chunk
+    // raises it (online softmax), and the block combines the threads'
+    // pairs the same way.
+    MaxSum stats = kNoLogits;
+    eachChunk([&](int64_t, float *v, int n) {
+      float chunkMax = stats.max;
 #pragma unroll
-        for (int e = 0; e < kCeChunk; ++e)
-          if (e < n)
-            f(v[e]);
-      });
-    };
-    float maxValue = -INFINITY;
-    eachLogit([&](float x) { maxValue = fmaxf(maxValue, x); });
-    maxValue = blockMax(maxValue, scratch);
-    if (isinf(maxValue) && maxValue < 0)
-      maxValue = 0.0f;
-    float sum = 0.0f;
-    eachLogit([&](float x) { sum += expf(x - maxValue); });
+      for (int e = 0; e < kCeChunk; ++e)
+        if (e < n)
+          chunkMax = fmaxf(chunkMax, v[e]);
+      if (chunkMax == -INFINITY)
+        return; // every term so far is exp(-inf) = 0
+      if (chunkMax > stats.max) {
+        stats.sum *= expf(stats.max - chunkMax);
+        stats.max = chunkMax;
+      }
+#pragma unroll
+      for (int e = 0; e < kCeChunk; ++e)
+        if (e < n)
+          stats.sum += expf(v[e] - stats.max);
+    });
     const long long label = labels[row];
     const bool valid = isValidLabel(label, c, ignoreIndex);
     // The label's logit, read before the reduction below synchronizes the
     // block: after it the row may be overwritten.
     const float labelLogit =
         threadIdx.x == 0 && valid ? storedToFloat(src[label], bf16) : 0.0f;
-    const float logSum = logf(cuda::blockSum(sum, scratch));
+    stats = cuda::blockReduce(stats, pairScratch,
+                              [](MaxSum a, MaxSum b) { return combine(a, b); });
+    // A row of -inf only: maximum 0, sum 0.
+    const float maxValue = stats.max == -INFINITY ? 0.0f : stats.max;
+    const float logSum = logf(stats.sum);
     if (threadIdx.x == 0) {
       if (!valid && label != ignoreIndex)
         recordBadLabel(errors, label, row, c, 1);
@@ -377,7 +405,7 @@ void lossWithGrad(Context &ctx, int64_t n, int64_t c, int64_t ld,
   // reduction scratch) is staged there: read from memory once.
   const size_t rowBytes = static_cast<size_t>(c) * sizeof(In);
   const bool fits =
-      rowBytes + kRowThreads / 32 * sizeof(float) <= cuda::sharedBytesOptin();
+      rowBytes + kRowThreads / 32 * sizeof(MaxSum) <= cuda::sharedBytesOptin();
   auto rows = [&](int64_t first, int64_t last, bool to16) {
     if (last <= first)
       return;

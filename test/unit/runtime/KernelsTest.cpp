@@ -1158,6 +1158,52 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGradLargeRows) {
   }
 }
 
+TEST_F(Kernels, SoftmaxCrossEntropyWithGradMaskedLogits) {
+  // Logits of -inf (masked classes) where a thread's first chunks, every
+  // other chunk or whole warps' chunks hold nothing else: on CUDA a
+  // thread's running maximum starts at -inf and its sum must stay 0 there
+  // (exp(-inf - -inf) would be NaN), in the thread and when the block
+  // combines threads. Rows of 9000 classes give a CUDA thread two or
+  // three chunks of 8.
+  const int64_t n = 4, c = 9000;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x(n * c);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < c; ++i) {
+      const bool masked = r == 0   ? i < 4096
+                          : r == 1 ? (i / 8) % 2 == 0
+                          : r == 2 ? i % 4096 < 2048
+                                   : i != 8999;
+      x[r * c + i] =
+          masked ? -inf : 3.0f * std::sin(0.05f * float(i + r)) + 0.5f * r;
+    }
+  const std::vector<int64_t> y = {5000, 9, 3000, 8999};
+  const int64_t *labels = upload(y);
+  const float *dloss = upload<float>({1.0f});
+  std::vector<double> want(n * c);
+  double lossSum = 0.0;
+  for (int64_t r = 0; r < n; ++r) {
+    const float *row = x.data() + r * c;
+    double m = *std::max_element(row, row + c), sum = 0.0;
+    for (int64_t i = 0; i < c; ++i)
+      sum += std::exp(double(row[i]) - m);
+    lossSum += std::log(sum) + m - row[y[r]];
+    for (int64_t i = 0; i < c; ++i)
+      want[r * c + i] =
+          (std::exp(double(row[i]) - m) / sum - (i == y[r] ? 1.0 : 0.0)) / n;
+  }
+  void *ws = upload(std::vector<float>(
+      softmaxCrossEntropyWithGradWorkspaceBytes(n) / sizeof(float)));
+  float *loss = upload<float>({0});
+  float *grad = upload(std::vector<float>(n * c, 9.0f));
+  softmaxCrossEntropyWithGrad(ctx, n, c, c, upload(x), labels, dloss,
+                              Reduction::Mean, -100, loss, grad, false,
+                              Storage16::Bf16, ws);
+  EXPECT_FALSE(hasError(ctx)) << ctx.firstError;
+  expectRelNear({download(loss, 1)[0]}, {lossSum / n}, 1e-5, 0.0);
+  expectRelNear(download(grad, n * c), want, 1e-4, 1e-10);
+}
+
 TEST_F(Kernels, SoftmaxCrossEntropyWithGradPaddedRows) {
   // Rows `ld` elements apart (the memory plan pads odd-width logits to 16
   // bytes): the loss, the evaluation loss and every gradient row are

@@ -92,6 +92,13 @@ inline unsigned normRowThreads(int64_t dim) {
   return threads;
 }
 
+/// `value` of the lane `offset` away (lane ^ offset) in the warp. A type of
+/// several numbers (a pair a reduction carries together) gives an overload
+/// next to it, found by argument-dependent lookup, that shuffles each.
+template <typename T> __device__ inline T shuffleXor(T value, int offset) {
+  return __shfl_xor_sync(0xffffffffu, value, offset);
+}
+
 /// The reduction by `op` of one value per thread over the block, in a
 /// fixed order, so the result is the same run to run: each warp combines
 /// its lanes by xor shuffles (offsets 16, 8, ..., 1), its lane 0 leaves the
@@ -104,7 +111,7 @@ inline unsigned normRowThreads(int64_t dim) {
 template <typename T, typename Op>
 __device__ T blockReduce(T value, T *scratch, Op op) {
   for (int offset = 16; offset > 0; offset /= 2)
-    value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    value = op(value, shuffleXor(value, offset));
   const unsigned warps = blockDim.x / 32;
   if (warps == 1)
     return value;
@@ -113,7 +120,7 @@ __device__ T blockReduce(T value, T *scratch, Op op) {
   __syncthreads();
   value = scratch[threadIdx.x % warps];
   for (unsigned offset = warps / 2; offset > 0; offset /= 2)
-    value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    value = op(value, shuffleXor(value, offset));
   __syncthreads();
   return value;
 }
