@@ -47,9 +47,16 @@ namespace {
 constexpr int kReduceThreads = cuda::kNormRowThreads;
 /// The scratch of their reductions (cuda::blockReduce): one per warp.
 constexpr int kReduceWarps = kReduceThreads / 32;
-/// LayerNorm column sums: a warp of columns times kRowSlices rows.
+/// LayerNorm column sums over rows: a warp of columns times kRowSlices
+/// rows.
 constexpr int kColumns = 32;
 constexpr int kRowSlices = 16;
+/// The sums of the row blocks' partial column sums (a few hundred rows of
+/// doubles): kSumColumns columns, 64 bytes of a row, times kSumSlices
+/// rows. GPT-2's 768 columns make 96 blocks rather than 24, so that more
+/// of the GPU reads the partials.
+constexpr int kSumColumns = 8;
+constexpr int kSumSlices = 32;
 /// Grid dimensions y and z are limited to 65535.
 constexpr int64_t kMaxGridY = 65535;
 
@@ -441,21 +448,21 @@ __device__ inline float loadX(const uint16_t *x, int64_t i, bool bf16) {
   return bf16 ? bf16ToFloat(x[i]) : halfToFloat(x[i]);
 }
 
-/// The end of a column sum by a kColumns x kRowSlices block: thread (col,
+/// The end of a column sum by a Columns x Slices block: thread (col,
 /// slice) brings its slice's sums of column col, the slices are added in
 /// slice order, and thread (col, 0) passes them to store(scale, bias) when
 /// its column is `inRange`. Barriers before and after, so that a loop may
 /// call it again.
-template <typename Store>
+template <int Slices, int Columns, typename Store>
 __device__ void addSlices(double accScale, double accBias, bool inRange,
-                          double (*partScale)[kColumns],
-                          double (*partBias)[kColumns], Store store) {
+                          double (&partScale)[Slices][Columns],
+                          double (&partBias)[Slices][Columns], Store store) {
   partScale[threadIdx.y][threadIdx.x] = accScale;
   partBias[threadIdx.y][threadIdx.x] = accBias;
   __syncthreads();
   if (threadIdx.y == 0 && inRange) {
     double sumScale = 0.0, sumBias = 0.0;
-    for (int s = 0; s < kRowSlices; ++s) {
+    for (int s = 0; s < Slices; ++s) {
       sumScale += partScale[s][threadIdx.x];
       sumBias += partBias[s][threadIdx.x];
     }
@@ -511,22 +518,22 @@ __global__ void lnBackwardParamsKernel(int64_t outer, int64_t dim,
 }
 
 /// dscale and dbias from `chunks` partial sums (partials[(2c) * dim + j]
-/// and [(2c + 1) * dim + j] for chunk c), by kColumns x kRowSlices blocks
-/// as lnBackwardParamsKernel's: thread (col, slice) adds chunks slice,
-/// slice + kRowSlices, ..., then the slices are added in order. Hundreds of
-/// chunks (the summing dx kernel's blocks) are read by many threads at
-/// once, not walked by one thread a column.
+/// and [(2c + 1) * dim + j] for chunk c), by kSumColumns x kSumSlices
+/// blocks: thread (col, slice) adds chunks slice, slice + kSumSlices, ...,
+/// then the slices are added in order. Hundreds of chunks (the summing dx
+/// kernel's blocks) are read by many threads at once, not walked by one
+/// thread a column.
 __global__ void lnBackwardParamsSumKernel(int64_t dim, int64_t chunks,
                                           const double *partials,
                                           float *dscale, float *dbias) {
-  __shared__ double partScale[kRowSlices][kColumns];
-  __shared__ double partBias[kRowSlices][kColumns];
-  const int64_t blocks = (dim + kColumns - 1) / kColumns;
+  __shared__ double partScale[kSumSlices][kSumColumns];
+  __shared__ double partBias[kSumSlices][kSumColumns];
+  const int64_t blocks = (dim + kSumColumns - 1) / kSumColumns;
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
-    const int64_t j = b * kColumns + threadIdx.x;
+    const int64_t j = b * kSumColumns + threadIdx.x;
     double accScale = 0.0, accBias = 0.0;
     if (j < dim) {
-      for (int64_t c = threadIdx.y; c < chunks; c += kRowSlices) {
+      for (int64_t c = threadIdx.y; c < chunks; c += kSumSlices) {
         accScale += partials[2 * c * dim + j];
         accBias += partials[(2 * c + 1) * dim + j];
       }
@@ -538,6 +545,20 @@ __global__ void lnBackwardParamsSumKernel(int64_t dim, int64_t chunks,
                   dbias[j] = static_cast<float>(sumBias);
               });
   }
+}
+
+/// A LayerNorm row's two gradient sums (of dy * scale, and of that times
+/// xhat), reduced together: one blockReduce adds each by the tree two
+/// would, with half the barriers.
+struct RowSums {
+  double g, gXhat;
+};
+__device__ inline RowSums operator+(RowSums a, RowSums b) {
+  return {a.g + b.g, a.gXhat + b.gXhat};
+}
+__device__ inline RowSums shuffleXor(RowSums value, int offset) {
+  return {__shfl_xor_sync(0xffffffffu, value.g, offset),
+          __shfl_xor_sync(0xffffffffu, value.gXhat, offset)};
 }
 
 /// dx, a block per row (rows blockIdx.x, blockIdx.x + gridDim.x, ...).
@@ -559,7 +580,7 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
                                    float *dx, const float *acc, uint16_t *dx16,
                                    bool held, double *partials) {
   using cuda::kRowVector;
-  __shared__ double scratch[kReduceWarps];
+  __shared__ RowSums scratch[kReduceWarps];
   double colScale[Held][kRowVector] = {}, colBias[Held][kRowVector] = {};
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const G *grad = dy + row * dim;
@@ -595,9 +616,9 @@ __global__ void lnBackwardDxKernel(int64_t outer, int64_t dim, const G *dy,
         sumGXhat += static_cast<double>(gj) * xhatj;
       }
     }
-    sumG = blockSum(sumG, scratch);
-    sumGXhat = blockSum(sumGXhat, scratch);
-    const NormBackwardFactors f = normBackwardFactors(sumG, sumGXhat, dim, inv);
+    const RowSums rowSums = blockSum(RowSums{sumG, sumGXhat}, scratch);
+    const NormBackwardFactors f =
+        normBackwardFactors(rowSums.g, rowSums.gXhat, dim, inv);
     if (held) {
       cuda::forEachHeld<Held>(dim, [&](int h, int64_t j) {
         float d[kRowVector], residual[kRowVector] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -845,8 +866,8 @@ void layerNormBackwardOn(Context &ctx, int64_t outer, int64_t dim,
         outer, dim, dy, x, bf16, scale, mean, invstd, dx, acc, dx16, true,
         partials);
     checkLaunch(ctx, "lnBackwardDxKernel");
-    lnBackwardParamsSumKernel<<<cuda::gridFor(dim, kColumns),
-                                dim3(kColumns, kRowSlices), 0, ctx.stream>>>(
+    lnBackwardParamsSumKernel<<<cuda::gridFor(dim, kSumColumns),
+                                dim3(kSumColumns, kSumSlices), 0, ctx.stream>>>(
         dim, fusedBlocks, partials, dscale, dbias);
     checkLaunch(ctx, "lnBackwardParamsSumKernel");
     return;
@@ -879,8 +900,8 @@ void layerNormBackwardOn(Context &ctx, int64_t outer, int64_t dim,
           partials);
   checkLaunch(ctx, "lnBackwardParamsKernel");
   if (partials) {
-    lnBackwardParamsSumKernel<<<cuda::gridFor(dim, kColumns),
-                                dim3(kColumns, kRowSlices), 0, ctx.stream>>>(
+    lnBackwardParamsSumKernel<<<cuda::gridFor(dim, kSumColumns),
+                                dim3(kSumColumns, kSumSlices), 0, ctx.stream>>>(
         dim, chunks, partials, dscale, dbias);
     checkLaunch(ctx, "lnBackwardParamsSumKernel");
   }

@@ -367,12 +367,13 @@ TEST_F(Kernels, LayerNormMatchesReference) {
   // over the rows it walks (its grid: the blocks the GPU holds at once, in
   // the emulation 132 SMs x 8 blocks of 256 threads for 768 columns, x 32
   // blocks of 32 threads for 64 or 96): {1500, 768} and {4500, 64} give
-  // some blocks two rows. Other rows sum the columns in a kernel of their
-  // own, which splits many rows of few columns ({701, 42}) into chunks
-  // whose sums are added afterwards.
-  const int64_t shapes[][2] = {{5, 777},    {33, 10},  {3, 1},    {2000, 96},
-                               {701, 42},   {6, 768},  {3, 4096}, {2, 4100},
-                               {1500, 768}, {4500, 64}};
+  // some blocks two rows. The blocks' sums are added by blocks of 8
+  // columns: {1300, 36} ends in half a block. Other rows sum the columns in
+  // a kernel of their own, which splits many rows of few columns ({701,
+  // 42}) into chunks whose sums are added afterwards.
+  const int64_t shapes[][2] = {{5, 777},    {33, 10},   {3, 1},    {2000, 96},
+                               {701, 42},   {6, 768},   {3, 4096}, {2, 4100},
+                               {1500, 768}, {4500, 64}, {1300, 36}};
   unsigned seed = 100;
   for (const auto &shape : shapes) {
     const int64_t outer = shape[0], dim = shape[1];
