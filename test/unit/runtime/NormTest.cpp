@@ -438,6 +438,77 @@ TEST_F(Kernels, LayerNormMatchesReference) {
   }
 }
 
+TEST_F(Kernels, LayerNormBackwardWithResidualMatchesReference) {
+  // GPT-2's layer norm backward: x stored in bf16, the residual stream's
+  // gradient added, a bf16 copy of dx; against the definition in double.
+  // On CUDA a block walks rows a grid apart and loads each row's dy, x and
+  // residual gradient while it reduces the row before: with one SM (8
+  // blocks of 256 threads in the emulation) every block walks 20 rows,
+  // with 132 SMs (1056 blocks) one each.
+  const int64_t outer = 160, dim = 768;
+  std::vector<float> xv = randomVector(outer * dim, -3.0f, 5.0f, 41);
+  std::vector<float> dyv = randomVector(outer * dim, -1.0f, 1.0f, 42);
+  std::vector<float> accv = randomVector(outer * dim, -1.0f, 1.0f, 43);
+  std::vector<float> scalev = randomVector(dim, 0.5f, 1.5f, 44);
+  std::vector<uint16_t> x16(outer * dim);
+  std::vector<float> widened(outer * dim);
+  for (int64_t i = 0; i < outer * dim; ++i) {
+    x16[i] = floatToBf16(xv[i]);
+    widened[i] = bf16ToFloat(x16[i]);
+  }
+  float *scale = upload(scalev), *dy = upload(dyv), *acc = upload(accv);
+  float *mean = upload(std::vector<float>(outer));
+  float *invstd = upload(std::vector<float>(outer));
+  layerNormForward(ctx, outer, dim, upload(widened), scale, nullptr, 1e-5f,
+                   upload(std::vector<float>(outer * dim)), mean, invstd);
+  const std::vector<float> meanv = download(mean, outer);
+  const std::vector<float> invstdv = download(invstd, outer);
+  std::vector<double> dx(outer * dim), dscale(dim, 0.0), dbias(dim, 0.0);
+  for (int64_t r = 0; r < outer; ++r) {
+    double sumG = 0, sumGXhat = 0;
+    for (int64_t j = 0; j < dim; ++j) {
+      const int64_t i = r * dim + j;
+      const double xhat = (double(widened[i]) - meanv[r]) * invstdv[r];
+      sumG += double(dyv[i]) * scalev[j];
+      sumGXhat += double(dyv[i]) * scalev[j] * xhat;
+      dscale[j] += double(dyv[i]) * xhat;
+      dbias[j] += dyv[i];
+    }
+    for (int64_t j = 0; j < dim; ++j) {
+      const int64_t i = r * dim + j;
+      const double xhat = (double(widened[i]) - meanv[r]) * invstdv[r];
+      dx[i] = double(invstdv[r]) / dim *
+                  (dim * double(dyv[i]) * scalev[j] - sumG - xhat * sumGXhat) +
+              accv[i];
+    }
+  }
+  for (bool oneSm : {true, false}) {
+    SCOPED_TRACE(oneSm ? "one SM" : "all SMs");
+#ifdef MTC_RUNTIME_CUDA
+    const int saved = ctx.smCount;
+    if (oneSm)
+      ctx.smCount = 1;
+#endif
+    float *dxd = upload(std::vector<float>(outer * dim));
+    float *dscaled = upload(std::vector<float>(dim));
+    float *dbiasd = upload(std::vector<float>(dim));
+    uint16_t *copy = upload(std::vector<uint16_t>(outer * dim));
+    layerNormBackward16(ctx, Storage16::Bf16, outer, dim, dy, upload(x16),
+                        scale, mean, invstd, dxd, dscaled, dbiasd, acc, copy);
+#ifdef MTC_RUNTIME_CUDA
+    ctx.smCount = saved;
+#endif
+    EXPECT_FALSE(hasError(ctx));
+    const std::vector<float> got = download(dxd, outer * dim);
+    expectRelNear(got, dx, 1e-5, 2e-6);
+    expectRelNear(download(dscaled, dim), dscale, 1e-5, 1e-5);
+    expectRelNear(download(dbiasd, dim), dbias, 1e-5, 1e-5);
+    const std::vector<uint16_t> copied = download(copy, outer * dim);
+    for (int64_t i = 0; i < outer * dim; ++i)
+      ASSERT_EQ(copied[i], floatToBf16(got[i])) << "at " << i;
+  }
+}
+
 TEST_F(Kernels, LayerNorm16RoundsTheFloat32Result) {
   // A 16-bit y is the float32 kernel's y rounded (as a conversion rounds
   // it), bit for bit, and so within half a 16-bit step of the reference;

@@ -187,6 +187,17 @@ __device__ inline void loadValues(const float *p, bool, float *v) {
     }
   }
 }
+/// The V 16-bit values packed in words (two a word) widened to float
+/// (bfloat16 when `bf16`).
+template <int V>
+__device__ inline void widenWords(const uint32_t *words, bool bf16, float *v) {
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    // Little-endian: the lower half of a word is the earlier value.
+    const uint16_t h = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
+    v[e] = bf16 ? bf16ToFloat(h) : halfToFloat(h);
+  }
+}
 template <int V>
 __device__ inline void loadValues(const uint16_t *p, bool bf16, float *v) {
   uint32_t words[(V + 1) / 2];
@@ -199,12 +210,7 @@ __device__ inline void loadValues(const uint16_t *p, bool bf16, float *v) {
     const uint4 q = *reinterpret_cast<const uint4 *>(p);
     words[0] = q.x, words[1] = q.y, words[2] = q.z, words[3] = q.w;
   }
-#pragma unroll
-  for (int e = 0; e < V; ++e) {
-    // Little-endian: the lower half of a word is the earlier value.
-    const uint16_t h = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
-    v[e] = bf16 ? bf16ToFloat(h) : halfToFloat(h);
-  }
+  widenWords<V>(words, bf16, v);
 }
 
 /// Stores V values at p (aligned as for loadValues): as float32, or
@@ -242,6 +248,30 @@ __device__ inline void storeValues(uint16_t *p, bool bf16, const float *v) {
 template <typename T>
 __device__ inline void loadVector(const T *p, bool bf16, float *v) {
   loadValues<kRowVector>(p, bf16, v);
+}
+
+/// kRowVector values of T as stored (16 bytes of float32, 8 of 16-bit
+/// values), loaded ahead of their use: a kernel that loads the next row's
+/// vectors before it reduces the current one widens them (widenVector)
+/// only where it uses them, so that the loads are in flight meanwhile.
+template <typename T> struct StoredVector;
+template <> struct StoredVector<float> { float4 bits; };
+template <> struct StoredVector<uint16_t> { uint2 bits; };
+
+/// The kRowVector values at p (aligned), as stored.
+template <typename T> __device__ inline StoredVector<T> loadStored(const T *p) {
+  return {*reinterpret_cast<const decltype(StoredVector<T>::bits) *>(p)};
+}
+
+/// A stored vector widened to float (16-bit: bfloat16 when `bf16`), as
+/// loadVector widens it.
+__device__ inline void widenVector(StoredVector<float> s, bool, float *v) {
+  v[0] = s.bits.x, v[1] = s.bits.y, v[2] = s.bits.z, v[3] = s.bits.w;
+}
+__device__ inline void widenVector(StoredVector<uint16_t> s, bool bf16,
+                                   float *v) {
+  const uint32_t words[2] = {s.bits.x, s.bits.y};
+  widenWords<kRowVector>(words, bf16, v);
 }
 
 /// Stores kRowVector values at p (aligned): as float32, or rounded to 16
