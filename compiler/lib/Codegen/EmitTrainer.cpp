@@ -471,17 +471,52 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   int64_t dim = rowEpilogue ? numel(rowEpilogue.getScale()) : 0;
   int64_t rows = rowEpilogue ? n / dim : 0;
   int64_t perRow = grouped ? dim / kGroup : dim;
+  // On CUDA the threads keep the vectors of the row they compute for the
+  // normalization (cuda::normalizeHeldRow), which then neither waits for
+  // the block's stores nor reads the row back: where a thread's vectors of
+  // four elements are the row's in forEachHeld's places (the row's input a
+  // float32 result moved as vectors; the row, scale, bias and output on 16
+  // bytes, as arena offsets are) and the launch's normRowThreads(dim)
+  // threads cover the row with up to kHeldVectors (2) each: up to 2 x 4 x
+  // 512 = 4096 elements. The kernel's loop takes the vectors a thread
+  // needs (one for rows up to 2048: no registers for a second), and
+  // asserts that they are enough.
+  int64_t lnInput =
+      rowEpilogue ? cast<OpResult>(rowEpilogue.getInput()).getResultNumber()
+                  : 0;
+  auto onVectors = [&](Value v) { return !v || offsetOf(v) % 16 == 0; };
+  const bool heldRow =
+      rowEpilogue && cuda() && grouped && kGroup == 4 && dim % kGroup == 0 &&
+      dim <= 4096 && vectorized(outs[lnInput]) &&
+      cType(outs[lnInput]) == "float" && onVectors(outs[lnInput]) &&
+      onVectors(rowEpilogue.getScale()) && onVectors(rowEpilogue.getBias()) &&
+      onVectors(rowEpilogue.getOutput());
   if (rowEpilogue && cuda()) {
     // Launched with up to kNormRowThreads threads: the bound keeps the
     // compiler's register use within what such a block may have.
     k << "__global__ void __launch_bounds__(mtc::rt::cuda::kNormRowThreads) "
       << kernel << "(" << params << ") {\n"
-      << "  __shared__ double lnScratch[mtc::rt::cuda::kNormRowThreads / 32];\n"
-      << "  for (int64_t row = blockIdx.x; row < " << rows
-      << "; row += gridDim.x) {\n"
-      << "  for (int64_t " << item << " = row * " << perRow
-      << " + threadIdx.x; " << item << " < (row + 1) * " << perRow << "; "
-      << item << " += blockDim.x) {\n";
+      << "  __shared__ double lnScratch[mtc::rt::cuda::kNormRowThreads / "
+         "32];\n";
+    if (heldRow)
+      k << "  constexpr int kLnVectors = (" << perRow
+        << " + mtc::rt::cuda::normRowThreads(" << dim
+        << ") - 1) / mtc::rt::cuda::normRowThreads(" << dim << ");\n"
+        << "  static_assert(mtc::rt::cuda::kRowVector == " << kGroup
+        << " && kLnVectors <= mtc::rt::cuda::kHeldVectors, "
+           "\"the threads hold the row\");\n";
+    k << "  for (int64_t row = blockIdx.x; row < " << rows
+      << "; row += gridDim.x) {\n";
+    if (heldRow)
+      k << "  float lnRow[kLnVectors][" << kGroup << "] = {};\n#pragma unroll\n"
+        << "  for (int h = 0; h < kLnVectors; ++h) {\n"
+        << "    const int64_t g = row * " << perRow
+        << " + h * blockDim.x + threadIdx.x;\n"
+        << "    if (g >= (row + 1) * " << perRow << ")\n      break;\n";
+    else
+      k << "  for (int64_t " << item << " = row * " << perRow
+        << " + threadIdx.x; " << item << " < (row + 1) * " << perRow << "; "
+        << item << " += blockDim.x) {\n";
   } else if (rowEpilogue) {
     k << "static void " << kernel << "(" << params << ") {\n"
       << "  mtc::rt::cpu::parallelFor(0, " << rows << ", "
@@ -571,19 +606,27 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   }
   if (rowEpilogue) {
     // The fused result it normalizes (out, out1, ...), just stored.
-    unsigned j = cast<OpResult>(rowEpilogue.getInput()).getResultNumber();
-    std::string x = "out" + (j ? std::to_string(j) : std::string()) +
+    std::string x = "out" +
+                    (lnInput ? std::to_string(lnInput) : std::string()) +
                     " + row * " + std::to_string(dim);
     std::string eps =
         floatLiteral(rowEpilogue.getEpsilon().convertToFloat());
+    std::string lnArgs =
+        "lnScale, lnBias, " + eps + ", lnY + row * " + std::to_string(dim) +
+        ", lnMean + row, lnInvstd + row, " +
+        (storage16(rowEpilogue.getOutput()) == "Storage16::Bf16" ? "true"
+                                                                 : "false") +
+        ", lnScratch);\n  }\n}\n\n";
+    if (heldRow)
+      k << "#pragma unroll\n    for (int e = 0; e < " << kGroup
+        << "; ++e)\n      lnRow[h][e] = laneOf(out" << lnInput << "v, e);\n";
     k << "  }\n";
-    if (cuda())
+    if (heldRow)
+      k << "    mtc::rt::cuda::normalizeHeldRow(" << dim << ", lnRow, "
+        << lnArgs;
+    else if (cuda())
       k << "    __syncthreads();\n    mtc::rt::cuda::layerNormRow(" << dim
-        << ", " << x << ", lnScale, lnBias, " << eps << ", lnY + row * "
-        << dim << ", lnMean + row, lnInvstd + row, "
-        << (storage16(rowEpilogue.getOutput()) == "Storage16::Bf16" ? "true"
-                                                                   : "false")
-        << ", lnScratch);\n  }\n}\n\n";
+        << ", " << x << ", " << lnArgs;
     else
       k << "    mtc::rt::cpu::layerNormRow(" << dim << ", " << x
         << ", lnScale, lnBias, " << eps

@@ -84,8 +84,9 @@ namespace cuda {
 constexpr int kNormRowThreads = 512;
 
 /// Threads per row: a power of two from 32 up to kNormRowThreads, about
-/// four elements per thread.
-inline unsigned normRowThreads(int64_t dim) {
+/// four elements per thread. A constant expression: generated kernels size
+/// their loops by it.
+__host__ __device__ constexpr unsigned normRowThreads(int64_t dim) {
   unsigned threads = 32;
   while (threads < kNormRowThreads && threads * 4 < dim)
     threads *= 2;
@@ -281,6 +282,53 @@ __device__ inline void storeVector(T *p, bool bf16, const float *v) {
   storeValues<kRowVector>(p, bf16, v);
 }
 
+/// The normalization of a row whose vectors the block's threads hold in v
+/// (up to Vectors a thread, as forEachHeld places them; rowHeldBy must
+/// hold for scale, bias and dst): the mean and the variance in double, two
+/// block reductions in a fixed order, then y; see layerNormRow. Generated
+/// kernels call it on the rows they compute (a layer norm as their row
+/// epilogue), which they then neither store and read back nor wait for.
+template <int Vectors, typename Out>
+__device__ void
+normalizeHeldRow(int64_t dim, const float (&v)[Vectors][kRowVector],
+                 const float *scale, const float *bias, float eps, Out *dst,
+                 float *mean, float *invstd, bool bf16, double *scratch) {
+  double sum = 0.0;
+  forEachHeld<Vectors>(dim, [&](int h, int64_t) {
+    for (int e = 0; e < kRowVector; ++e)
+      sum += v[h][e];
+  });
+  const double rowMean =
+      dim > 0 ? blockSum(sum, scratch) / static_cast<double>(dim) : 0.0;
+  double squaredDevSum = 0.0;
+  forEachHeld<Vectors>(dim, [&](int h, int64_t) {
+    for (int e = 0; e < kRowVector; ++e) {
+      double dev = v[h][e] - rowMean;
+      squaredDevSum += dev * dev;
+    }
+  });
+  squaredDevSum = blockSum(squaredDevSum, scratch);
+  const float meanF = static_cast<float>(rowMean);
+  const float inv =
+      inverseStd(dim > 0 ? squaredDevSum / static_cast<double>(dim) : 0.0, eps);
+  if (threadIdx.x == 0) {
+    if (mean)
+      *mean = meanF;
+    if (invstd)
+      *invstd = inv;
+  }
+  forEachHeld<Vectors>(dim, [&](int h, int64_t j) {
+    float gamma[kRowVector], beta[kRowVector] = {0.0f, 0.0f, 0.0f, 0.0f};
+    loadVector(scale + j, bf16, gamma);
+    if (bias)
+      loadVector(bias + j, bf16, beta);
+    float y[kRowVector];
+    for (int e = 0; e < kRowVector; ++e)
+      y[e] = normalizeElement(v[h][e], meanF, inv, gamma[e], beta[e]);
+    storeVector(dst + j, bf16, y);
+  });
+}
+
 /// One row by the whole block (normRowThreads(dim) threads): the values at
 /// src normalized into dst; `Out` is float, or uint16_t for a 16-bit dst
 /// (bfloat16 when `bf16`, else float16), rounded as a conversion would
@@ -297,33 +345,23 @@ __device__ void layerNormRow(int64_t dim, const float *src, const float *scale,
   const bool held = rowInRegisters(dim, src) && rowInRegisters(dim, scale) &&
                     (!bias || rowInRegisters(dim, bias)) &&
                     rowInRegisters(dim, dst);
-  float v[kHeldVectors][kRowVector];
-  double sum = 0.0;
   if (held) {
-    forEachHeld(dim, [&](int h, int64_t j) {
-      loadVector(src + j, bf16, v[h]);
-      for (int e = 0; e < kRowVector; ++e)
-        sum += v[h][e];
-    });
-  } else {
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-      sum += src[j];
+    float v[kHeldVectors][kRowVector];
+    forEachHeld(dim,
+                [&](int h, int64_t j) { loadVector(src + j, bf16, v[h]); });
+    normalizeHeldRow(dim, v, scale, bias, eps, dst, mean, invstd, bf16,
+                     scratch);
+    return;
   }
-  double rowMean =
+  double sum = 0.0;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+    sum += src[j];
+  const double rowMean =
       dim > 0 ? blockSum(sum, scratch) / static_cast<double>(dim) : 0.0;
   double squaredDevSum = 0.0;
-  if (held) {
-    forEachHeld(dim, [&](int h, int64_t) {
-      for (int e = 0; e < kRowVector; ++e) {
-        double dev = v[h][e] - rowMean;
-        squaredDevSum += dev * dev;
-      }
-    });
-  } else {
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      double dev = src[j] - rowMean;
-      squaredDevSum += dev * dev;
-    }
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    double dev = src[j] - rowMean;
+    squaredDevSum += dev * dev;
   }
   squaredDevSum = blockSum(squaredDevSum, scratch);
   const float meanF = static_cast<float>(rowMean);
@@ -334,19 +372,6 @@ __device__ void layerNormRow(int64_t dim, const float *src, const float *scale,
       *mean = meanF;
     if (invstd)
       *invstd = inv;
-  }
-  if (held) {
-    forEachHeld(dim, [&](int h, int64_t j) {
-      float gamma[kRowVector], beta[kRowVector] = {0.0f, 0.0f, 0.0f, 0.0f};
-      loadVector(scale + j, bf16, gamma);
-      if (bias)
-        loadVector(bias + j, bf16, beta);
-      float y[kRowVector];
-      for (int e = 0; e < kRowVector; ++e)
-        y[e] = normalizeElement(v[h][e], meanF, inv, gamma[e], beta[e]);
-      storeVector(dst + j, bf16, y);
-    });
-    return;
   }
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
     const float y =
