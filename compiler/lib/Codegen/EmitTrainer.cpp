@@ -416,6 +416,8 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
   // results of the output's shape then move as one 16-, 8- or 4-byte
   // vector per thread (arena offsets are 256-byte aligned).
   constexpr int64_t kGroup = mtc::rt::kDropoutGroup;
+  // Items (groups or elements) a thread of a CUDA elementwise kernel takes.
+  constexpr int64_t kCudaItems = 2;
   // Elements per chunk of a parallel CPU loop.
   constexpr int64_t kCpuChunk = 4096;
   const bool grouped = !dropouts.empty() || (cuda() && n % kGroup == 0);
@@ -525,10 +527,14 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
       << "  for (int64_t " << item << " = row * " << perRow << "; " << item
       << " < (row + 1) * " << perRow << "; ++" << item << ") {\n";
   } else if (cuda()) {
+    // A thread takes kCudaItems items (groups or elements) blockDim.x apart
+    // (a warp's accesses stay contiguous): where a block's are all in
+    // range, as straight-line code, so that ptxas issues every item's loads
+    // before the first item's stores (the pointers are __restrict) and
+    // each thread has twice the bytes in flight; the block holding the
+    // end checks each item.
     k << "__global__ void " << kernel << "(" << params << ") {\n"
-      << "  const int64_t " << item
-      << " = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;\n"
-      << "  if (" << item << " < " << items << ") {\n";
+      << "  auto body = [&](const int64_t " << item << ") {\n";
   } else if (clones) {
     // The loop over elements [first, last) in a function of its own,
     // compiled per instruction set; the kernel calls it per chunk.
@@ -650,6 +656,17 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     else
       k << "  " << kernel << "_part(0, " << n << names << ");\n";
     k << "}\n\n";
+  } else if (cuda()) {
+    k << "  };\n  const int64_t first = int64_t(blockIdx.x) * " << kCudaItems
+      << " * blockDim.x + threadIdx.x;\n"
+      << "  if ((int64_t(blockIdx.x) + 1) * " << kCudaItems
+      << " * blockDim.x <= " << items << ") {\n#pragma unroll\n"
+      << "    for (int u = 0; u < " << kCudaItems << "; ++u)\n"
+      << "      body(first + u * blockDim.x);\n"
+      << "    return;\n  }\n"
+      << "  for (int u = 0; u < " << kCudaItems << "; ++u)\n"
+      << "    if (first + u * blockDim.x < " << items << ")\n"
+      << "      body(first + u * blockDim.x);\n}\n\n";
   } else {
     k << (parallel && !grouped ? "  }\n  });\n"
           : parallel           ? "  });\n"
@@ -685,7 +702,7 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
       << "), 0, cudaStreamOf(ctx)>>>(" << args << ");\n"
       << "  checkLaunch(ctx, \"" << kernel << "\");\n";
   } else if (cuda()) {
-    int64_t blocks = (items + 255) / 256;
+    int64_t blocks = (items + 256 * kCudaItems - 1) / (256 * kCudaItems);
     s << "  " << kernel << "<<<" << std::max<int64_t>(blocks, 1)
       << ", 256, 0, cudaStreamOf(ctx)>>>(" << args << ");\n"
       << "  checkLaunch(ctx, \"" << kernel << "\");\n";
