@@ -1092,6 +1092,27 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGrad16ReadsTheStoredLogits) {
   }
 }
 
+/// The definition in double of the softmax cross-entropy of n rows of c
+/// logits with labels y (none ignored): returns the sum of the rows'
+/// losses and leaves in `grad` the gradient of their mean.
+static double meanCrossEntropyInDouble(const std::vector<float> &x, int64_t n,
+                                       int64_t c, const std::vector<int64_t> &y,
+                                       std::vector<double> &grad) {
+  grad.assign(n * c, 0.0);
+  double lossSum = 0.0;
+  for (int64_t r = 0; r < n; ++r) {
+    const float *row = x.data() + r * c;
+    double m = *std::max_element(row, row + c), sum = 0.0;
+    for (int64_t i = 0; i < c; ++i)
+      sum += std::exp(double(row[i]) - m);
+    lossSum += std::log(sum) + m - row[y[r]];
+    for (int64_t i = 0; i < c; ++i)
+      grad[r * c + i] =
+          (std::exp(double(row[i]) - m) / sum - (i == y[r] ? 1.0 : 0.0)) / n;
+  }
+  return lossSum;
+}
+
 TEST_F(Kernels, SoftmaxCrossEntropyWithGradLargeRows) {
   // Rows of 60000 classes: on CUDA a bf16 row (120 KB) is staged in shared
   // memory, a float32 one (240 KB) is more than any GPU lets a block have
@@ -1120,18 +1141,8 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGradLargeRows) {
         bits[i] = floatToBf16(x[i]);
         seen[i] = bf16ToFloat(bits[i]);
       }
-    std::vector<double> want(n * c);
-    double lossSum = 0.0;
-    for (int64_t r = 0; r < n; ++r) {
-      const float *row = seen.data() + r * c;
-      double m = *std::max_element(row, row + c), sum = 0.0;
-      for (int64_t i = 0; i < c; ++i)
-        sum += std::exp(double(row[i]) - m);
-      lossSum += std::log(sum) + m - row[y[r]];
-      for (int64_t i = 0; i < c; ++i)
-        want[r * c + i] = (std::exp(double(row[i]) - m) / sum -
-                           (i == y[r] ? 1.0 : 0.0)) / n;
-    }
+    std::vector<double> want;
+    const double lossSum = meanCrossEntropyInDouble(seen, n, c, y, want);
     void *ws = upload(std::vector<float>(
         softmaxCrossEntropyWithGradWorkspaceBytes(n) / sizeof(float)));
     float *loss = upload<float>({0});
@@ -1180,18 +1191,8 @@ TEST_F(Kernels, SoftmaxCrossEntropyWithGradMaskedLogits) {
   const std::vector<int64_t> y = {5000, 9, 3000, 8999};
   const int64_t *labels = upload(y);
   const float *dloss = upload<float>({1.0f});
-  std::vector<double> want(n * c);
-  double lossSum = 0.0;
-  for (int64_t r = 0; r < n; ++r) {
-    const float *row = x.data() + r * c;
-    double m = *std::max_element(row, row + c), sum = 0.0;
-    for (int64_t i = 0; i < c; ++i)
-      sum += std::exp(double(row[i]) - m);
-    lossSum += std::log(sum) + m - row[y[r]];
-    for (int64_t i = 0; i < c; ++i)
-      want[r * c + i] =
-          (std::exp(double(row[i]) - m) / sum - (i == y[r] ? 1.0 : 0.0)) / n;
-  }
+  std::vector<double> want;
+  const double lossSum = meanCrossEntropyInDouble(x, n, c, y, want);
   void *ws = upload(std::vector<float>(
       softmaxCrossEntropyWithGradWorkspaceBytes(n) / sizeof(float)));
   float *loss = upload<float>({0});

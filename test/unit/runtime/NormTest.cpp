@@ -359,6 +359,39 @@ TEST_F(Kernels, BatchNormOfTensorsOffTheVectorAlignment) {
   }
 }
 
+/// A layer norm backward by its definition in double: dx, dscale and dbias
+/// of [outer, dim] rows x with gradient dy, given each row's mean and
+/// invstd.
+struct LayerNormGrads {
+  std::vector<double> dx, dscale, dbias;
+};
+static LayerNormGrads layerNormBackwardInDouble(
+    int64_t outer, int64_t dim, const std::vector<float> &x,
+    const std::vector<float> &dy, const std::vector<float> &scale,
+    const std::vector<double> &mean, const std::vector<double> &invstd) {
+  LayerNormGrads g{std::vector<double>(outer * dim),
+                   std::vector<double>(dim, 0.0),
+                   std::vector<double>(dim, 0.0)};
+  for (int64_t r = 0; r < outer; ++r) {
+    double sumG = 0, sumGXhat = 0;
+    for (int64_t j = 0; j < dim; ++j) {
+      const int64_t i = r * dim + j;
+      const double xhat = (x[i] - mean[r]) * invstd[r];
+      sumG += double(dy[i]) * scale[j];
+      sumGXhat += double(dy[i]) * scale[j] * xhat;
+      g.dscale[j] += dy[i] * xhat;
+      g.dbias[j] += dy[i];
+    }
+    for (int64_t j = 0; j < dim; ++j) {
+      const int64_t i = r * dim + j;
+      const double xhat = (x[i] - mean[r]) * invstd[r];
+      g.dx[i] = invstd[r] / dim *
+                (dim * double(dy[i]) * scale[j] - sumG - xhat * sumGXhat);
+    }
+  }
+  return g;
+}
+
 TEST_F(Kernels, LayerNormMatchesReference) {
   // CUDA keeps a row in registers when its length is a multiple of 4 up to
   // 4096 (768: one vector of 4 a thread; 4096: two), and reads it again in
@@ -386,8 +419,7 @@ TEST_F(Kernels, LayerNormMatchesReference) {
     std::vector<float> biasv = randomVector(dim, -1.0f, 1.0f, seed++);
     const float eps = 1e-5f;
 
-    std::vector<double> y(size), dx(size), mean(outer), invstd(outer);
-    std::vector<double> dscale(dim, 0.0), dbias(dim, 0.0);
+    std::vector<double> y(size), mean(outer), invstd(outer);
     for (int64_t r = 0; r < outer; ++r) {
       double sum = 0, sq = 0;
       for (int64_t j = 0; j < dim; ++j)
@@ -396,23 +428,13 @@ TEST_F(Kernels, LayerNormMatchesReference) {
       for (int64_t j = 0; j < dim; ++j)
         sq += (xv[r * dim + j] - mean[r]) * (xv[r * dim + j] - mean[r]);
       invstd[r] = 1.0 / std::sqrt(sq / dim + eps);
-      double sumG = 0, sumGXhat = 0;
       for (int64_t j = 0; j < dim; ++j) {
         size_t i = r * dim + j;
-        double xhat = (xv[i] - mean[r]) * invstd[r];
-        y[i] = xhat * scalev[j] + biasv[j];
-        sumG += dyv[i] * scalev[j];
-        sumGXhat += dyv[i] * scalev[j] * xhat;
-        dscale[j] += dyv[i] * xhat;
-        dbias[j] += dyv[i];
-      }
-      for (int64_t j = 0; j < dim; ++j) {
-        size_t i = r * dim + j;
-        double xhat = (xv[i] - mean[r]) * invstd[r];
-        dx[i] = invstd[r] / dim *
-                (dim * dyv[i] * scalev[j] - sumG - xhat * sumGXhat);
+        y[i] = (xv[i] - mean[r]) * invstd[r] * scalev[j] + biasv[j];
       }
     }
+    const LayerNormGrads want =
+        layerNormBackwardInDouble(outer, dim, xv, dyv, scalev, mean, invstd);
 
     float *x = upload(xv), *dyd = upload(dyv);
     float *scale = upload(scalev), *bias = upload(biasv);
@@ -432,9 +454,9 @@ TEST_F(Kernels, LayerNormMatchesReference) {
                       dscaled, dbiasd);
     // With one element per row dx is 0 up to rounding, amplified by
     // invstd = 1/sqrt(eps).
-    expectRelNear(download(dxd, size), dx, 1e-5, dim == 1 ? 1e-3 : 2e-6);
-    expectRelNear(download(dscaled, dim), dscale, 1e-5, 1e-5);
-    expectRelNear(download(dbiasd, dim), dbias, 1e-5, 1e-5);
+    expectRelNear(download(dxd, size), want.dx, 1e-5, dim == 1 ? 1e-3 : 2e-6);
+    expectRelNear(download(dscaled, dim), want.dscale, 1e-5, 1e-5);
+    expectRelNear(download(dbiasd, dim), want.dbias, 1e-5, 1e-5);
   }
 }
 
@@ -463,25 +485,12 @@ TEST_F(Kernels, LayerNormBackwardWithResidualMatchesReference) {
                    upload(std::vector<float>(outer * dim)), mean, invstd);
   const std::vector<float> meanv = download(mean, outer);
   const std::vector<float> invstdv = download(invstd, outer);
-  std::vector<double> dx(outer * dim), dscale(dim, 0.0), dbias(dim, 0.0);
-  for (int64_t r = 0; r < outer; ++r) {
-    double sumG = 0, sumGXhat = 0;
-    for (int64_t j = 0; j < dim; ++j) {
-      const int64_t i = r * dim + j;
-      const double xhat = (double(widened[i]) - meanv[r]) * invstdv[r];
-      sumG += double(dyv[i]) * scalev[j];
-      sumGXhat += double(dyv[i]) * scalev[j] * xhat;
-      dscale[j] += double(dyv[i]) * xhat;
-      dbias[j] += dyv[i];
-    }
-    for (int64_t j = 0; j < dim; ++j) {
-      const int64_t i = r * dim + j;
-      const double xhat = (double(widened[i]) - meanv[r]) * invstdv[r];
-      dx[i] = double(invstdv[r]) / dim *
-                  (dim * double(dyv[i]) * scalev[j] - sumG - xhat * sumGXhat) +
-              accv[i];
-    }
-  }
+  LayerNormGrads want = layerNormBackwardInDouble(
+      outer, dim, widened, dyv, scalev,
+      std::vector<double>(meanv.begin(), meanv.end()),
+      std::vector<double>(invstdv.begin(), invstdv.end()));
+  for (int64_t i = 0; i < outer * dim; ++i)
+    want.dx[i] += accv[i];
   for (bool oneSm : {true, false}) {
     SCOPED_TRACE(oneSm ? "one SM" : "all SMs");
 #ifdef MTC_RUNTIME_CUDA
@@ -500,9 +509,9 @@ TEST_F(Kernels, LayerNormBackwardWithResidualMatchesReference) {
 #endif
     EXPECT_FALSE(hasError(ctx));
     const std::vector<float> got = download(dxd, outer * dim);
-    expectRelNear(got, dx, 1e-5, 2e-6);
-    expectRelNear(download(dscaled, dim), dscale, 1e-5, 1e-5);
-    expectRelNear(download(dbiasd, dim), dbias, 1e-5, 1e-5);
+    expectRelNear(got, want.dx, 1e-5, 2e-6);
+    expectRelNear(download(dscaled, dim), want.dscale, 1e-5, 1e-5);
+    expectRelNear(download(dbiasd, dim), want.dbias, 1e-5, 1e-5);
     const std::vector<uint16_t> copied = download(copy, outer * dim);
     for (int64_t i = 0; i < outer * dim; ++i)
       ASSERT_EQ(copied[i], floatToBf16(got[i])) << "at " << i;
