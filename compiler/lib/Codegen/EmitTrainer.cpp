@@ -411,10 +411,10 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
                      .str();
     }
   }
-  // CUDA threads take four consecutive elements when the size allows
-  // (and always with dropouts: one generator call's elements); operands and
-  // results of the output's shape then move as one 16-, 8- or 4-byte
-  // vector per thread (arena offsets are 256-byte aligned).
+  // CUDA threads take groups of four consecutive elements when the size
+  // allows (and always with dropouts: one generator call's elements);
+  // operands and results of the output's shape then move as one 16-, 8- or
+  // 4-byte vector a group (arena offsets are 256-byte aligned).
   constexpr int64_t kGroup = mtc::rt::kDropoutGroup;
   // Items (groups or elements) a thread of a CUDA elementwise kernel takes.
   constexpr int64_t kCudaItems = 2;
@@ -498,8 +498,8 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
     // compiler's register use within what such a block may have.
     k << "__global__ void __launch_bounds__(mtc::rt::cuda::kNormRowThreads) "
       << kernel << "(" << params << ") {\n"
-      << "  __shared__ double lnScratch[mtc::rt::cuda::kNormRowThreads / "
-         "32];\n";
+      << "  __shared__ double "
+         "lnScratch[mtc::rt::cuda::kNormRowThreads / 32];\n";
     if (heldRow)
       k << "  constexpr int kLnVectors = (" << perRow
         << " + mtc::rt::cuda::normRowThreads(" << dim
