@@ -871,7 +871,7 @@ void convBackwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
   constexpr bool native = std::is_same_v<Elem, uint16_t>;
   if (native && convBackwardDataAsForward(p)) {
     // dx = the forward of dy by the flipped weight, which sits first in the
-    // workspace (conv2dWorkspaceBytes).
+    // workspace (conv2dWorkspaceBytes); that forward's matrices follow.
     const Conv2dParams f = convTransposedAsForward(p);
     const int64_t count = p.k * s.patch;
     auto [flipped, col] = split<uint16_t, uint16_t>(workspace, count, true);
@@ -880,7 +880,8 @@ void convBackwardData(Context &ctx, const Conv2dParams &p, const Operand &dy,
         makeDivisor(s.kg, count / (p.kh * p.kw)), makeDivisor(s.cg, p.c),
         static_cast<const uint16_t *>(w.data), flipped);
     checkLaunch(ctx, "flipWeightKernel");
-    nativeForward(ctx, f, convShapeOf(f), dy, flipped, col, dx);
+    convForward<uint16_t, DX>(ctx, f, dy, operand(dy.storage, flipped), nullptr,
+                              dx, col);
     return;
   }
   if (native && convNativeBatched(p)) {

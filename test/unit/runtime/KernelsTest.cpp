@@ -423,9 +423,11 @@ TEST_F(Kernels, Conv2dImagesPerGemm) {
   // a strided-batched GEMM over the images where a map's pixels are a
   // multiple of 8 (then a pointwise forward and backward data need no
   // workspace), else the side-by-side GEMM (6x6, 5x5, 1x1 maps); a
-  // stride-1 backward data onto such a map runs as the forward of the
-  // output gradient by the flipped weight (40x40 grouped; 16x16 unpadded
-  // from a 14x14 map; 8x8 with 5x5 taps). The native backward filter
+  // stride-1 backward data runs as the forward of the output gradient by
+  // the flipped weight, onto such a map (40x40 grouped; 16x16 unpadded
+  // from a 14x14 map; 8x8 with 5x5 taps) and through the side-by-side GEMM
+  // onto others (a 9x9 map; a grouped 3x3 one from a 1x1 output). The
+  // native backward filter
   // splits the columns of GEMMs of at least 1024 of them into slices of a
   // multiple of 8 (16x16 outputs: 2 slices; 40x40: slices of 536 and a
   // shorter last one, in grouped convolutions too), or for pointwise ones
@@ -624,6 +626,21 @@ TEST(ConvCost, ScratchTrafficIsTheWorkspaceMatricesWrittenAndReadBack) {
   const uint64_t products = 64ull * 9 * 64 * 28 * 28;
   EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::BackwardData, true, true),
             2 * products * 4);
+  // The last stage's 3x3 convolution (512 channels on 7 x 7 maps, 49
+  // pixels: not a multiple of 8) runs its backward data as a forward too,
+  // all 64 images in one GEMM: the flipped weight, the 16-bit im2col
+  // matrix of the output gradient, and dx staged in float32 before it is
+  // scattered to the images' planes.
+  {
+    Conv2dParams last = p;
+    last.c = last.k = 512, last.h = last.w = last.oh = last.ow = 7;
+    last.strideH = last.strideW = 1;
+    const uint64_t lastWeight = 512ull * 512 * 9;
+    const uint64_t lastIm2col = 512ull * 9 * 64 * 49;
+    const uint64_t lastDx = 512ull * 64 * 49;
+    EXPECT_EQ(conv2dScratchTraffic(last, ConvKernel::BackwardData, true, true),
+              2 * (lastWeight * 2 + lastIm2col * 2 + lastDx * 4));
+  }
   p.strideH = p.strideW = 1, p.oh = p.ow = 56;
   EXPECT_EQ(conv2dScratchTraffic(p, ConvKernel::BackwardFilter, true, true),
             2 * (im2col * 2 + outputs * 2 + 6 * weight * 4));

@@ -172,18 +172,19 @@ inline Conv2dParams convTransposedAsForward(const Conv2dParams &p) {
 
 /// Whether CUDA's native 16-bit backward data runs as that forward
 /// (convTransposedAsForward): a 16-bit im2col matrix of the output
-/// gradient and one strided-batched GEMM over the images writing dx in
-/// place, instead of a GEMM into a float32 matrix of the taps' products
-/// that col2im sums (twice the bytes where c = k, written and read). For
-/// stride 1 without dilation, padding under the taps and an input map of
-/// a multiple of 8 pixels (that forward's convNativeBatched); not for a
-/// pointwise convolution (its GEMM writes dx in place already) nor a
-/// depthwise one (which runs directly).
+/// gradient and GEMMs into dx (one strided-batched GEMM over the images
+/// writing dx in place where the input map has a multiple of 8 pixels,
+/// that forward's convNativeBatched; else several images side by side
+/// through a float32 staging matrix of dx), instead of a GEMM into a
+/// float32 matrix of the taps' products that col2im sums (twice the bytes
+/// where c = k, written and read, and kh * kw times dx's size in the
+/// workspace). For stride 1 without dilation and padding under the taps;
+/// not for a pointwise convolution (its GEMM writes dx in place already)
+/// nor a depthwise one (which runs directly).
 inline bool convBackwardDataAsForward(const Conv2dParams &p) {
   return p.strideH == 1 && p.strideW == 1 && p.dilationH == 1 &&
          p.dilationW == 1 && p.padTop < p.kh && p.padLeft < p.kw &&
-         p.h * p.w % 8 == 0 && !convIsPointwise(p) &&
-         !(p.groups > 0 && p.c == p.groups);
+         !convIsPointwise(p) && !(p.groups > 0 && p.c == p.groups);
 }
 
 /// Images per GEMM: as many as fit p.gemmColumns output pixels, at least
