@@ -5,16 +5,17 @@
 //===----------------------------------------------------------------------===//
 //
 // Every tensor of the step gets a fixed byte range in a single arena.
-// Arguments (parameters, buffers, optimizer state, inputs) and constants
-// persist across steps; values produced by ops live from their definition to
-// their last use; results of the step live to its end; update results share
-// the storage of the argument they are tied to; a reshape of a temporary is
-// a view (one buffer for both, live until the last reader of either); a
-// result its kernel can write over an operand (mtc::inPlaceSource) takes
-// that operand's buffer when the operand dies at its op; kernel scratch
-// lives only during its op. Placement is best fit against the already placed
-// buffers whose lifetimes overlap, under several orders (by size, by lifetime,
-// by both, by start); the smallest arena wins.
+// Arguments (parameters, buffers, optimizer state) and constants persist
+// across steps; a batch of an input, which the trainer writes before every
+// step, lives from the step's start to its last reader (isBatchInput);
+// values produced by ops live from their definition to their last use; results
+// of the step live to its end; update results share the storage of the argument
+// they are tied to; a reshape of a temporary is a view (one buffer for both,
+// live until the last reader of either); a result its kernel can write over an
+// operand (mtc::inPlaceSource) takes that operand's buffer when the operand
+// dies at its op; kernel scratch lives only during its op. Placement is best
+// fit against the already placed buffers whose lifetimes overlap, under several
+// orders (by size, by lifetime, by both, by start); the smallest arena wins.
 //
 // Rows are padded to 16 bytes where a GEMM writes or reads them and their
 // width is not a multiple of it (the logits over an odd vocabulary): GEMM
@@ -299,7 +300,7 @@ LogicalResult MemoryPlanPass::plan(func::FuncOp func) {
       func.setArgAttr(i, attr::kNotInArena, b.getUnitAttr());
       continue;
     }
-    addValue(arg, 0, /*persistent=*/true);
+    addValue(arg, 0, /*persistent=*/!isBatchInput(arg));
   }
 
   // Update results overwrite their tied argument in place, which is only

@@ -66,6 +66,10 @@ Liveness analyze(func::FuncOp func, int64_t alignment) {
     delta[from] += bytes;
     delta[to + 1] -= bytes;
   };
+  // Arguments count as live throughout, batch inputs too (the memory plan
+  // frees those after their last reader): a recomputation may read one in
+  // the backward pass, and this model need not follow how far that moves
+  // its last reader; the peak it finds is then at or above the plan's.
   for (BlockArgument arg : body.getArguments())
     if (!staysOffArena(arg)) // the memory plan leaves those out
       add(0, last, alignTo(getTensorBytes(arg.getType()), alignment));

@@ -32,7 +32,8 @@ static int64_t offsetOf(func::FuncOp func, Value v) {
 }
 
 /// Fills `r.timeline`: at each op, the bytes of every value live there
-/// (arguments throughout, op results from their op to their last use,
+/// (arguments throughout but batch inputs to their last reader, op results
+/// from their op to their last use,
 /// results of the step to its end, scratch during its op), by category.
 static void computeTimeline(func::FuncOp func, MemoryReport &r) {
   Block &body = func.getBody().front();
@@ -46,20 +47,6 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
       r.timeline[i].*field += bytes;
   };
   using P = MemoryReport::TimelinePoint;
-  for (BlockArgument arg : body.getArguments()) {
-    if (func.getArgAttr(arg.getArgNumber(), attr::kNotInArena))
-      continue;
-    auto role = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                  attr::kRole);
-    StringRef rv = role ? role.getValue() : "";
-    uint64_t bytes = getTensorBytes(arg.getType());
-    add(0, n - 1, bytes,
-        rv == attr::role::kParam || rv == attr::role::kParamCopy
-            ? &P::parameters
-        : rv == attr::role::kState       ? &P::optimizerState
-        : rv == attr::role::kAccumulator ? &P::gradients
-                                         : &P::other);
-  }
   DenseSet<Value> grads, tied;
   for (Operation &op : body)
     if (isa<SgdUpdateOp, SgdMomentumUpdateOp, AdamWUpdateOp>(op))
@@ -84,6 +71,20 @@ static void computeTimeline(func::FuncOp func, MemoryReport &r) {
     }
     return end;
   };
+  for (BlockArgument arg : body.getArguments()) {
+    if (func.getArgAttr(arg.getArgNumber(), attr::kNotInArena))
+      continue;
+    auto role =
+        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr::kRole);
+    StringRef rv = role ? role.getValue() : "";
+    uint64_t bytes = getTensorBytes(arg.getType());
+    add(0, isBatchInput(arg) ? lastUse(arg, 0) : n - 1, bytes,
+        rv == attr::role::kParam || rv == attr::role::kParamCopy
+            ? &P::parameters
+        : rv == attr::role::kState       ? &P::optimizerState
+        : rv == attr::role::kAccumulator ? &P::gradients
+                                         : &P::other);
+  }
   for (Operation &op : body.without_terminator()) {
     int64_t i = index[&op];
     P &point = r.timeline[i];

@@ -56,6 +56,15 @@ bool mtc::staysOffArena(BlockArgument arg) {
   });
 }
 
+bool mtc::isBatchInput(BlockArgument arg) {
+  auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
+  if (!func)
+    return false;
+  auto role =
+      func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr::kRole);
+  return role && role.getValue() == attr::role::kInput;
+}
+
 void mtc::eraseDeadPureOps(Block &block) {
   SmallVector<Operation *> ops;
   for (Operation &op : block.without_terminator())

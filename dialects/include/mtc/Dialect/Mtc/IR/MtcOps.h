@@ -36,6 +36,13 @@ void eraseDeadPureOps(mlir::Block &block);
 /// weight whose GEMMs read its 16-bit copy.
 bool staysOffArena(mlir::BlockArgument arg);
 
+/// Whether `arg`, an argument of a planned function, is a batch of a model
+/// input (role "input"): the trainer writes it into the arena before every
+/// run of the function, so its bytes are needed only from the start of the
+/// run to its last reader, and later values of the run may take them
+/// (ResNet-50 in bf16: the float32 images, read once by their conversion).
+bool isBatchInput(mlir::BlockArgument arg);
+
 /// NumPy broadcast of two shapes; failure when they are incompatible.
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
