@@ -17,6 +17,11 @@
 # benchmark's mtc side without a GPU, on the CUDA emulation
 # (docs/testing.md).
 set -euo pipefail
+# The whole run's wall time, setup and build included, is printed last.
+finish() {
+  echo "gpu-check: finished in $SECONDS s (exit $1)"
+  exit "$1"
+}
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MTC_BUILD_DIR:-$root/build}"
 bundle="${MTC_DEVICE_BUNDLE:-$root/.device/mtc-device.tar.xz}"
@@ -75,7 +80,7 @@ if [ "${MTC_GPU_DRY_RUN:-0}" = 1 ]; then
     "$python" "$root/bench/gpu_bench.py" --mtc "$build/bin/mtc" \
       --work "$build/gpu-bench" --device cpu --small --no-compile || status=$?
   fi
-  exit "$status"
+  finish "$status"
 fi
 if [ "${MTC_GPU_EMULATED:-0}" = 1 ]; then
   # Without a GPU: the cuda target on the CUDA emulation (test/cudaemu),
@@ -91,7 +96,7 @@ if [ "${MTC_GPU_EMULATED:-0}" = 1 ]; then
     "$python" "$root/bench/gpu_bench.py" --mtc "$build/bin/mtc" \
       --work "$build/gpu-bench-emulated" --emulated || status=$?
   fi
-  exit "$status"
+  finish "$status"
 fi
 nvidia-smi -L || { echo "gpu-check: no CUDA GPU visible"; exit 1; }
 status=0
@@ -114,4 +119,4 @@ if [ -n "$prepare" ]; then
   cat "$build/gpu-bench-prepare.log"
   "${bench[@]}" --doc "$build/gpu-bench.md" || status=$?
 fi
-exit "$status"
+finish "$status"
