@@ -1053,21 +1053,28 @@ int evaluate(Context &ctx, const ModelDesc &desc, unsigned char *arena,
 int64_t profileWarmup(int64_t steps) { return steps > 3 ? 2 : 0; }
 
 /// The --profile report: each op's time per step, largest first, and what
-/// the generated elementwise kernels move per second.
+/// the generated elementwise kernels (and, apart, the fused kernels ending
+/// in a layer norm) move per second.
 void printProfile(const Context &ctx, const ModelDesc &desc, int64_t steps) {
   const int64_t profiled = steps - profileWarmup(steps);
   const int n = static_cast<int>(ctx.profileMs.size());
   std::vector<int> order(n);
-  double totalMs = 0.0, elementwiseMs = 0.0, elementwiseBytes = 0.0;
-  int elementwise = 0;
+  double totalMs = 0.0;
+  struct Kernels {
+    int count = 0;
+    double ms = 0.0, bytes = 0.0;
+  } elementwise, rows;
   for (int i = 0; i < n; ++i) {
     order[i] = i;
     const double ms = ctx.profileMs[i] / static_cast<double>(profiled);
     totalMs += ms;
-    if (desc.profileOps[i].elementwise) {
-      ++elementwise;
-      elementwiseMs += ms;
-      elementwiseBytes += static_cast<double>(desc.profileOps[i].bytes);
+    const ProfileOp &op = desc.profileOps[i];
+    if (Kernels *k = op.elementwise ? &elementwise
+                     : op.rowKernel ? &rows
+                                    : nullptr) {
+      ++k->count;
+      k->ms += ms;
+      k->bytes += static_cast<double>(op.bytes);
     }
   }
   std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -1081,8 +1088,13 @@ void printProfile(const Context &ctx, const ModelDesc &desc, int64_t steps) {
               profiled, n, totalMs);
   std::printf("mtc trainer: elementwise kernels: %d, %.3f ms, %.3f GB moved, "
               "%.1f GB/s\n",
-              elementwise, elementwiseMs, elementwiseBytes / 1e9,
-              perSecond(elementwiseBytes, elementwiseMs));
+              elementwise.count, elementwise.ms, elementwise.bytes / 1e9,
+              perSecond(elementwise.bytes, elementwise.ms));
+  if (rows.count > 0)
+    std::printf("mtc trainer: fused kernels ending in a layer norm: %d, "
+                "%.3f ms, %.3f GB moved, %.1f GB/s\n",
+                rows.count, rows.ms, rows.bytes / 1e9,
+                perSecond(rows.bytes, rows.ms));
   // Per kind of op (all convolutions, all optimizer updates...), then the
   // single ops that take the most time.
   // A generated kernel's name follows its op's ("mtc.fused k3_fused_...").

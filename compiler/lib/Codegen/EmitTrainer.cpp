@@ -1816,9 +1816,9 @@ llvm::Error Emitter::emit(llvm::raw_ostream &os,
       if ((elementwise || rowEpilogue) && !lastKernel.empty())
         name += " " + lastKernel;
       profileTable += llvm::formatv(
-          "    {{\"{0}\", \"{1}\", {2}ull, {3}ull, {4}},\n", cString(name),
+          "    {{\"{0}\", \"{1}\", {2}ull, {3}ull, {4}, {5}},\n", cString(name),
           cString(nodeName(op.getLoc())), bytes, flops,
-          elementwise ? "true" : "false");
+          elementwise ? "true" : "false", rowEpilogue ? "true" : "false");
     }
     ++opIndex;
   }

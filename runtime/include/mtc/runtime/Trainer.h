@@ -107,6 +107,9 @@ struct ProfileOp {
   uint64_t bytes;   ///< bytes its operands and results take (read + written)
   uint64_t flops;
   bool elementwise; ///< a generated elementwise or fused kernel
+  /// a generated fused kernel that ends in a layer norm of its rows (a
+  /// residual add + layer norm): elementwise work and a row reduction
+  bool rowKernel = false;
 };
 
 struct ModelDesc {
