@@ -153,8 +153,8 @@ def run_mtc(args, name, onnx_path, data_dir):
     if kinds:
         print("  %s: mtc time per kind of op (--profile, no CUDA graph)\n%s"
               % (name, "\n".join(kinds.splitlines()[:16])), flush=True)
-    m = re.search(r"elementwise kernels: \d+, [0-9.]+ ms, [0-9.]+ GB moved, "
-                  r"([0-9.]+) GB/s", prof)
+    m = re.search(r"elementwise kernels: ([1-9]\d*), [0-9.]+ ms, [0-9.]+ GB "
+                  r"moved, ([0-9.]+) GB/s", prof)
     rows = re.search(r"fused kernels ending in a layer norm: \d+, [0-9.]+ ms, "
                      r"[0-9.]+ GB moved, ([0-9.]+) GB/s", prof)
     # Beside the arena: the runtime's library workspace (CUDA), which
@@ -172,7 +172,7 @@ def run_mtc(args, name, onnx_path, data_dir):
             "bytes": arena + workspace, "workspace": workspace,
             "loss": float(records[0]["loss"]),
             "build_s": build_s,
-            "elementwise_gbs": float(m.group(1)) if m else 0.0,
+            "elementwise_gbs": float(m.group(2)) if m else None,
             "row_gbs": float(rows.group(1)) if rows else None}
 
 
@@ -318,9 +318,11 @@ def table(results, copy_gbs):
                 f.replace("|", "/").replace("\n", " ") for f in r["failed"])))
             continue
         c = r.get("compile")
-        row_gbs = r["mtc"].get("row_gbs")
+        def of_copy(gbs):
+            return ("%.0f (%.0f%%)" % (gbs, 100.0 * gbs / copy_gbs)
+                    if gbs is not None else "-")
         out.append("| %s (%d) | %.1f | %.1f | %s | %.2f | %s | %.0f | %.0f | "
-                   "%s | %.4f / %.4f | %.0f (%.0f%%) | %s |" % (
+                   "%s | %.4f / %.4f | %s | %s |" % (
                        r["name"], r["batch"], r["mtc"]["ms"],
                        r["eager"]["ms"], "%.1f" % c["ms"] if c else "-",
                        r["mtc"]["ms"] / r["eager"]["ms"],
@@ -329,10 +331,8 @@ def table(results, copy_gbs):
                        r["eager"]["bytes"] / 2 ** 20,
                        "%.0f" % (c["bytes"] / 2 ** 20) if c else "-",
                        r["mtc"]["loss"], r["eager"]["loss"],
-                       r["mtc"]["elementwise_gbs"],
-                       100.0 * r["mtc"]["elementwise_gbs"] / copy_gbs,
-                       "%.0f (%.0f%%)" % (row_gbs, 100.0 * row_gbs / copy_gbs)
-                       if row_gbs is not None else "-"))
+                       of_copy(r["mtc"]["elementwise_gbs"]),
+                       of_copy(r["mtc"]["row_gbs"])))
     return "\n".join(out)
 
 

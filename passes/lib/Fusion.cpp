@@ -165,6 +165,13 @@ private:
   void foldNormResiduals(func::FuncOp func);
 };
 
+/// Whether `op` reads a result of an op of `run`.
+bool readsRun(Operation *op, ArrayRef<Operation *> run) {
+  return llvm::any_of(op->getOperands(), [&](Value v) {
+    return v.getDefiningOp() && llvm::is_contained(run, v.getDefiningOp());
+  });
+}
+
 bool FusionPass::continuesRun(ArrayRef<Operation *> run, Operation *op) {
   return run.size() < kMaxRunOps &&
          shapeOf(op->getResult(0)) == shapeOf(run.back()->getResult(0)) &&
@@ -247,6 +254,18 @@ void FusionPass::fuse(func::FuncOp func) {
     if (next > i && next < ops.size() && continues(ops[next])) {
       for (; i < next; ++i)
         ops[i]->moveBefore(run.front());
+    }
+    // An op that ends the run but one reading the run's values right after
+    // it, and not its results, would continue it (the 16-bit copy of a
+    // residual sum that a layer norm, or a pooling, reads in float32): that
+    // reader moves before it, into the run, rather than run as a kernel of
+    // its own reading the value back.
+    if (!continues(ops[i]) && i + 1 < ops.size() && continues(ops[i + 1]) &&
+        readsRun(ops[i + 1], run) &&
+        llvm::none_of(ops[i + 1]->getOperands(),
+                      [&](Value v) { return v.getDefiningOp() == ops[i]; })) {
+      ops[i + 1]->moveBefore(ops[i]);
+      std::swap(ops[i], ops[i + 1]);
     }
     if (continues(ops[i])) {
       run.push_back(ops[i]);

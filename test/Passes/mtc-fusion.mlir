@@ -23,16 +23,17 @@ func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %b: tensor<8xf32
 // Values the rest of the step reads (here %t, read by the backward pass,
 // and the chain's end %n) are results of the fused op; %e stays a
 // register. Forward and backward ops are never fused together, nor are ops
-// with another op between them, nor ops of different shapes; a value used
-// twice inside a group stays a register.
+// with another op between them whose result the later one reads, nor ops
+// of different shapes; a value used twice inside a group stays a
+// register.
 // CHECK-LABEL: func.func @train_step
 // CHECK: %[[F:.+]]:2 = mtc.fused %{{.+}} : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
 // CHECK: %[[E:.+]] = mtc.exp
 // CHECK-NEXT: %[[T:.+]] = mtc.tanh %[[E]]
 // CHECK-NEXT: %[[N:.+]] = mtc.neg %[[T]]
 // CHECK-NEXT: mtc.yield %[[T]], %[[N]]
-// CHECK: mtc.reduce_sum %[[F]]#1
-// CHECK-NEXT: %[[Q:.+]] = mtc.sqrt %[[F]]#1
+// CHECK: %[[R:.+]] = mtc.reduce_sum %[[F]]#1
+// CHECK-NEXT: %[[Q:.+]] = mtc.sub %[[F]]#1, %[[R]]
 // CHECK-NEXT: %[[G:.+]] = mtc.fused %[[Q]], %[[F]]#0 {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
 // CHECK-NEXT: ^bb0(%[[AQ:.+]]: tensor<4x8xf32>, %[[AT:.+]]: tensor<4x8xf32>):
 // CHECK-NEXT: %[[G0:.+]] = mtc.relu %[[AQ]]
@@ -44,11 +45,33 @@ func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}) -> (tensor<4x8xf
   %t = mtc.tanh %e : tensor<4x8xf32>
   %n = mtc.neg %t : tensor<4x8xf32>
   %r = mtc.reduce_sum %n {axes = array<i64: 0>, keepdims = true} : (tensor<4x8xf32>) -> tensor<1x8xf32>
-  %q = mtc.sqrt %n : tensor<4x8xf32>
+  %q = mtc.sub %n, %r : (tensor<4x8xf32>, tensor<1x8xf32>) -> tensor<4x8xf32>
   %g0 = mtc.relu %q {mtc.backward} : tensor<4x8xf32>
   %g1 = mtc.mul %t, %g0 {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   %g2 = mtc.sub %g1, %g0 {mtc.backward} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   return %g2, %q, %r : tensor<4x8xf32>, tensor<4x8xf32>, tensor<1x8xf32>
+}
+
+// -----
+
+// The run's end read by an op that ends the run (a pooling, a layer norm)
+// and, right after it, by an elementwise op that does not read that op's
+// result (the 16-bit copy of a residual sum): the second moves before the
+// first, into the run, which then writes the copy too.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[F:.+]]:2 = mtc.fused %{{.+}}, %{{.+}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xbf16>) {
+// CHECK: mtc.add
+// CHECK-NEXT: %[[R:.+]] = mtc.relu
+// CHECK-NEXT: %[[C:.+]] = mtc.convert %[[R]] : tensor<4x8xf32> to tensor<4x8xbf16>
+// CHECK-NEXT: mtc.yield %[[R]], %[[C]]
+// CHECK: %[[P:.+]] = mtc.reduce_sum %[[F]]#0
+// CHECK-NEXT: return %[[P]], %[[F]]#1
+func.func @train_step(%x: tensor<4x8xf32> {mtc.role = "input"}, %y: tensor<4x8xf32> {mtc.role = "input"}) -> (tensor<1x8xf32>, tensor<4x8xbf16>) {
+  %s = mtc.add %x, %y : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %r = mtc.relu %s : tensor<4x8xf32>
+  %p = mtc.reduce_sum %r {axes = array<i64: 0>, keepdims = true} : (tensor<4x8xf32>) -> tensor<1x8xf32>
+  %c = mtc.convert %r : tensor<4x8xf32> to tensor<4x8xbf16>
+  return %p, %c : tensor<1x8xf32>, tensor<4x8xbf16>
 }
 
 // -----
