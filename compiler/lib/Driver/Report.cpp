@@ -33,8 +33,8 @@ static int64_t offsetOf(func::FuncOp func, Value v) {
 
 /// Fills `r.timeline`: at each op, the bytes of every value live there
 /// (arguments throughout but batch inputs to their last reader, op results
-/// from their op to their last use,
-/// results of the step to its end, scratch during its op), by category.
+/// from their op to their last use, results of the step to its end,
+/// scratch during its op), by category.
 static void computeTimeline(func::FuncOp func, MemoryReport &r) {
   Block &body = func.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
