@@ -85,10 +85,10 @@ struct Context {
   /// Whether the last epilogue GEMM ran as one (lastGemmUsedEpilogue).
   bool lastGemmEpilogue = false;
   /// cuBLASLt's answer per GEMM (data type, transposes, sizes, leading
-  /// dimensions, epilogue, the pointers' alignments): whether it has an
-  /// algorithm, and which.
+  /// dimensions, epilogue, the pointers' alignments, the workspace it may
+  /// use): whether it has an algorithm, and which.
   struct LtAlgo {
-    int64_t key[17];
+    int64_t key[18];
     bool found;
     cublasLtMatmulAlgo_t algo;
   };

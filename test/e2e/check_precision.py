@@ -153,9 +153,9 @@ def spec_of(name, zoo_batch=False):
     import models
     if name == "gpt-tanh":
         # The zoo's GPT with GPT-2's own GELU, the tanh form, which joins
-        # its GEMMs as cuBLASLt's GELU epilogues (matmul_gelu and
-        # matmul_gelu_grad): GELU computed in float32 from the GEMM's sums
-        # and rounded once.
+        # its GEMMs (matmul_gelu and matmul_gelu_grad; on CUDA a GEMM into
+        # float32 sums and a GELU kernel, and cuBLASLt's DGELU epilogue):
+        # GELU computed in float32 from the GEMM's sums and rounded once.
         import copy
         spec = copy.copy(models.get("gpt"))
         spec.name = name

@@ -25,9 +25,11 @@
 #include "mtc/runtime/Cuda.h"
 #include "mtc/runtime/Half.h"
 #include "mtc/runtime/Kernels.h"
+#include "mtc/runtime/LayerNormRow.h"
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <initializer_list>
 #include <iterator>
 #include <string>
@@ -125,21 +127,28 @@ void columnSums(Context &ctx, const T *x, int64_t rows, int64_t cols,
 /// writing or reading the float32 `vector` (the bias, or the bias
 /// gradient) and, when `aux` is given, writing or reading the auxiliary
 /// matrix of C's type and shape (a GELU epilogue's input, leading
-/// dimension `auxLd`). False when cuBLASLt has no algorithm for it. The
-/// heuristic's answer is kept per shape and epilogue (it costs more host
-/// time than the launch, which matters without CUDA graphs).
+/// dimension `auxLd`). It may use `workspaceBytes` of workspace at
+/// `workspaceAt` (by default the whole library workspace). False when
+/// cuBLASLt has no algorithm for it. The heuristic's answer is kept per
+/// shape, epilogue and workspace (it costs more host time than the launch,
+/// which matters without CUDA graphs).
 bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
             int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
             const void *b, int64_t ldb, void *c, cudaDataType_t cType,
             int64_t ldc, cublasLtEpilogue_t epilogue, const void *vector,
-            const void *aux = nullptr, int64_t auxLd = 0) {
+            const void *aux = nullptr, int64_t auxLd = 0,
+            void *workspaceAt = nullptr, size_t workspaceBytes = 0) {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   // Column-major: cuBLASLt's A is our B ([n, k] after its op), its B our A.
   cublasOperation_t opA = opOf(transB), opB = opOf(transA);
   cudaDataType_t f32 = CUDA_R_32F;
-  size_t workspace = ctx.ltWorkspaceBytes;
+  if (!workspaceAt) {
+    workspaceAt = ctx.ltWorkspace;
+    workspaceBytes = ctx.ltWorkspaceBytes;
+  }
+  size_t workspace = workspaceBytes;
   float one = 1.0f, zero = 0.0f;
   bool ok =
       !cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) &&
@@ -195,7 +204,8 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
                          alignC,
                          vector ? alignment(vector) : 0,
                          aux ? alignment(aux) : 0,
-                         auxLd};
+                         auxLd,
+                         int64_t(workspace)};
   static_assert(sizeof(key) == sizeof(Context::LtAlgo::key));
   auto cached = std::find_if(
       ctx.ltAlgos.begin(), ctx.ltAlgos.end(), [&](const Context::LtAlgo &e) {
@@ -234,7 +244,7 @@ bool ltGemm(Context &ctx, cudaDataType_t type, bool transA, bool transB,
   if (ok) {
     cublasStatus_t status =
         cublasLtMatmul(ctx.lt, desc, &one, b, la, a, lb, &zero, c, lc, c, lc,
-                       &cached->algo, ctx.ltWorkspace, workspace, ctx.stream);
+                       &cached->algo, workspaceAt, workspace, ctx.stream);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED ||
         status == CUBLAS_STATUS_INVALID_VALUE) {
       // Refused before anything ran: the caller's plain GEMM runs instead,
@@ -595,6 +605,29 @@ __global__ void geluEpilogueKernel(int64_t count, const A *acc, Y *y, Y *pre,
   }
 }
 
+/// geluEpilogueKernel four elements a thread at a time (count a multiple
+/// of 4, every pointer aligned to four of its elements): one 16-byte load
+/// of float32 sums, 8-byte stores of 16-bit results.
+template <typename A, typename Y>
+__global__ void geluEpilogueVectorKernel(int64_t count, const A *acc, Y *y,
+                                         Y *pre, bool bf16) {
+  for (int64_t i = 4 * cuda::threadIndex(); i < count;
+       i += 4 * cuda::threadCount()) {
+    float x[4], out[4];
+    cuda::loadValues<4>(acc + i, bf16, x);
+    for (int e = 0; e < 4; ++e)
+      out[e] = geluFromTanh(x[e], tanhf(geluTanhArgument(x[e])));
+    if (pre)
+      cuda::storeValues<4>(pre + i, bf16, x);
+    cuda::storeValues<4>(y + i, bf16, out);
+  }
+}
+
+/// Whether p is aligned to four of its elements.
+template <typename T> bool alignedToFour(const T *p) {
+  return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
+}
+
 template <typename A, typename P, typename Y>
 __global__ void geluGradEpilogueKernel(int64_t count, const A *acc,
                                        const P *pre, Y *dx, bool bf16) {
@@ -649,8 +682,14 @@ void geluEpilogue(Context &ctx, Storage16 storage, int64_t count, StoredIn acc,
   withStoredIn(acc, [&](auto a) {
     withStoredOut(y, [&](auto out) {
       using Y = std::remove_pointer_t<decltype(out)>;
-      geluEpilogueKernel<<<cuda::gridFor(count), cuda::kBlock, 0, ctx.stream>>>(
-          count, a, out, static_cast<Y *>(pre.data), bf16);
+      Y *keep = static_cast<Y *>(pre.data);
+      if (count % 4 == 0 && alignedToFour(a) && alignedToFour(out) &&
+          (!keep || alignedToFour(keep)))
+        geluEpilogueVectorKernel<<<cuda::gridFor(count / 4), cuda::kBlock, 0,
+                                   ctx.stream>>>(count, a, out, keep, bf16);
+      else
+        geluEpilogueKernel<<<cuda::gridFor(count), cuda::kBlock, 0,
+                             ctx.stream>>>(count, a, out, keep, bf16);
     });
   });
   checkLaunch(ctx, "geluEpilogueKernel");
@@ -680,42 +719,66 @@ StoredOut offsetRows(StoredOut p, int64_t elements) {
   return StoredOut(static_cast<float *>(p.data) + elements);
 }
 
-/// The fallback of a 16-bit GELU epilogue, which rounds once as cuBLASLt's
-/// epilogue and the CPU do: the float32 sums (+ bias) of as many rows of C
+/// The 16-bit GELU GEMMs without cuBLASLt's GELU epilogues, rounding once
+/// as those and the CPU do: the float32 sums (+ bias) of as many rows of C
 /// at a time as the library workspace holds, then finish(first row, rows,
-/// sums) on them. Nothing else uses the workspace meanwhile (cublasGemmEx
-/// takes cuBLAS's own).
+/// sums) on them. The rows go in chunks of equal size, a multiple of 8
+/// where the workspace allows (no sliver of a GEMM at the end), so that a
+/// chunk of sums (up to 28 MiB) mostly stays in L2 until the kernel
+/// finishing it reads it. The bias is cuBLASLt's bias epilogue, which may
+/// use the workspace's last eighth (the sums take the rest from its
+/// start); where it offers no algorithm, the sums start as the bias and a
+/// plain GEMM (cuBLAS's own workspace) adds onto them.
 template <typename Finish>
 void forEachSumsChunk(Context &ctx, Storage16 storage, bool transB, int64_t m,
                       int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
                       int64_t ldb, const float *bias, Finish finish) {
-  const int64_t rowsHeld =
-      ctx.ltWorkspace ? static_cast<int64_t>(ctx.ltWorkspaceBytes) / (4 * n)
-                      : 0;
+  const size_t whole = ctx.ltWorkspace ? ctx.ltWorkspaceBytes : 0;
+  const size_t forSums = bias ? (whole - whole / 8) / 256 * 256 : whole;
+  const size_t reserve = whole - forSums;
+  const int64_t rowsHeld = static_cast<int64_t>(forSums) / (4 * n);
   if (rowsHeld == 0) {
     reportError(ctx, "gemmGelu: the library workspace cannot hold a row of "
                      "float32 sums");
     return;
   }
-  const int64_t chunk = std::min(m, rowsHeld);
+  const int64_t chunks = (m + rowsHeld - 1) / rowsHeld;
+  int64_t chunk = (m + chunks - 1) / chunks;
+  if (chunk % 8 != 0 && chunk + 8 - chunk % 8 <= rowsHeld)
+    chunk += 8 - chunk % 8;
   auto *sums = static_cast<float *>(ctx.ltWorkspace);
+  void *ltOwn = static_cast<unsigned char *>(ctx.ltWorkspace) + forSums;
   auto *a16 = static_cast<const uint16_t *>(a.data);
   auto *b16 = static_cast<const uint16_t *>(b.data);
   for (int64_t first = 0; first < m; first += chunk) {
     const int64_t rows = std::min(chunk, m - first);
-    if (bias) {
+    const uint16_t *aRows = a16 + first * lda;
+    if (!bias) {
+      gemm16(ctx, storage, false, transB, rows, n, k, 1.0f, aRows, lda, b16,
+             ldb, 0.0f, sums, n);
+    } else if (!reserve || k == 0 ||
+               !ltGemm(ctx, dataTypeOf(storage), false, transB, rows, n, k,
+                       aRows, lda, b16, ldb, sums, CUDA_R_32F, n,
+                       CUBLASLT_EPILOGUE_BIAS, bias, nullptr, 0, ltOwn,
+                       reserve)) {
       broadcastRowsKernel<<<cuda::gridFor(rows * n), cuda::kBlock, 0,
                             ctx.stream>>>(rows, n, bias, sums, n, false);
       checkLaunch(ctx, "broadcastRowsKernel");
+      gemm16(ctx, storage, false, transB, rows, n, k, 1.0f, aRows, lda, b16,
+             ldb, 1.0f, sums, n);
     }
-    gemm16(ctx, storage, false, transB, rows, n, k, 1.0f, a16 + first * lda,
-           lda, b16, ldb, bias ? 1.0f : 0.0f, sums, n);
     finish(first, rows, sums);
   }
   ctx.lastGemmEpilogue = false;
 }
 } // namespace
 
+// Not cuBLASLt's GELU epilogues: GELU_AUX_BIAS ran GPT-2 small's bf16
+// GEMMs before GELU at 122 TFLOP/s on an H200 (3.8 ms a step at batch
+// 8 x 1024), where its other GEMMs on operands of the same sizes reached
+// about 500. The GEMM with the bias epilogue alone and a GELU kernel of
+// ours over its sums do the same work, the sums (float32) mostly read back
+// from L2. The gradient's DGELU epilogue (387 TFLOP/s there) stays.
 void gemmGelu(Context &ctx, Storage16 storage, bool transB, int64_t m,
               int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
               int64_t ldb, const float *bias, StoredOut c, StoredOut pre) {
@@ -723,15 +786,6 @@ void gemmGelu(Context &ctx, Storage16 storage, bool transB, int64_t m,
   if (!storedAlike(ctx, "gemmGelu", c.low,
                    {a.low, b.low, pre.data ? pre.low : c.low}) ||
       !fitsBlasInt(ctx, "gemmGelu", {m, n, k, lda, ldb}) || m == 0 || n == 0)
-    return;
-  cudaDataType_t type = a.low ? dataTypeOf(storage) : CUDA_R_32F;
-  cublasLtEpilogue_t epilogue =
-      pre.data ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                       : CUBLASLT_EPILOGUE_GELU_AUX)
-               : (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
-  if (k > 0 && (!pre.data || auxLdFits(n)) &&
-      ltGemm(ctx, type, false, transB, m, n, k, a.data, lda, b.data, ldb,
-             c.data, type, n, epilogue, bias, pre.data, n))
     return;
   if (a.low) {
     forEachSumsChunk(ctx, storage, transB, m, n, k, a, lda, b, ldb, bias,

@@ -1900,13 +1900,14 @@ TEST_F(Kernels, GeluEpilogues) {
 }
 
 #ifdef MTC_RUNTIME_CUDA
-// gemmGelu and gemmGeluGrad (cuBLASLt's GELU_AUX(_BIAS) and DGELU
-// epilogues, or the fallback where N is no multiple of 8) against double
-// on the stored operands: float32 and both 16-bit formats. A 16-bit result
-// is within the float32 accumulation error and one rounding of the
-// definition on either path. The fallback's 16-bit sums go through the
-// library workspace row by row: made to hold 5 rows of them here, its 37
-// rows take 8 GEMMs, the last of 2 rows.
+// gemmGelu (a GEMM into float32 sums and the GELU kernel) and gemmGeluGrad
+// (cuBLASLt's DGELU epilogue, or the same where N is no multiple of 8)
+// against double on the stored operands: float32 and both 16-bit formats.
+// A 16-bit result is within the float32 accumulation error and one
+// rounding of the definition on either path. 16-bit sums go through the
+// library workspace rows at a time: made to hold 5 rows of them here (2
+// with a bias, whose cuBLASLt epilogue gets the workspace's last part), the
+// 37 rows take 8 GEMMs, the last of 2 rows (19, the last of 1 row).
 TEST_F(Kernels, GemmGeluEpilogues) {
   const int64_t m = 37, k = 300;
   const size_t libraryWorkspace = ctx.ltWorkspaceBytes;
@@ -2011,7 +2012,7 @@ TEST_F(Kernels, GemmGeluEpilogues) {
         std::printf("gemmGelu (n %lld, %s, %s): %s\n", (long long)n,
                     low ? (bf16 ? "bf16" : "fp16") : "f32",
                     withBias ? "bias" : "no bias",
-                    epilogue ? "cuBLASLt epilogue" : "fallback");
+                    epilogue ? "cuBLASLt epilogue" : "GEMM + GELU kernel");
         // The gradient GEMM reads the stored GELU input.
         std::vector<float> storedPre = widened(pre);
         void *dx = buffer();

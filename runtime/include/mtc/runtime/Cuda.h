@@ -72,11 +72,12 @@ void gemm16BiasGrad(Context &ctx, Storage16 storage, bool transA,
 /// mtc.matmul_gelu and mtc.matmul_gelu_grad: C[M,N] = GELU(A op(B) + bias)
 /// with `pre` (when not null) the sums before GELU, and C = (A op(B)) *
 /// GELU'(pre), A stored [M,K] (rows folded), ldc = N. A, B, C and pre are
-/// all float32 or all 16-bit (`storage`). cuBLASLt's GELU_AUX(_BIAS) and
-/// DGELU epilogues; where cuBLASLt offers no algorithm, the GEMM writes
-/// float32 sums (16-bit operands: as many rows at a time as the library
-/// workspace holds) and geluEpilogue / geluGradEpilogue (Kernels.h) finish
-/// them, so a 16-bit result is rounded once either way.
+/// all float32 or all 16-bit (`storage`). The forward is a GEMM (with
+/// cuBLASLt's bias epilogue) into float32 sums, with 16-bit operands as
+/// many rows at a time as the library workspace holds, that geluEpilogue
+/// (Kernels.h) finishes; the gradient is cuBLASLt's DGELU epilogue, or
+/// where it offers no algorithm the same with geluGradEpilogue. A 16-bit
+/// result is rounded once either way.
 void gemmGelu(Context &ctx, Storage16 storage, bool transB, int64_t m,
               int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
               int64_t ldb, const float *bias, StoredOut c, StoredOut pre);
