@@ -20,7 +20,10 @@ The trainer is also run for 5 steps with --profile: its time per kind of
 op is printed, and the bandwidth its generated elementwise kernels reach
 (bytes of operands and results over their time), and apart that of its
 fused kernels ending in a layer norm, is reported against a
-device-to-device copy of 1 GiB measured in the same run. The first losses
+device-to-device copy of 1 GiB measured in the same run. Where the model
+has GEMMs before a tanh GELU (GPT-2), a third run with --cublaslt-gelu
+times them with cuBLASLt's GELU epilogue instead of mtc's GEMM and GELU
+kernel, and both times are printed. The first losses
 agree within 2e-2 (bf16 forward passes). Ratios are mtc / peer.
 `--device cpu --small` runs everything at toy sizes on the CPU (float32;
 PyTorch's peak memory is then process RSS), which is how the script itself
@@ -129,6 +132,13 @@ def compile_mtc(args, name, onnx_path):
     return exe, build_s
 
 
+def kind_ms(prof, kind):
+    """The ms a step of one kind of op in a --profile output, or None."""
+    m = re.search(r"^\s*([0-9.]+)\s+[0-9.]+%\s+\d+\s+[0-9.]+\s+[0-9.]+\s+"
+                  + re.escape(kind) + r"$", prof, re.M)
+    return float(m.group(1)) if m else None
+
+
 def run_mtc(args, name, onnx_path, data_dir):
     exe, build_s = compile_mtc(args, name, onnx_path)
     metrics = exe + ".jsonl"
@@ -153,6 +163,23 @@ def run_mtc(args, name, onnx_path, data_dir):
     if kinds:
         print("  %s: mtc time per kind of op (--profile, no CUDA graph)\n%s"
               % (name, "\n".join(kinds.splitlines()[:16])), flush=True)
+    # The GEMMs before a tanh GELU run as a GEMM and mtc's GELU kernel; a
+    # third run times them with cuBLASLt's GELU epilogue instead
+    # (--cublaslt-gelu), so that each GPU shows which way is faster.
+    gelu_ms = kind_ms(prof, "mtc.matmul_gelu")
+    gelu_lt_ms = None
+    if gelu_ms is not None and (args.device == "cuda" or args.emulated):
+        lt = subprocess.run([exe, "--data", data_dir, "--steps", "5",
+                             "--profile", "--cublaslt-gelu"], check=True,
+                            stdout=subprocess.PIPE, text=True).stdout
+        with open(exe + ".profile-cublaslt-gelu.txt", "w") as f:
+            f.write(lt)
+        gelu_lt_ms = kind_ms(lt, "mtc.matmul_gelu")
+        print("  %s: GEMMs before GELU (--profile): GEMM + GELU kernel %.3f "
+              "ms, cuBLASLt GELU epilogue %s ms a step" % (
+                  name, gelu_ms,
+                  "%.3f" % gelu_lt_ms if gelu_lt_ms is not None else "-"),
+              flush=True)
     m = re.search(r"elementwise kernels: ([1-9]\d*), [0-9.]+ ms, [0-9.]+ GB "
                   r"moved, ([0-9.]+) GB/s", prof)
     rows = re.search(r"fused kernels ending in a layer norm: \d+, [0-9.]+ ms, "
@@ -172,6 +199,7 @@ def run_mtc(args, name, onnx_path, data_dir):
             "bytes": arena + workspace, "workspace": workspace,
             "loss": float(records[0]["loss"]),
             "build_s": build_s,
+            "gelu_ms": gelu_ms, "gelu_lt_ms": gelu_lt_ms,
             "elementwise_gbs": float(m.group(2)) if m else None,
             "row_gbs": float(rows.group(1)) if rows else None}
 

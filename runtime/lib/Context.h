@@ -45,6 +45,11 @@ struct Context {
   /// CUDA: run the training step as a captured CUDA graph (the trainer's
   /// --no-cuda-graphs clears it). Ignored on the CPU.
   bool cudaGraphs = true;
+  /// CUDA: the GEMMs before a tanh GELU (gemmGelu) run with cuBLASLt's
+  /// GELU epilogue instead of a GEMM into float32 sums and a GELU kernel of
+  /// ours (the trainer's --cublaslt-gelu, for comparison: bench/gpu_bench.py
+  /// times both). Ignored on the CPU.
+  bool ltGelu = false;
   /// --profile: each op's time over the profiled steps (ms), and the
   /// device's per-op timers (CPU: start times; CUDA: event pairs).
   bool profiling = false;

@@ -131,6 +131,7 @@ struct Options {
   std::string dumpGradsPath;
   bool eval = false;
   bool cudaGraphs = true;
+  bool ltGelu = false;
   bool profile = false;
   std::string exportPath;
 };
@@ -188,6 +189,11 @@ void printUsage(const char *prog, const ModelDesc &desc) {
       "                      instead of replaying it as one CUDA graph\n"
       "                      (captured on the second step); the results\n"
       "                      are the same (no effect on the cpu)\n"
+      "  --cublaslt-gelu     cuda: run the GEMMs before a tanh GELU with\n"
+      "                      cuBLASLt's GELU epilogue instead of the GEMM\n"
+      "                      and mtc's GELU kernel, to compare their times\n"
+      "                      (--profile); results differ in rounding only\n"
+      "                      (no effect on the cpu)\n"
       "  --help              show this help and exit\n"
       "\n"
       "Flags also accept the --flag=value form.\n",
@@ -248,6 +254,10 @@ ParseOutcome parseCommandLine(int argc, char **argv, Options &opts,
     }
     if (arg == "--no-cuda-graphs") {
       opts.cudaGraphs = false;
+      continue;
+    }
+    if (arg == "--cublaslt-gelu") {
+      opts.ltGelu = true;
       continue;
     }
     if (arg == "--profile") {
@@ -1142,6 +1152,7 @@ int run(const Options &opts, const ModelDesc &desc, int lossIndex) {
   Context ctx;
   ctx.seed = opts.seed;
   ctx.cudaGraphs = opts.cudaGraphs;
+  ctx.ltGelu = opts.ltGelu;
   const TensorDesc &lossTensor = desc.tensors[lossIndex];
   const TensorDesc *lossScaleTensor = nullptr, *gradStatusTensor = nullptr;
   for (int i = 0; i < desc.numTensors; ++i) {

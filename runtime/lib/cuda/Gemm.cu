@@ -773,12 +773,13 @@ void forEachSumsChunk(Context &ctx, Storage16 storage, bool transB, int64_t m,
 }
 } // namespace
 
-// Not cuBLASLt's GELU epilogues: GELU_AUX_BIAS ran GPT-2 small's bf16
-// GEMMs before GELU at 122 TFLOP/s on an H200 (3.8 ms a step at batch
-// 8 x 1024), where its other GEMMs on operands of the same sizes reached
-// about 500. The GEMM with the bias epilogue alone and a GELU kernel of
-// ours over its sums do the same work, the sums (float32) mostly read back
-// from L2. The gradient's DGELU epilogue (387 TFLOP/s there) stays.
+// cuBLASLt's GELU epilogues only with ctx.ltGelu (--cublaslt-gelu):
+// GELU_AUX_BIAS ran GPT-2 small's bf16 GEMMs before GELU at 122 TFLOP/s on
+// an H200 (3.8 ms a step at batch 8 x 1024), where its other GEMMs on
+// operands of the same sizes reached about 500. The GEMM with the bias
+// epilogue alone and a GELU kernel of ours over its sums do the same work,
+// the sums (float32) mostly read back from L2. The gradient's DGELU
+// epilogue (387 TFLOP/s there) stays.
 void gemmGelu(Context &ctx, Storage16 storage, bool transB, int64_t m,
               int64_t n, int64_t k, StoredIn a, int64_t lda, StoredIn b,
               int64_t ldb, const float *bias, StoredOut c, StoredOut pre) {
@@ -787,6 +788,17 @@ void gemmGelu(Context &ctx, Storage16 storage, bool transB, int64_t m,
                    {a.low, b.low, pre.data ? pre.low : c.low}) ||
       !fitsBlasInt(ctx, "gemmGelu", {m, n, k, lda, ldb}) || m == 0 || n == 0)
     return;
+  if (ctx.ltGelu && k > 0 && (!pre.data || auxLdFits(n))) {
+    const cudaDataType_t type = a.low ? dataTypeOf(storage) : CUDA_R_32F;
+    const cublasLtEpilogue_t epilogue =
+        pre.data
+            ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                    : CUBLASLT_EPILOGUE_GELU_AUX)
+            : (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+    if (ltGemm(ctx, type, false, transB, m, n, k, a.data, lda, b.data, ldb,
+               c.data, type, n, epilogue, bias, pre.data, n))
+      return;
+  }
   if (a.low) {
     forEachSumsChunk(ctx, storage, transB, m, n, k, a, lda, b, ldb, bias,
                      [&](int64_t first, int64_t rows, const float *sums) {

@@ -1900,18 +1900,23 @@ TEST_F(Kernels, GeluEpilogues) {
 }
 
 #ifdef MTC_RUNTIME_CUDA
-// gemmGelu (a GEMM into float32 sums and the GELU kernel) and gemmGeluGrad
-// (cuBLASLt's DGELU epilogue, or the same where N is no multiple of 8)
-// against double on the stored operands: float32 and both 16-bit formats.
-// A 16-bit result is within the float32 accumulation error and one
-// rounding of the definition on either path. 16-bit sums go through the
-// library workspace rows at a time: made to hold 5 rows of them here (2
-// with a bias, whose cuBLASLt epilogue gets the workspace's last part), the
-// 37 rows take 8 GEMMs, the last of 2 rows (19, the last of 1 row).
+// gemmGelu (a GEMM into float32 sums and the GELU kernel, or with
+// ctx.ltGelu cuBLASLt's GELU_AUX(_BIAS) epilogues) and gemmGeluGrad
+// (cuBLASLt's DGELU epilogue, or the GEMM and geluGradEpilogue where N is
+// no multiple of 8) against double on the stored operands: float32 and
+// both 16-bit formats. A 16-bit result is within the float32 accumulation
+// error and one rounding of the definition on every path. 16-bit sums go
+// through the library workspace rows at a time: made to hold 5 rows of
+// them here (2 with a bias, whose cuBLASLt epilogue gets the workspace's
+// last part), the 37 rows take 8 GEMMs, the last of 2 rows (19, the last
+// of 1 row).
 TEST_F(Kernels, GemmGeluEpilogues) {
   const int64_t m = 37, k = 300;
   const size_t libraryWorkspace = ctx.ltWorkspaceBytes;
-  for (int64_t n : {32, 29}) {
+  for (int run = 0; run < 4; ++run) {
+    const bool ltGelu = run >= 2;
+    const int64_t n = run % 2 ? 29 : 32;
+    ctx.ltGelu = ltGelu;
     ctx.ltWorkspaceBytes = n % 8 ? 4 * n * 5 : libraryWorkspace;
     for (int format = 0; format < 3; ++format) {
       const bool low = format > 0, bf16 = format != 2;
@@ -2005,7 +2010,7 @@ TEST_F(Kernels, GemmGeluEpilogues) {
           want[i] = geluTanh(sums.c[i]);
         const std::vector<double> &error = withBias ? biasedSumError : sumError;
         check(sums.c, widened(pre), "pre", error, 1.0);
-        if (n % 8) {
+        if (n % 8 || !ltGelu) {
           EXPECT_FALSE(epilogue);
         }
         check(want, widened(c), "gelu", error, 1.2);
@@ -2031,6 +2036,7 @@ TEST_F(Kernels, GemmGeluEpilogues) {
     }
   }
   ctx.ltWorkspaceBytes = libraryWorkspace;
+  ctx.ltGelu = false;
 }
 #endif
 
