@@ -38,25 +38,13 @@ __global__ void sgdKernel(int64_t n, float *p, const float *g, float *buf,
     sgdElement(p[i], g[i] * unscale, buf ? buf + i : nullptr, s);
 }
 
-/// The step's AdamW scalars, formed once per block (in double: two pow,
-/// a sqrt, divisions) rather than by every thread. Every thread of the
-/// block must call it.
-__device__ inline AdamwScalars
-blockAdamwScalars(const StepCounters *counters, const AdamwHyperparameters &h) {
-  __shared__ AdamwScalars shared;
-  if (threadIdx.x == 0)
-    shared = adamwScalars(counters->optimizerStep, h);
-  __syncthreads();
-  return shared;
-}
-
 __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
                             float *v, AdamwHyperparameters h,
                             const float *status,
                             const StepCounters *counters) {
   if (skipsStep(status))
     return;
-  const AdamwScalars s = blockAdamwScalars(counters, h);
+  const AdamwScalars s = adamwScalars(counters->optimizerStep, h);
   const float unscale = gradUnscale(status);
   for (int64_t i = cuda::threadIndex(); i < n; i += cuda::threadCount())
     adamwElement(p[i], g[i] * unscale, m[i], v[i], s);
@@ -68,8 +56,12 @@ __global__ void adamwKernel(int64_t n, float *p, const float *g, float *m,
 /// largest tensor for every tensor would leave most blocks of the small
 /// ones, biases next to their weight, with nothing to do).
 constexpr int kMultiTensors = 32;
-/// Blocks one tensor gets at most; their threads stride over it.
-constexpr int64_t kMultiBlocksPerTensor = 4096;
+/// Blocks one tensor gets at most, per SM: a few rounds of the blocks an SM
+/// holds at once (three to eight of cuda::kBlock threads, by the kernel's
+/// registers). Past that the threads of a large tensor stride over it, so
+/// that what a thread does once (finding its tensor, the step's scalars) is
+/// paid once for many elements.
+constexpr int64_t kMultiBlocksPerSm = 16;
 template <typename Tensor> struct Tensors {
   Tensor t[kMultiTensors];
   int firstBlock[kMultiTensors + 1];
@@ -123,7 +115,7 @@ void launchMulti(Context &ctx, const Tensor *tensors, int count, Kernel kernel,
       chunk.firstBlock[t] = static_cast<int>(blocks);
       const int64_t threads =
           (std::max<int64_t>(chunk.t[t].n, 0) + kPerThread - 1) / kPerThread;
-      blocks += std::min(kMultiBlocksPerTensor,
+      blocks += std::min(kMultiBlocksPerSm * std::max(ctx.smCount, 1),
                          (threads + cuda::kBlock - 1) / cuda::kBlock);
     }
     chunk.firstBlock[n] = static_cast<int>(blocks);
@@ -150,40 +142,74 @@ __device__ inline uint16_t copyOf(float p, bool bf16) {
   return bf16 ? floatToBf16(p) : floatToHalf(p);
 }
 
-/// Each block updates its part of one tensor (see Tensors): four elements
-/// a thread at a time as vectors where the arrays allow (each element by
-/// the same arithmetic as alone), then the elements past the last whole
-/// vector one by one.
-__global__ void adamwMultiKernel(AdamwTensors tensors,
-                                 AdamwHyperparameters h, const float *status,
-                                 const StepCounters *counters) {
+/// Vectors of four elements a thread of adamwMultiKernel loads before it
+/// updates the first: 128 bytes of loads in flight a thread.
+constexpr int kAdamwVectors = 2;
+
+/// Vector i of a tensor's four float arrays.
+struct AdamwVector {
+  float4 p, g, m, v;
+};
+
+__device__ inline AdamwVector loadAdamwVector(const AdamwTensor &t, int64_t i) {
+  return {reinterpret_cast<const float4 *>(t.param)[i],
+          reinterpret_cast<const float4 *>(t.grad)[i],
+          reinterpret_cast<const float4 *>(t.expAvg)[i],
+          reinterpret_cast<const float4 *>(t.expAvgSq)[i]};
+}
+
+/// Updates vector i's four elements (each by the same arithmetic as alone)
+/// and stores them, with the 16-bit copy if the tensor has one.
+__device__ inline void storeAdamwVector(const AdamwTensor &t, int64_t i,
+                                        AdamwVector x, float unscale,
+                                        const AdamwScalars &s) {
+  adamwElement(x.p.x, x.g.x * unscale, x.m.x, x.v.x, s);
+  adamwElement(x.p.y, x.g.y * unscale, x.m.y, x.v.y, s);
+  adamwElement(x.p.z, x.g.z * unscale, x.m.z, x.v.z, s);
+  adamwElement(x.p.w, x.g.w * unscale, x.m.w, x.v.w, s);
+  reinterpret_cast<float4 *>(t.param)[i] = x.p;
+  reinterpret_cast<float4 *>(t.expAvg)[i] = x.m;
+  reinterpret_cast<float4 *>(t.expAvgSq)[i] = x.v;
+  if (t.param16) {
+    const bool bf16 = t.storage == Storage16::Bf16;
+    reinterpret_cast<ushort4 *>(t.param16)[i] =
+        make_ushort4(copyOf(x.p.x, bf16), copyOf(x.p.y, bf16),
+                     copyOf(x.p.z, bf16), copyOf(x.p.w, bf16));
+  }
+}
+
+/// Each block updates its part of one tensor (see Tensors): kAdamwVectors
+/// vectors of four elements a thread at a time where the arrays allow, all
+/// loaded before the first is updated, then the elements past the last
+/// whole vector one by one. Every thread forms the step's scalars itself:
+/// a warp's lanes run the same instructions one lane would, and no warp
+/// waits at a barrier for another's double-precision pows. Three blocks an
+/// SM (74 registers a thread on sm_90, no spills; four would spill in the
+/// loop) keep 96 KB of loads in flight there.
+__global__ void __launch_bounds__(cuda::kBlock, 3)
+    adamwMultiKernel(AdamwTensors tensors, AdamwHyperparameters h,
+                     const float *status, const StepCounters *counters) {
   if (skipsStep(status))
     return;
   const float unscale = gradUnscale(status);
-  const AdamwScalars s = blockAdamwScalars(counters, h);
   const MultiBlock b = multiBlock(tensors);
   const AdamwTensor &t = tensors.t[b.tensor];
   const int64_t start = b.block * blockDim.x + threadIdx.x,
                 stride = b.blocks * blockDim.x;
-  const bool bf16 = t.storage == Storage16::Bf16;
+  const AdamwScalars s = adamwScalars(counters->optimizerStep, h);
   const int64_t vectors = inVectors(t) ? t.n / 4 : 0;
-  for (int64_t i = start; i < vectors; i += stride) {
-    float4 p = reinterpret_cast<const float4 *>(t.param)[i];
-    const float4 g = reinterpret_cast<const float4 *>(t.grad)[i];
-    float4 m = reinterpret_cast<const float4 *>(t.expAvg)[i];
-    float4 v = reinterpret_cast<const float4 *>(t.expAvgSq)[i];
-    adamwElement(p.x, g.x * unscale, m.x, v.x, s);
-    adamwElement(p.y, g.y * unscale, m.y, v.y, s);
-    adamwElement(p.z, g.z * unscale, m.z, v.z, s);
-    adamwElement(p.w, g.w * unscale, m.w, v.w, s);
-    reinterpret_cast<float4 *>(t.param)[i] = p;
-    reinterpret_cast<float4 *>(t.expAvg)[i] = m;
-    reinterpret_cast<float4 *>(t.expAvgSq)[i] = v;
-    if (t.param16)
-      reinterpret_cast<ushort4 *>(t.param16)[i] =
-          make_ushort4(copyOf(p.x, bf16), copyOf(p.y, bf16), copyOf(p.z, bf16),
-                       copyOf(p.w, bf16));
+  for (int64_t i = start; i < vectors; i += kAdamwVectors * stride) {
+    AdamwVector x[kAdamwVectors];
+#pragma unroll
+    for (int u = 0; u < kAdamwVectors; ++u)
+      if (i + u * stride < vectors)
+        x[u] = loadAdamwVector(t, i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kAdamwVectors; ++u)
+      if (i + u * stride < vectors)
+        storeAdamwVector(t, i + u * stride, x[u], unscale, s);
   }
+  const bool bf16 = t.storage == Storage16::Bf16;
   for (int64_t i = vectors * 4 + start; i < t.n; i += stride) {
     float p = t.param[i];
     adamwElement(p, t.grad[i] * unscale, t.expAvg[i], t.expAvgSq[i], s);
@@ -263,8 +289,9 @@ void adamwUpdateMulti(Context &ctx, const AdamwTensor *tensors, int count,
                       double lr, double beta1, double beta2, double eps,
                       double weightDecay, const float *gradStatus) {
   const AdamwHyperparameters h{lr, beta1, beta2, eps, weightDecay};
-  launchMulti<4>(ctx, tensors, count, adamwMultiKernel, "adamwMultiKernel", h,
-                 gradStatus, cuda::stepCounters(ctx));
+  launchMulti<4 * kAdamwVectors>(ctx, tensors, count, adamwMultiKernel,
+                                 "adamwMultiKernel", h, gradStatus,
+                                 cuda::stepCounters(ctx));
 }
 
 void gradCheckBegin(Context &ctx, const float *lossScale, float *status) {

@@ -1506,11 +1506,12 @@ TEST_F(Kernels, AdamwMultiMatchesOneUpdatePerTensor) {
   std::vector<std::vector<float>> initial;
   for (int t = 0; t < count; ++t) {
     // Tensor 4 is empty; tensor 9 (with an fp16 copy) takes more blocks than
-    // one tensor gets (4096 of 256 threads on CUDA, four elements a
-    // thread), which then stride. Tensor 7's arrays (and its fp16 copy)
-    // start one element into their allocations: too far off for CUDA's
-    // 4-element vectors.
-    const int64_t n = t == 4 ? 0 : t == 9 ? 4200001 : 1 + (t * 37) % 300;
+    // one tensor gets (16 an SM, 2112 on the emulated 132 SMs, of 256
+    // threads taking two vectors of four elements each), which then stride,
+    // the last stride with one vector a thread. Tensor 7's arrays (and its
+    // fp16 copy) start one element into their allocations: too far off for
+    // CUDA's 4-element vectors.
+    const int64_t n = t == 4 ? 0 : t == 9 ? 4400001 : 1 + (t * 37) % 300;
     const int64_t skip = t == 7 ? 1 : 0;
     std::vector<float> p(n + skip), g(n + skip), m(n + skip), v(n + skip);
     for (int64_t i = 0; i < n; ++i) {
