@@ -28,10 +28,12 @@ Steps, each printed with its figures:
   7. CUDA graphs (check_cuda_graphs.py): the step replayed as a graph gives
      bitwise the losses and checkpoint of eager launches (dropout, AdamW
      with accumulation, SGD momentum), and the capture succeeded.
-Exit status 0 only when everything passes.
+The checks run --jobs at a time (default: one per CPU core), the precision
+check in one part per model. Exit status 0 only when everything passes.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -54,6 +56,15 @@ def run(cmd, log):
     with open(log, "w") as f:
         f.write(proc.stdout)
     return proc.returncode, time.time() - start, proc.stdout
+
+
+def run_or_fail(cmd, log):
+    """run(), with a command that cannot start (a missing interpreter or
+    binary) as a failed run whose output says why."""
+    try:
+        return run(cmd, log)
+    except OSError as e:
+        return 1, 0.0, f"cannot run {cmd[0]}: {e}"
 
 
 def compare_checkpoints(got, want, noise_path):
@@ -89,6 +100,12 @@ def compare_checkpoints(got, want, noise_path):
     return set(got) == set(want) and not bad, detail
 
 
+def default_jobs():
+    """One check at a time per CPU core: the checks are processes (trainer
+    builds, CPU trainers, PyTorch), and the GPU's share of them is small."""
+    return max(1, os.cpu_count() or 1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mtc", required=True)
@@ -104,20 +121,27 @@ def main():
     ap.add_argument("--no-kernel-tests", action="store_true",
                     help="skip step 1, the runtime's CUDA kernel tests (a run "
                          "split in parts runs them in one)")
+    ap.add_argument("--jobs", type=int, default=default_jobs(),
+                    help="checks run at once (default: the CPU cores, %(default)s here); "
+                         "each child then gets cores / jobs threads (OMP_NUM_THREADS, "
+                         "OPENBLAS_NUM_THREADS) unless those are set")
     args = ap.parse_args()
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
     os.makedirs(args.work, exist_ok=True)
+    if args.jobs > 1:
+        threads = str(max(1, (os.cpu_count() or 1) // args.jobs))
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ.setdefault(var, threads)
     build = args.build or os.path.dirname(os.path.dirname(os.path.abspath(args.mtc)))
-    results = []  # (name, ok, detail)
     notes = []  # lines printed after the table
     start = time.time()
-
-    def record(result):
-        """Keeps a check's result and prints it at once, so that a run cut
-        short (a device call's time limit) still shows what finished."""
-        results.append(result)
-        name, ok, detail = result
-        print(f"  [{time.time() - start:5.0f}s] {'PASS' if ok else 'FAIL'}  {name}  {detail}",
-              flush=True)
+    # Each check is a job returning its results, (name, ok, detail) each;
+    # up to --jobs of them run at once. A check split in parts (the
+    # precision check) is a group whose parts run as jobs of their own and
+    # whose combine() forms its results once the last part is in.
+    jobs = []  # (callable, group key or None)
+    groups = {}  # key -> {"parts": n, "outputs": {index: output}, "combine": f}
 
     unit_name = "mtc-runtime-cudaemu-tests" if args.emulated else "mtc-runtime-cuda-tests"
     if args.emulated:
@@ -128,17 +152,19 @@ def main():
     if args.no_kernel_tests:
         notes.append("runtime CUDA kernel tests not run (--no-kernel-tests)")
     elif os.path.exists(unit):
-        rc, secs, out = run([unit], os.path.join(args.work, "cuda-unit.log"))
-        tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
-        ran = re.search(r"PASSED\s*\]\s*[1-9][0-9]* test", out) is not None
-        record(("runtime CUDA kernel tests", rc == 0 and ran,
-                        "; ".join(tail[-2:]) + f" ({secs:.1f}s)"))
-        # Which bias-gradient GEMMs ran as cuBLASLt epilogues (the tests
-        # print it; a fallback is correct, only slower).
-        notes += [l for l in out.splitlines()
-                  if l.startswith("gemm") and "BGRAD" in l]
+        def kernel_tests():
+            rc, secs, out = run([unit], os.path.join(args.work, "cuda-unit.log"))
+            tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
+            ran = re.search(r"PASSED\s*\]\s*[1-9][0-9]* test", out) is not None
+            # Which bias-gradient GEMMs ran as cuBLASLt epilogues (the tests
+            # print it; a fallback is correct, only slower).
+            notes.extend(l for l in out.splitlines()
+                         if l.startswith("gemm") and "BGRAD" in l)
+            return [("runtime CUDA kernel tests", rc == 0 and ran,
+                     "; ".join(tail[-2:]) + f" ({secs:.1f}s)")]
+        jobs.append((kernel_tests, None))
     else:
-        record(("runtime CUDA kernel tests", False, unit_name + " not built"))
+        jobs.append((lambda: [("runtime CUDA kernel tests", False, unit_name + " not built")], None))
     # On a GPU: the emulation's promises that CUDA defines (the built-ins,
     # barriers, shuffles, WMMA, mma.sync and ldmatrix fragments through the
     # runtime's inline PTX, graphs), built by nvcc, so that the layouts the
@@ -146,18 +172,20 @@ def main():
     layouts = os.path.join(build, "bin", "mtc-cudaemu-self-tests-gpu")
     if not args.emulated and args.device_target == "cuda" and not args.no_kernel_tests:
         if os.path.exists(layouts):
-            rc, secs, out = run([layouts, "--gtest_filter=" + ":".join(
-                "CudaEmulation." + t for t in [
-                    "BuiltInVariablesCoverTheGrid", "SyncthreadsOrdersSharedMemory",
-                    "BarrierReductions", "WarpShufflesFollowCudasWidthRules",
-                    "WmmaMultipliesTiles", "GraphsRecordAndReplay",
-                    "AsyncCopiesFromTheHostTakeTheBytesAtOnce",
-                    "MmaFragmentsFollowThePtxLayout", "LdmatrixFollowsThePtxLayout"])],
-                os.path.join(args.work, "emulation-layouts.log"))
-            ran = re.search(r"PASSED\s*\]\s*[1-9][0-9]* test", out) is not None
-            tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
-            record(("the emulation's CUDA layouts on the GPU", rc == 0 and ran,
-                            "; ".join(tail[-3:]) + f" ({secs:.1f}s)"))
+            def layout_tests():
+                rc, secs, out = run([layouts, "--gtest_filter=" + ":".join(
+                    "CudaEmulation." + t for t in [
+                        "BuiltInVariablesCoverTheGrid", "SyncthreadsOrdersSharedMemory",
+                        "BarrierReductions", "WarpShufflesFollowCudasWidthRules",
+                        "WmmaMultipliesTiles", "GraphsRecordAndReplay",
+                        "AsyncCopiesFromTheHostTakeTheBytesAtOnce",
+                        "MmaFragmentsFollowThePtxLayout", "LdmatrixFollowsThePtxLayout"])],
+                    os.path.join(args.work, "emulation-layouts.log"))
+                ran = re.search(r"PASSED\s*\]\s*[1-9][0-9]* test", out) is not None
+                tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
+                return [("the emulation's CUDA layouts on the GPU", rc == 0 and ran,
+                         "; ".join(tail[-3:]) + f" ({secs:.1f}s)")]
+            jobs.append((layout_tests, None))
         else:
             notes.append("mtc-cudaemu-self-tests-gpu not built: the emulation's "
                          "layouts were not checked on the GPU")
@@ -172,18 +200,22 @@ def main():
     # The 16-bit MLPs run the configurations their e2e test runs (see
     # test/e2e/mlp-low-precision.test for why SGD-Nesterov is left out).
     extra = {"mlp-bf16": ["--configs", "sgd,adamw"], "mlp-fp16": ["--configs", "sgd,adamw"]}
-    for model, check in models:
+
+    def model_check(model, check):
+        """The model on both targets against PyTorch, then the two
+        targets' trainers against each other."""
+        results = []
         dirs = {}
         for target in ["cpu", args.device_target]:
             work = os.path.join(args.work, f"{model}-{target}" + ("-again" if target in dirs else ""))
             dirs.setdefault(target, work)
             if target in dirs and dirs[target] != work:  # dry run: cpu twice
                 dirs[target + "-again"] = work
-            rc, secs, out = run([sys.executable, check, "--model", model, "--mtc", args.mtc,
+            rc, secs, out = run_or_fail([sys.executable, check, "--model", model, "--mtc", args.mtc,
                                  "--work", work, "--target", target] + extra.get(model, []),
                                 os.path.join(args.work, f"{model}-{target}.log"))
             worst = [l.strip() for l in out.splitlines() if l.strip().startswith("worst")]
-            record((f"{model} {target} vs PyTorch", rc == 0,
+            results.append((f"{model} {target} vs PyTorch", rc == 0,
                             "; ".join(worst) + f" ({secs:.1f}s)"))
         # cuda vs cpu on the same model, data and flags.
         for config in ["sgd", "sgd-nesterov", "adamw"]:
@@ -205,26 +237,50 @@ def main():
                         a, b, os.path.join(dirs["cpu"], config, "torch-noise.json"))
                     ok = ok and tensors_ok
                     detail += ", " + tensor_detail
-                record((f"{model} {config} cuda vs cpu", ok, detail))
+                results.append((f"{model} {config} cuda vs cpu", ok, detail))
             except Exception as e:  # a missing file means the run failed above
-                record((f"{model} {config} cuda vs cpu", False, f"not comparable: {e}"))
+                results.append((f"{model} {config} cuda vs cpu", False, f"not comparable: {e}"))
+        return results
 
-    def e2e_script(key, script, label, summary):
-        """Runs test/e2e/<script> on the device target as one check."""
+    for model, check in models:
+        jobs.append((lambda model=model, check=check: model_check(model, check), None))
+
+    def e2e_script(key, script, label, summary, parts=None):
+        """Runs test/e2e/<script> on the device target as one check, in
+        parts (a work folder and extra arguments each) run as jobs of their
+        own: the check passes when every part does, its figures are theirs
+        in order and its time the longest part's."""
         if args.models and key not in args.models.split(","):
             return
-        rc, secs, out = run([sys.executable,
-                             os.path.join(HERE, "..", "e2e", script),
-                             "--mtc", args.mtc,
-                             "--work", os.path.join(args.work, key),
-                             "--target", args.device_target],
-                            os.path.join(args.work, key + ".log"))
-        record((f"{label} on {args.device_target}", rc == 0,
-                        "; ".join(summary(out.splitlines())) +
-                        f" ({secs:.1f}s)"))
+        parts = parts or [(key, [])]
 
+        def part(name, extra_args):
+            return run_or_fail([sys.executable,
+                        os.path.join(HERE, "..", "e2e", script),
+                        "--mtc", args.mtc,
+                        "--work", os.path.join(args.work, name),
+                        "--target", args.device_target] + extra_args,
+                       os.path.join(args.work, name + ".log"))
+
+        def combine(outputs):
+            rc = max(abs(o[0]) for o in outputs)
+            secs = max(o[1] for o in outputs)
+            lines = [l for o in outputs for l in o[2].splitlines()]
+            return [(f"{label} on {args.device_target}", rc == 0,
+                     "; ".join(summary(lines)) + f" ({secs:.1f}s)")]
+
+        groups[key] = {"parts": len(parts), "outputs": {}, "combine": combine}
+        for index, (name, extra_args) in enumerate(parts):
+            jobs.append((lambda name=name, extra_args=extra_args: part(name, extra_args),
+                         (key, index)))
+
+    # --precision's models (check_precision.py's defaults) one part each.
+    precision_parts = [("precision-" + m, ["--models", m, "--trajectory-models", ""])
+                       for m in ["mlp", "cnn", "transformer", "gpt", "gpt-tanh"]]
+    precision_parts.append(("precision-vit", ["--models", "", "--trajectory-models", "vit"]))
     e2e_script("precision", "check_precision.py", "--precision bf16/fp16",
-               lambda lines: [l.strip() for l in lines if "worst" in l])
+               lambda lines: [l.strip() for l in lines if "worst" in l],
+               parts=precision_parts)
     e2e_script("loss-scaling", "check_loss_scaling.py", "fp16 loss scaling",
                lambda lines: [l.split(":")[0] + ": " +
                               ("ok" if "FAIL" not in l else l)
@@ -237,6 +293,34 @@ def main():
     e2e_script("cuda-graphs", "check_cuda_graphs.py", "CUDA graphs",
                lambda lines: [l.strip() for l in lines
                               if l.strip().startswith("[")])
+
+    # Results are printed as each check finishes (so that a run cut short,
+    # a device call's time limit, still shows what finished) and then in
+    # the order above.
+    print(f"gpu-check: {len(jobs)} jobs, {min(args.jobs, max(len(jobs), 1))} at a time", flush=True)
+    finished = {}  # job index (of a group's first part) -> results
+    first_part = {}
+    for index, (_, group) in enumerate(jobs):
+        if group:
+            first_part.setdefault(group[0], index)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(fn): index for index, (fn, _) in enumerate(jobs)}
+        for future in concurrent.futures.as_completed(futures):
+            index = futures[future]
+            group = jobs[index][1]
+            output = future.result()
+            if group:
+                g = groups[group[0]]
+                g["outputs"][group[1]] = output
+                if len(g["outputs"]) < g["parts"]:
+                    continue
+                output = g["combine"]([g["outputs"][i] for i in range(g["parts"])])
+                index = first_part[group[0]]
+            finished[index] = output
+            for name, ok, detail in output:
+                print(f"  [{time.time() - start:5.0f}s] {'PASS' if ok else 'FAIL'}  {name}  {detail}",
+                      flush=True)
+    results = [r for index in sorted(finished) for r in finished[index]]
 
     print("\nmtc GPU check" + (" (on the CUDA emulation: no GPU ran)" if args.emulated else ""))
     width = max(len(n) for n, _, _ in results)
