@@ -28,8 +28,8 @@ Steps, each printed with its figures:
   7. CUDA graphs (check_cuda_graphs.py): the step replayed as a graph gives
      bitwise the losses and checkpoint of eager launches (dropout, AdamW
      with accumulation, SGD momentum), and the capture succeeded.
-The checks run --jobs at a time (default: one per CPU core), the precision
-check in one part per model. Exit status 0 only when everything passes.
+The checks run --jobs at a time (default: one per CPU core), a model's two
+targets side by side and the precision check in one part per model. Exit status 0 only when everything passes.
 """
 
 import argparse
@@ -136,12 +136,13 @@ def main():
     build = args.build or os.path.dirname(os.path.dirname(os.path.abspath(args.mtc)))
     notes = []  # lines printed after the table
     start = time.time()
-    # Each check is a job returning its results, (name, ok, detail) each;
-    # up to --jobs of them run at once. A check split in parts (the
-    # precision check) is a group whose parts run as jobs of their own and
-    # whose combine() forms its results once the last part is in.
-    jobs = []  # (callable, group key or None)
-    groups = {}  # key -> {"parts": n, "outputs": {index: output}, "combine": f}
+    # A check is a group of jobs (one, or parts that can run side by side):
+    # its parts' outputs, in order, go to its combine(), which returns its
+    # results, (name, ok, detail) each. Up to --jobs jobs run at once.
+    checks = []  # {"parts": [callable], "combine": callable}
+
+    def add_check(parts, combine=lambda outputs: outputs[0]):
+        checks.append({"parts": list(parts), "combine": combine})
 
     unit_name = "mtc-runtime-cudaemu-tests" if args.emulated else "mtc-runtime-cuda-tests"
     if args.emulated:
@@ -162,9 +163,9 @@ def main():
                          if l.startswith("gemm") and "BGRAD" in l)
             return [("runtime CUDA kernel tests", rc == 0 and ran,
                      "; ".join(tail[-2:]) + f" ({secs:.1f}s)")]
-        jobs.append((kernel_tests, None))
+        add_check([kernel_tests])
     else:
-        jobs.append((lambda: [("runtime CUDA kernel tests", False, unit_name + " not built")], None))
+        add_check([lambda: [("runtime CUDA kernel tests", False, unit_name + " not built")]])
     # On a GPU: the emulation's promises that CUDA defines (the built-ins,
     # barriers, shuffles, WMMA, mma.sync and ldmatrix fragments through the
     # runtime's inline PTX, graphs), built by nvcc, so that the layouts the
@@ -185,7 +186,7 @@ def main():
                 tail = [l for l in out.splitlines() if "PASSED" in l or "FAILED" in l]
                 return [("the emulation's CUDA layouts on the GPU", rc == 0 and ran,
                          "; ".join(tail[-3:]) + f" ({secs:.1f}s)")]
-            jobs.append((layout_tests, None))
+            add_check([layout_tests])
         else:
             notes.append("mtc-cudaemu-self-tests-gpu not built: the emulation's "
                          "layouts were not checked on the GPU")
@@ -202,48 +203,55 @@ def main():
     extra = {"mlp-bf16": ["--configs", "sgd,adamw"], "mlp-fp16": ["--configs", "sgd,adamw"]}
 
     def model_check(model, check):
-        """The model on both targets against PyTorch, then the two
-        targets' trainers against each other."""
-        results = []
+        """The model on both targets against PyTorch (two parts), then the
+        two targets' trainers against each other."""
         dirs = {}
         for target in ["cpu", args.device_target]:
             work = os.path.join(args.work, f"{model}-{target}" + ("-again" if target in dirs else ""))
             dirs.setdefault(target, work)
             if target in dirs and dirs[target] != work:  # dry run: cpu twice
                 dirs[target + "-again"] = work
+
+        def against_pytorch(target, work):
             rc, secs, out = run_or_fail([sys.executable, check, "--model", model, "--mtc", args.mtc,
-                                 "--work", work, "--target", target] + extra.get(model, []),
-                                os.path.join(args.work, f"{model}-{target}.log"))
+                                         "--work", work, "--target", target] + extra.get(model, []),
+                                        work + ".log")
             worst = [l.strip() for l in out.splitlines() if l.strip().startswith("worst")]
-            results.append((f"{model} {target} vs PyTorch", rc == 0,
-                            "; ".join(worst) + f" ({secs:.1f}s)"))
-        # cuda vs cpu on the same model, data and flags.
-        for config in ["sgd", "sgd-nesterov", "adamw"]:
-            if not os.path.exists(os.path.join(dirs["cpu"], config, "metrics.jsonl")):
-                continue  # not a configuration of this model's check
-            try:
-                cpu_loss = lib.read_losses(os.path.join(dirs["cpu"], config, "metrics.jsonl"))
-                second = dirs.get(args.device_target + "-again", dirs[args.device_target])
-                gpu_loss = lib.read_losses(os.path.join(second, config, "metrics.jsonl"))
-                loss_err = max(lib.rel_err(g, c) for g, c in zip(gpu_loss, cpu_loss))
-                ok = len(cpu_loss) == len(gpu_loss) and loss_err <= TOL
-                detail = f"{len(gpu_loss)} steps, worst loss rel err {loss_err:.2e}"
-                final_cpu = os.path.join(dirs["cpu"], config, "final.safetensors")
-                final_gpu = os.path.join(second, config, "final.safetensors")
-                if os.path.exists(final_cpu) and os.path.exists(final_gpu):
-                    a, _ = lib.read_safetensors(final_gpu)
-                    b, _ = lib.read_safetensors(final_cpu)
-                    tensors_ok, tensor_detail = compare_checkpoints(
-                        a, b, os.path.join(dirs["cpu"], config, "torch-noise.json"))
-                    ok = ok and tensors_ok
-                    detail += ", " + tensor_detail
-                results.append((f"{model} {config} cuda vs cpu", ok, detail))
-            except Exception as e:  # a missing file means the run failed above
-                results.append((f"{model} {config} cuda vs cpu", False, f"not comparable: {e}"))
-        return results
+            return (f"{model} {target} vs PyTorch", rc == 0, "; ".join(worst) + f" ({secs:.1f}s)")
+
+        def combine(outputs):
+            results = list(outputs)
+            # cuda vs cpu on the same model, data and flags.
+            for config in ["sgd", "sgd-nesterov", "adamw"]:
+                if not os.path.exists(os.path.join(dirs["cpu"], config, "metrics.jsonl")):
+                    continue  # not a configuration of this model's check
+                try:
+                    cpu_loss = lib.read_losses(os.path.join(dirs["cpu"], config, "metrics.jsonl"))
+                    second = dirs.get(args.device_target + "-again", dirs[args.device_target])
+                    gpu_loss = lib.read_losses(os.path.join(second, config, "metrics.jsonl"))
+                    loss_err = max(lib.rel_err(g, c) for g, c in zip(gpu_loss, cpu_loss))
+                    ok = len(cpu_loss) == len(gpu_loss) and loss_err <= TOL
+                    detail = f"{len(gpu_loss)} steps, worst loss rel err {loss_err:.2e}"
+                    final_cpu = os.path.join(dirs["cpu"], config, "final.safetensors")
+                    final_gpu = os.path.join(second, config, "final.safetensors")
+                    if os.path.exists(final_cpu) and os.path.exists(final_gpu):
+                        a, _ = lib.read_safetensors(final_gpu)
+                        b, _ = lib.read_safetensors(final_cpu)
+                        tensors_ok, tensor_detail = compare_checkpoints(
+                            a, b, os.path.join(dirs["cpu"], config, "torch-noise.json"))
+                        ok = ok and tensors_ok
+                        detail += ", " + tensor_detail
+                    results.append((f"{model} {config} cuda vs cpu", ok, detail))
+                except Exception as e:  # a missing file means the run failed above
+                    results.append((f"{model} {config} cuda vs cpu", False, f"not comparable: {e}"))
+            return results
+
+        second = dirs.get(args.device_target + "-again", dirs[args.device_target])
+        add_check([lambda: against_pytorch("cpu", dirs["cpu"]),
+                   lambda: against_pytorch(args.device_target, second)], combine)
 
     for model, check in models:
-        jobs.append((lambda model=model, check=check: model_check(model, check), None))
+        model_check(model, check)
 
     def e2e_script(key, script, label, summary, parts=None):
         """Runs test/e2e/<script> on the device target as one check, in
@@ -269,10 +277,8 @@ def main():
             return [(f"{label} on {args.device_target}", rc == 0,
                      "; ".join(summary(lines)) + f" ({secs:.1f}s)")]
 
-        groups[key] = {"parts": len(parts), "outputs": {}, "combine": combine}
-        for index, (name, extra_args) in enumerate(parts):
-            jobs.append((lambda name=name, extra_args=extra_args: part(name, extra_args),
-                         (key, index)))
+        add_check([lambda name=name, extra_args=extra_args: part(name, extra_args)
+                   for name, extra_args in parts], combine)
 
     # --precision's models (check_precision.py's defaults) one part each.
     precision_parts = [("precision-" + m, ["--models", m, "--trajectory-models", ""])
@@ -297,30 +303,23 @@ def main():
     # Results are printed as each check finishes (so that a run cut short,
     # a device call's time limit, still shows what finished) and then in
     # the order above.
-    print(f"gpu-check: {len(jobs)} jobs, {min(args.jobs, max(len(jobs), 1))} at a time", flush=True)
-    finished = {}  # job index (of a group's first part) -> results
-    first_part = {}
-    for index, (_, group) in enumerate(jobs):
-        if group:
-            first_part.setdefault(group[0], index)
+    jobs = [(c, p) for c in range(len(checks)) for p in range(len(checks[c]["parts"]))]
+    print(f"gpu-check: {len(checks)} checks in {len(jobs)} jobs, "
+          f"{min(args.jobs, max(len(jobs), 1))} at a time", flush=True)
+    outputs = [{} for _ in checks]
+    finished = {}  # check index -> results
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(fn): index for index, (fn, _) in enumerate(jobs)}
+        futures = {pool.submit(checks[c]["parts"][p]): (c, p) for c, p in jobs}
         for future in concurrent.futures.as_completed(futures):
-            index = futures[future]
-            group = jobs[index][1]
-            output = future.result()
-            if group:
-                g = groups[group[0]]
-                g["outputs"][group[1]] = output
-                if len(g["outputs"]) < g["parts"]:
-                    continue
-                output = g["combine"]([g["outputs"][i] for i in range(g["parts"])])
-                index = first_part[group[0]]
-            finished[index] = output
-            for name, ok, detail in output:
+            c, p = futures[future]
+            outputs[c][p] = future.result()
+            if len(outputs[c]) < len(checks[c]["parts"]):
+                continue
+            finished[c] = checks[c]["combine"]([outputs[c][i] for i in sorted(outputs[c])])
+            for name, ok, detail in finished[c]:
                 print(f"  [{time.time() - start:5.0f}s] {'PASS' if ok else 'FAIL'}  {name}  {detail}",
                       flush=True)
-    results = [r for index in sorted(finished) for r in finished[index]]
+    results = [r for c in sorted(finished) for r in finished[c]]
 
     print("\nmtc GPU check" + (" (on the CUDA emulation: no GPU ran)" if args.emulated else ""))
     width = max(len(n) for n, _, _ in results)
