@@ -23,7 +23,11 @@ fused kernels ending in a layer norm, is reported against a
 device-to-device copy of 1 GiB measured in the same run. Where the model
 has GEMMs before a tanh GELU (GPT-2), a third run with --cublaslt-gelu
 times them with cuBLASLt's GELU epilogue instead of mtc's GEMM and GELU
-kernel, and both times are printed. The first losses
+kernel, and both times are printed. For GPT-2, mtc's fused attention
+(forward and backward of all layers, from that profile) is printed beside
+PyTorch's scaled_dot_product_attention at the same sizes in bf16 (2.0+),
+with its own choice of kernel and with FlashAttention-2, timed the same way
+(events around each call). The first losses
 agree within 2e-2 (bf16 forward passes). Ratios are mtc / peer.
 `--device cpu --small` runs everything at toy sizes on the CPU (float32;
 PyTorch's peak memory is then process RSS), which is how the script itself
@@ -96,6 +100,12 @@ def resnet50(small):
 
 
 MODELS = {"gpt2s": gpt2s, "resnet50": resnet50}
+
+# The attention of the models that have one, as (batch, heads, sequence,
+# head dim, layers, causal): what PyTorch's fused attention is timed at
+# beside mtc's (attention_side_by_side).
+ATTENTION = {"gpt2s": lambda small: (2, 4, 64, 16, 2, True) if small
+             else (8, 12, 1024, 64, 12, True)}
 
 
 def median_after_warmup(times):
@@ -200,6 +210,8 @@ def run_mtc(args, name, onnx_path, data_dir):
             "loss": float(records[0]["loss"]),
             "build_s": build_s,
             "gelu_ms": gelu_ms, "gelu_lt_ms": gelu_lt_ms,
+            "attention_ms": kind_ms(prof, "mtc.attention"),
+            "attention_grad_ms": kind_ms(prof, "mtc.attention_grad"),
             "elementwise_gbs": float(m.group(2)) if m else None,
             "row_gbs": float(rows.group(1)) if rows else None}
 
@@ -249,6 +261,84 @@ def run_torch(args, model, loss_fn, x, y, compiled):
                        rss0)
     return {"ms": median_after_warmup(times), "bytes": peak, "loss": first,
             "compile_s": compile_s}
+
+
+def torch_attention_ms(args, dims, backend):
+    """Median ms of one forward and one backward of PyTorch's
+    scaled_dot_product_attention at dims (ATTENTION) in bf16 on the device,
+    through `backend` (an SDPBackend name, or None for PyTorch's own
+    choice); None where this PyTorch or device has no such kernel."""
+    import torch
+    import torch.nn.functional as F
+    if not hasattr(F, "scaled_dot_product_attention"):
+        return None
+    batch, heads, seq, head_dim, _, causal = dims
+    gen = torch.Generator(device=args.device).manual_seed(0)
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, device=args.device,
+                           dtype=torch.bfloat16, generator=gen,
+                           requires_grad=True) for _ in range(3))
+    grad = torch.randn(batch, heads, seq, head_dim, device=args.device,
+                       dtype=torch.bfloat16, generator=gen)
+    import contextlib
+    context = contextlib.nullcontext
+    if backend:
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:
+            return None
+        context = lambda: sdpa_kernel(getattr(SDPBackend, backend))
+    cuda = args.device == "cuda"
+
+    def now():
+        if cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def ms(a, b):
+        if cuda:
+            b.synchronize()
+            return a.elapsed_time(b)
+        return 1000.0 * (b - a)
+
+    fwd, bwd = [], []
+    try:
+        with context():
+            for _ in range(12):
+                q.grad = k.grad = v.grad = None
+                t0 = now()
+                out = F.scaled_dot_product_attention(q, k, v,
+                                                     is_causal=causal)
+                t1 = now()
+                out.backward(grad)
+                t2 = now()
+                fwd.append(ms(t0, t1))
+                bwd.append(ms(t1, t2))
+    except RuntimeError:  # no kernel of that backend for these operands
+        return None
+    return median_after_warmup(fwd), median_after_warmup(bwd)
+
+
+def attention_side_by_side(args, name, mtc):
+    """Prints mtc's fused attention (forward and backward, a step: all
+    layers, from --profile) beside PyTorch's scaled_dot_product_attention
+    at the same sizes in bf16, with its own choice of kernel and with
+    FlashAttention-2 (the backend torch.compile's attention takes)."""
+    dims = ATTENTION[name](args.small)
+    layers = dims[4]
+    sides = ["mtc forward %s ms, backward %s ms" % tuple(
+        "%.3f" % v if v is not None else "-"
+        for v in (mtc.get("attention_ms"), mtc.get("attention_grad_ms")))]
+    for label, backend in (("PyTorch SDPA", None), ("flash", "FLASH_ATTENTION")):
+        t = torch_attention_ms(args, dims, backend)
+        sides.append("%s forward %s ms, backward %s ms" % (
+            label, *(("%.3f" % (layers * v)) if t else "-" for v in
+                     (t or (0, 0)))))
+    print("  %s: fused attention a step (%d layers of batch %d, %d heads, "
+          "sequence %d, head dim %d%s): %s" % (
+              name, layers, dims[0], dims[1], dims[2], dims[3],
+              ", causal" if dims[5] else "", "; ".join(sides)), flush=True)
 
 
 def copy_bandwidth(args):
@@ -313,6 +403,12 @@ def bench_model(args, name):
         model, loss_fn, x, y = MODELS[name](args.small)
         attempt(res, "compile",
                 lambda: run_torch(args, model, loss_fn, x, y, compiled=True))
+    if name in ATTENTION and "mtc" in res:
+        try:
+            attention_side_by_side(args, name, res["mtc"])
+        except Exception as e:  # noqa: BLE001 (a figure apart: reported only)
+            print("  %s: fused attention side by side failed: %s" %
+                  (name, str(e).strip()[-300:]), flush=True)
     if "mtc" in res and "eager" in res:
         res["loss_gap"] = abs(res["mtc"]["loss"] - res["eager"]["loss"]) / abs(
             res["eager"]["loss"])
