@@ -493,7 +493,32 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
       cType(outs[lnInput]) == "float" && onVectors(outs[lnInput]) &&
       onVectors(rowEpilogue.getScale()) && onVectors(rowEpilogue.getBias()) &&
       onVectors(rowEpilogue.getOutput());
-  if (rowEpilogue && cuda()) {
+  // Rows of up to 1024 elements (32 lanes x cuda::kWarpRowVectors vectors,
+  // LayerNormRow.h) that the threads hold take a warp each, eight a block:
+  // the statistics are warp shuffles, with no barrier and no shared memory,
+  // so each warp's row proceeds on its own (a block's row of 768 elements
+  // kept 256 threads, a quarter of them idle, at four barriers).
+  constexpr int64_t kWarpRowMaxVectors = 32 * 8;
+  const bool warpRow = heldRow && perRow <= kWarpRowMaxVectors;
+  if (warpRow) {
+    k << "__global__ void __launch_bounds__(mtc::rt::cuda::kWarpRowsPerBlock "
+         "* 32) "
+      << kernel << "(" << params << ") {\n"
+      << "  constexpr int kLnVectors = (" << perRow << " + 31) / 32;\n"
+      << "  static_assert(mtc::rt::cuda::kRowVector == " << kGroup
+      << " && kLnVectors <= mtc::rt::cuda::kWarpRowVectors, "
+         "\"the lanes hold the row\");\n"
+      << "  const int warpLane = threadIdx.x % 32;\n"
+      << "  for (int64_t row = int64_t(blockIdx.x) * "
+         "mtc::rt::cuda::kWarpRowsPerBlock + threadIdx.x / 32; row < "
+      << rows
+      << "; row += int64_t(gridDim.x) * mtc::rt::cuda::kWarpRowsPerBlock) "
+         "{\n"
+      << "  float lnRow[kLnVectors][" << kGroup << "] = {};\n#pragma unroll\n"
+      << "  for (int h = 0; h < kLnVectors; ++h) {\n"
+      << "    const int64_t g = row * " << perRow << " + h * 32 + warpLane;\n"
+      << "    if (g >= (row + 1) * " << perRow << ")\n      break;\n";
+  } else if (rowEpilogue && cuda()) {
     // Launched with up to kNormRowThreads threads: the bound keeps the
     // compiler's register use within what such a block may have.
     k << "__global__ void __launch_bounds__(mtc::rt::cuda::kNormRowThreads) "
@@ -622,12 +647,15 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
         ", lnMean + row, lnInvstd + row, " +
         (storage16(rowEpilogue.getOutput()) == "Storage16::Bf16" ? "true"
                                                                  : "false") +
-        ", lnScratch);\n  }\n}\n\n";
+        (warpRow ? "" : ", lnScratch") + ");\n  }\n}\n\n";
     if (heldRow)
       k << "#pragma unroll\n    for (int e = 0; e < " << kGroup
         << "; ++e)\n      lnRow[h][e] = laneOf(out" << lnInput << "v, e);\n";
     k << "  }\n";
-    if (heldRow)
+    if (warpRow)
+      k << "    mtc::rt::cuda::normalizeWarpRow(" << dim << ", lnRow, "
+        << lnArgs;
+    else if (heldRow)
       k << "    mtc::rt::cuda::normalizeHeldRow(" << dim << ", lnRow, "
         << lnArgs;
     else if (cuda())
@@ -696,7 +724,14 @@ void Emitter::emitElementwise(Operation *op, StringRef name,
             ptr(rowEpilogue.getOutput()) + ", " + ptr(rowEpilogue.getMean()) +
             ", " + ptr(rowEpilogue.getInvstd());
   }
-  if (rowEpilogue && cuda()) {
+  if (warpRow) {
+    s << "  " << kernel << "<<<(" << std::min<int64_t>(rows, 1 << 20)
+      << " + mtc::rt::cuda::kWarpRowsPerBlock - 1) / "
+         "mtc::rt::cuda::kWarpRowsPerBlock, "
+         "mtc::rt::cuda::kWarpRowsPerBlock * 32, 0, cudaStreamOf(ctx)>>>("
+      << args << ");\n"
+      << "  checkLaunch(ctx, \"" << kernel << "\");\n";
+  } else if (rowEpilogue && cuda()) {
     s << "  " << kernel << "<<<" << std::min<int64_t>(rows, 1 << 20)
       << ", mtc::rt::cuda::normRowThreads(" << dim
       << "), 0, cudaStreamOf(ctx)>>>(" << args << ");\n"

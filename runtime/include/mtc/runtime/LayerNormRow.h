@@ -100,6 +100,16 @@ template <typename T> __device__ inline T shuffleXor(T value, int offset) {
   return __shfl_xor_sync(0xffffffffu, value, offset);
 }
 
+/// The reduction by `op` of one value per lane over the warp, by xor
+/// shuffles (offsets 16, 8, ..., 1): a lane and its partner combine the
+/// same two values (op must be commutative), so every lane gets the same
+/// bits, the same run to run. The whole warp calls it.
+template <typename T, typename Op> __device__ T warpReduce(T value, Op op) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value = op(value, shuffleXor(value, offset));
+  return value;
+}
+
 /// The reduction by `op` of one value per thread over the block, in a
 /// fixed order, so the result is the same run to run: each warp combines
 /// its lanes by xor shuffles (offsets 16, 8, ..., 1), its lane 0 leaves the
@@ -111,8 +121,7 @@ template <typename T> __device__ inline T shuffleXor(T value, int offset) {
 /// next call may reuse scratch.
 template <typename T, typename Op>
 __device__ T blockReduce(T value, T *scratch, Op op) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    value = op(value, shuffleXor(value, offset));
+  value = warpReduce(value, op);
   const unsigned warps = blockDim.x / 32;
   if (warps == 1)
     return value;
@@ -156,19 +165,50 @@ __device__ inline bool rowInRegisters(int64_t dim, const T *p) {
   return rowHeldBy(dim, blockDim.x, p);
 }
 
-/// The first element of the h-th vector a thread holds of a row.
-__device__ inline int64_t heldFirst(int h) {
-  return (int64_t(h) * blockDim.x + threadIdx.x) * kRowVector;
+/// The threads that hold a row's vectors in registers and normalize it
+/// (normalizeHeldRow): the whole block, or one warp. The vectors of a
+/// thread of `rank` among `threads` are the row's rank-th, then every
+/// threads-th (forEachHeld).
+///
+/// The block: normRowThreads(dim) threads, sums through `scratch`
+/// (blockReduce: barriers).
+struct BlockRow {
+  double *scratch;
+  __device__ int64_t rank() const { return threadIdx.x; }
+  __device__ int64_t threads() const { return blockDim.x; }
+  __device__ double sum(double v) const {
+    return blockReduce(v, scratch, [](double a, double b) { return a + b; });
+  }
+};
+/// One warp (warp-row kernels: kWarpRowsPerBlock rows a block, up to
+/// kWarpRowVectors vectors a lane): sums by shuffles alone, no barrier and
+/// no shared memory, so a warp's row waits for no other.
+struct WarpRow {
+  __device__ int64_t rank() const { return threadIdx.x % 32; }
+  __device__ int64_t threads() const { return 32; }
+  __device__ double sum(double v) const {
+    return warpReduce(v, [](double a, double b) { return a + b; });
+  }
+};
+/// Rows a block of a warp-row kernel holds, one a warp, and the most
+/// vectors of kRowVector elements a lane holds: rows of up to 1024.
+constexpr int kWarpRowsPerBlock = 8;
+constexpr int kWarpRowVectors = 8;
+
+/// The first element of the h-th vector a thread of `team` holds of a row.
+template <typename Team = BlockRow>
+__device__ inline int64_t heldFirst(int h, Team team = {}) {
+  return (int64_t(h) * team.threads() + team.rank()) * kRowVector;
 }
 
 /// f(h, j) for the vectors h the thread holds of a row of `dim` elements
 /// (up to Vectors), j being the vector's first element.
-template <int Vectors = kHeldVectors, typename F>
-__device__ inline void forEachHeld(int64_t dim, F f) {
+template <int Vectors = kHeldVectors, typename F, typename Team = BlockRow>
+__device__ inline void forEachHeld(int64_t dim, F f, Team team = {}) {
 #pragma unroll
   for (int h = 0; h < Vectors; ++h)
-    if (heldFirst(h) < dim)
-      f(h, heldFirst(h));
+    if (heldFirst(h, team) < dim)
+      f(h, heldFirst(h, team));
 }
 
 /// The V consecutive values at p widened to float: float32, or 16-bit
@@ -282,51 +322,84 @@ __device__ inline void storeVector(T *p, bool bf16, const float *v) {
   storeValues<kRowVector>(p, bf16, v);
 }
 
-/// The normalization of a row whose vectors the block's threads hold in v
+/// The normalization of a row whose vectors the threads of `team` hold in v
 /// (up to Vectors a thread, as forEachHeld places them; rowHeldBy must
 /// hold for scale, bias and dst): the mean and the variance in double, two
-/// block reductions in a fixed order, then y; see layerNormRow. Generated
-/// kernels call it on the rows they compute (a layer norm as their row
-/// epilogue), which they then neither store and read back nor wait for.
-template <int Vectors, typename Out>
+/// reductions over the team in a fixed order, then y; see layerNormRow.
+/// Generated kernels call it on the rows they compute (a layer norm as
+/// their row epilogue), which they then neither store and read back nor
+/// wait for: the block's rows through normalizeHeldRow, a warp's through
+/// normalizeWarpRow.
+template <typename Team, int Vectors, typename Out>
 __device__ void
-normalizeHeldRow(int64_t dim, const float (&v)[Vectors][kRowVector],
-                 const float *scale, const float *bias, float eps, Out *dst,
-                 float *mean, float *invstd, bool bf16, double *scratch) {
+normalizeRowBy(Team team, int64_t dim, const float (&v)[Vectors][kRowVector],
+               const float *scale, const float *bias, float eps, Out *dst,
+               float *mean, float *invstd, bool bf16) {
   double sum = 0.0;
-  forEachHeld<Vectors>(dim, [&](int h, int64_t) {
-    for (int e = 0; e < kRowVector; ++e)
-      sum += v[h][e];
-  });
+  forEachHeld<Vectors>(
+      dim,
+      [&](int h, int64_t) {
+        for (int e = 0; e < kRowVector; ++e)
+          sum += v[h][e];
+      },
+      team);
   const double rowMean =
-      dim > 0 ? blockSum(sum, scratch) / static_cast<double>(dim) : 0.0;
+      dim > 0 ? team.sum(sum) / static_cast<double>(dim) : 0.0;
   double squaredDevSum = 0.0;
-  forEachHeld<Vectors>(dim, [&](int h, int64_t) {
-    for (int e = 0; e < kRowVector; ++e) {
-      double dev = v[h][e] - rowMean;
-      squaredDevSum += dev * dev;
-    }
-  });
-  squaredDevSum = blockSum(squaredDevSum, scratch);
+  forEachHeld<Vectors>(
+      dim,
+      [&](int h, int64_t) {
+        for (int e = 0; e < kRowVector; ++e) {
+          double dev = v[h][e] - rowMean;
+          squaredDevSum += dev * dev;
+        }
+      },
+      team);
+  squaredDevSum = team.sum(squaredDevSum);
   const float meanF = static_cast<float>(rowMean);
   const float inv =
       inverseStd(dim > 0 ? squaredDevSum / static_cast<double>(dim) : 0.0, eps);
-  if (threadIdx.x == 0) {
+  if (team.rank() == 0) {
     if (mean)
       *mean = meanF;
     if (invstd)
       *invstd = inv;
   }
-  forEachHeld<Vectors>(dim, [&](int h, int64_t j) {
-    float gamma[kRowVector], beta[kRowVector] = {0.0f, 0.0f, 0.0f, 0.0f};
-    loadVector(scale + j, bf16, gamma);
-    if (bias)
-      loadVector(bias + j, bf16, beta);
-    float y[kRowVector];
-    for (int e = 0; e < kRowVector; ++e)
-      y[e] = normalizeElement(v[h][e], meanF, inv, gamma[e], beta[e]);
-    storeVector(dst + j, bf16, y);
-  });
+  forEachHeld<Vectors>(
+      dim,
+      [&](int h, int64_t j) {
+        float gamma[kRowVector], beta[kRowVector] = {0.0f, 0.0f, 0.0f, 0.0f};
+        loadVector(scale + j, bf16, gamma);
+        if (bias)
+          loadVector(bias + j, bf16, beta);
+        float y[kRowVector];
+        for (int e = 0; e < kRowVector; ++e)
+          y[e] = normalizeElement(v[h][e], meanF, inv, gamma[e], beta[e]);
+        storeVector(dst + j, bf16, y);
+      },
+      team);
+}
+
+/// normalizeRowBy over the block (normRowThreads(dim) threads; `scratch`
+/// holds blockDim.x / 32 values).
+template <int Vectors, typename Out>
+__device__ void
+normalizeHeldRow(int64_t dim, const float (&v)[Vectors][kRowVector],
+                 const float *scale, const float *bias, float eps, Out *dst,
+                 float *mean, float *invstd, bool bf16, double *scratch) {
+  normalizeRowBy(BlockRow{scratch}, dim, v, scale, bias, eps, dst, mean, invstd,
+                 bf16);
+}
+
+/// normalizeRowBy over the calling warp (rows of up to kWarpRowVectors
+/// vectors a lane).
+template <int Vectors, typename Out>
+__device__ void
+normalizeWarpRow(int64_t dim, const float (&v)[Vectors][kRowVector],
+                 const float *scale, const float *bias, float eps, Out *dst,
+                 float *mean, float *invstd, bool bf16) {
+  static_assert(Vectors <= kWarpRowVectors, "a lane holds the row");
+  normalizeRowBy(WarpRow{}, dim, v, scale, bias, eps, dst, mean, invstd, bf16);
 }
 
 /// One row by the whole block (normRowThreads(dim) threads): the values at
