@@ -176,9 +176,7 @@ struct BlockRow {
   double *scratch;
   __device__ int64_t rank() const { return threadIdx.x; }
   __device__ int64_t threads() const { return blockDim.x; }
-  __device__ double sum(double v) const {
-    return blockReduce(v, scratch, [](double a, double b) { return a + b; });
-  }
+  __device__ double sum(double v) const { return blockSum(v, scratch); }
 };
 /// One warp (warp-row kernels: kWarpRowsPerBlock rows a block, up to
 /// kWarpRowVectors vectors a lane): sums by shuffles alone, no barrier and
