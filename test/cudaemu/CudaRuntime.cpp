@@ -152,6 +152,13 @@ cudaError_t checkCopy(void *dst, const void *src, size_t bytes,
   return cudaSuccess;
 }
 
+/// memmove that allows the null pointers of empty ranges (an empty
+/// vector's data(), a size-0 allocation), as CUDA's copies of 0 bytes do.
+void moveBytes(void *dst, const void *src, size_t count) {
+  if (count != 0)
+    std::memmove(dst, src, count);
+}
+
 /// The sticky error of an earlier failed kernel, else `error`.
 cudaError_t withSticky(cudaError_t error) {
   return state().sticky != cudaSuccess ? state().sticky : error;
@@ -397,9 +404,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
         static_cast<const unsigned char *>(src),
         static_cast<const unsigned char *>(src) + count);
     return withSticky(
-        enqueue(stream, [=] { std::memmove(dst, staged->data(), count); }));
+        enqueue(stream, [=] { moveBytes(dst, staged->data(), count); }));
   }
-  return withSticky(enqueue(stream, [=] { std::memmove(dst, src, count); }));
+  return withSticky(enqueue(stream, [=] { moveBytes(dst, src, count); }));
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
@@ -410,7 +417,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
     return e;
   if (state().sticky != cudaSuccess)
     return state().sticky;
-  std::memmove(dst, src, count);
+  moveBytes(dst, src, count);
   return cudaSuccess;
 }
 
@@ -420,8 +427,10 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
     complain("cudaMemsetAsync outside any device allocation");
     return cudaErrorInvalidValue;
   }
-  return withSticky(
-      enqueue(stream, [=] { std::memset(devPtr, value, count); }));
+  return withSticky(enqueue(stream, [=] {
+    if (count != 0)
+      std::memset(devPtr, value, count);
+  }));
 }
 
 cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
@@ -440,14 +449,14 @@ cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src,
                                     size_t count, size_t offset, cudaMemcpyKind,
                                     cudaStream_t stream) {
   char *dst = static_cast<char *>(const_cast<void *>(symbol)) + offset;
-  return withSticky(enqueue(stream, [=] { std::memmove(dst, src, count); }));
+  return withSticky(enqueue(stream, [=] { moveBytes(dst, src, count); }));
 }
 
 cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol,
                                       size_t count, size_t offset,
                                       cudaMemcpyKind, cudaStream_t stream) {
   const char *src = static_cast<const char *>(symbol) + offset;
-  return withSticky(enqueue(stream, [=] { std::memmove(dst, src, count); }));
+  return withSticky(enqueue(stream, [=] { moveBytes(dst, src, count); }));
 }
 
 //===----------------------------------------------------------------------===//

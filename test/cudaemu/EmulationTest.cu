@@ -603,6 +603,27 @@ TEST(CudaEmulationDeathTest, AMisalignedWmmaTileFailsTheLaunch) {
       ::testing::ExitedWithCode(0), "256-bit aligned");
 }
 
+/// A kernel whose blocks may have at most 64 threads.
+__global__ void __launch_bounds__(64) boundedKernel(int *out) {
+  out[blockIdx.x * blockDim.x + threadIdx.x] = 1;
+}
+
+TEST(CudaEmulationDeathTest, ALaunchOverTheKernelsBoundsFails) {
+  EXPECT_EXIT(
+      {
+        int *out = deviceArray<int>(128);
+        boundedKernel<<<2, 64>>>(out);
+        const bool within = cudaGetLastError() == cudaSuccess &&
+                            fetch(out, 128) == std::vector<int>(128, 1);
+        boundedKernel<<<1, 128>>>(out);
+        const bool failed = cudaGetLastError() == cudaErrorLaunchFailure;
+        std::exit(within && failed ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0),
+      "boundedKernel: a launch of 128 threads a block, over the 64 of its "
+      "__launch_bounds__");
+}
+
 /// Lane 0 waits at __syncthreads while the rest of its warp waits for it
 /// at a shuffle: neither can pass.
 __global__ void deadlockKernel(float *out) {

@@ -629,6 +629,21 @@ void warpGather(const void *mine, size_t bytes, void *all) {
       std::memset(static_cast<unsigned char *>(all) + l * bytes, 0xff, bytes);
 }
 
+bool withinLaunchBounds(unsigned long long maxThreads, const char *kernel) {
+  const dim3 size = current().blockSize;
+  const unsigned long long threads =
+      static_cast<unsigned long long>(size.x) * size.y * size.z;
+  if (threads <= maxThreads)
+    return true;
+  Bookkeeping hidden;
+  complain((std::string(kernel) + ": a launch of " + std::to_string(threads) +
+            " threads a block, over the " + std::to_string(maxThreads) +
+            " of its __launch_bounds__")
+               .c_str());
+  tBlock->failed = true;
+  return false;
+}
+
 void checkWmmaMatrix(const void *p, size_t ldmBytes, const char *what) {
   if (reinterpret_cast<uintptr_t>(p) % 32 == 0 && ldmBytes % 16 == 0)
     return;

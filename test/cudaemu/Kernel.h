@@ -275,6 +275,12 @@ void ldmatrixX4(uint32_t (&r)[4], const void *row, bool trans);
 /// of a multiple of 16 bytes; else the launch fails, named `what`.
 void checkWmmaMatrix(const void *p, size_t ldmBytes, const char *what);
 
+/// A kernel's __launch_bounds__ (its first argument: the most threads a
+/// block may have), checked by the first statement translate.py puts in
+/// its body: a launch of more threads a block fails on a GPU, so here the
+/// launch fails, naming `kernel`. Whether the block may run.
+bool withinLaunchBounds(unsigned long long maxThreads, const char *kernel);
+
 /// cp.async through cuda_pipeline.h's primitives. A copy is queued on the
 /// calling thread and made only when __pipeline_wait_prior lets its group
 /// complete (copies queued since the last commit join the next group), so

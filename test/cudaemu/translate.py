@@ -3,7 +3,7 @@
 
 Usage: translate.py INPUT.cu OUTPUT.cpp
 
-Three constructs are not C++ or need the emulation's help and get
+Four constructs are not C++ or need the emulation's help and get
 rewritten; everything else is left to Kernel.h, which the build includes
 first:
 
@@ -19,7 +19,13 @@ first:
         static T a[n], b; ::mtc::cudaemu::freshShared(&a, sizeof(a));
         ::mtc::cudaemu::freshShared(&b, sizeof(b));
     so that the first thread of each block to declare them fills them with
-    0xff bytes: a block never sees what an earlier block left there.
+    0xff bytes: a block never sees what an earlier block left there;
+  * __global__ void __launch_bounds__(max[, min]) kernel(params) { body }
+    becomes
+        __global__ void kernel(params) { if (!::mtc::cudaemu::
+            withinLaunchBounds(max, "kernel")) return; body }
+    so that a launch of more threads a block than the bounds allow fails,
+    as on a GPU (a declaration without a body just loses its bounds).
 
 Line numbers are kept (the rewritten text has the same newlines), and a
 #line directive names the original file, so compiler messages point at the
@@ -165,7 +171,10 @@ def rewrite_launches(path, text):
                    f"decltype(mtcEmuD)>({name}))) {{ return "
                    "::mtc::cudaemu::kernelAddress(::mtc::cudaemu::dependent<"
                    f"decltype(mtcEmuD)>({name})); }})")
-        call = (f"::mtc::cudaemu::Launch({address}, "
+        # The kernel's name may span lines (its template arguments): its
+        # newlines go first, so that the lines after keep their numbers.
+        call = ("\n" * text.count("\n", start, at) +
+                f"::mtc::cudaemu::Launch({address}, "
                 f"\"{name}\", {config}){between}.run([=](auto... mtcEmuArgs) "
                 f"{{ {name}(mtcEmuArgs...); }}")
         call += f", {args})" if args.strip() else ")"
@@ -204,14 +213,48 @@ def rewrite_static_shared(path, text):
     return rewrite(text, "__shared__", declaration)
 
 
+def rewrite_launch_bounds(path, text):
+    def bounds(at):
+        paren = at + len("__launch_bounds__")
+        while paren < len(text) and text[paren].isspace():
+            paren += 1
+        if paren >= len(text) or text[paren] != "(":
+            # Not a use (the name in a string, say): left as it is.
+            return at, at + len("__launch_bounds__"), "__launch_bounds__"
+        close = matching(text, paren, "(", ")")
+        if close < 0:
+            fail(path, text, at, "__launch_bounds__ without its arguments")
+        most = split_top_level(text[paren + 1:close])[0].strip()
+        params = text.find("(", close + 1)
+        params_end = matching(text, params, "(", ")") if params >= 0 else -1
+        if params_end < 0:
+            fail(path, text, at, "__launch_bounds__ without a parameter list")
+        name = (text[close + 1:params].split() or [""])[-1]
+        if not re.fullmatch(r"\w+", name):
+            fail(path, text, at, "cannot find the name of the kernel "
+                 "__launch_bounds__ is on")
+        body = params_end + 1
+        while body < len(text) and text[body].isspace():
+            body += 1
+        # The bounds' own text goes, its newlines kept.
+        kept = "\n" * text.count("\n", at, close + 1) + text[close + 1:body]
+        if body >= len(text) or text[body] != "{":  # a declaration
+            return at, body, kept
+        check = (f" if (!::mtc::cudaemu::withinLaunchBounds({most}, "
+                 f"\"{name}\")) return;")
+        return at, body + 1, kept + "{" + check
+
+    return rewrite(text, "__launch_bounds__", bounds)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     source, target = sys.argv[1], sys.argv[2]
     with open(source) as f:
         text = f.read()
-    text = rewrite_launches(
-        source, rewrite_static_shared(source, rewrite_shared(text)))
+    text = rewrite_launches(source, rewrite_launch_bounds(
+        source, rewrite_static_shared(source, rewrite_shared(text))))
     with open(target, "w") as f:
         f.write(f'#line 1 "{source}"\n')
         f.write(text)
