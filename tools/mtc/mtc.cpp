@@ -71,10 +71,12 @@ static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
                                       cl::sub(compileCmd), cl::sub(planCmd), cl::sub(importCmd),
                                       cl::sub(inspectCmd));
 static cl::list<std::string>
-    dims("dim", cl::desc("Bind a symbolic input dim: --dim NAME=VALUE "
-                         "(repeatable)"),
-         cl::value_desc("NAME=VALUE"), cl::sub(compileCmd), cl::sub(planCmd), cl::sub(importCmd),
-         cl::sub(inspectCmd), cl::cat(modelCat));
+    dims("dim",
+         cl::desc("Bind a symbolic input dim: --dim NAME=VALUE "
+                  "(repeatable; NAME must be a symbolic dim of an "
+                  "input)"),
+         cl::value_desc("NAME=VALUE"), cl::sub(compileCmd), cl::sub(planCmd),
+         cl::sub(importCmd), cl::sub(inspectCmd), cl::cat(modelCat));
 static cl::opt<std::string>
     lossKind("loss",
              cl::desc("Append a loss to a model whose first output is logits "

@@ -16,6 +16,7 @@
 
 #include <exception>
 #include <limits>
+#include <set>
 
 using namespace mtc;
 
@@ -76,9 +77,34 @@ static llvm::Error inlineExternalData(onnx::TensorProto &tensor,
   return llvm::Error::success();
 }
 
-/// Replaces symbolic dims of graph inputs by the bound values.
+/// Replaces symbolic dims of graph inputs by the bound values. A binding
+/// of a name no input has is refused (a typo would otherwise go unseen).
 static llvm::Error bindDims(onnx::GraphProto &graph,
                             const ImportOptions &options, bool bindAll) {
+  std::set<std::string> symbolic;
+  for (const auto &input : graph.input())
+    if (input.type().has_tensor_type() &&
+        input.type().tensor_type().has_shape())
+      for (const auto &dim : input.type().tensor_type().shape().dim())
+        if (!dim.has_dim_value() && !dim.dim_param().empty())
+          symbolic.insert(dim.dim_param());
+  for (const auto &binding : options.dims) {
+    const std::string name = binding.getKey().str();
+    if (symbolic.count(name))
+      continue;
+    std::string known;
+    for (const std::string &s : symbolic)
+      known += (known.empty() ? "" : ", ") + ("'" + s + "'");
+    return makeError("--dim " + name +
+                     ": no input of the model has a symbolic dimension '" +
+                     name + "' (" +
+                     (known.empty() ? std::string("its inputs' shapes are "
+                                                  "all static: export it "
+                                                  "with a dynamic axis, or "
+                                                  "drop --dim")
+                                    : "its symbolic dimensions: " + known) +
+                     ")");
+  }
   for (auto &input : *graph.mutable_input()) {
     if (!input.type().has_tensor_type() ||
         !input.type().tensor_type().has_shape())
