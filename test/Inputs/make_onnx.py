@@ -391,6 +391,33 @@ def external(path, location):
     return g
 
 
+def malformed(kind):
+    """The classifier broken in one way the ONNX checker lets through."""
+    if kind == "conv-zero-stride":
+        g = conv_classifier()
+        del g.node[2].attribute[:]
+        g.node[2].attribute.extend([helper.make_attribute("strides", [0, 0]),
+                                    helper.make_attribute("pads", [1, 1, 1, 1])])
+        return g
+    g = classifier(batch=4)
+    if kind == "init-size":  # fc1.weight's data is [6, 8], its dims say [2, 8]
+        g.initializer[0].dims[0] = 2
+    elif kind == "concat-axis":  # the shape [4, 2, 4] twice along axis 3
+        g.node.insert(0, helper.make_node("Shape", ["input"], ["shape"], name="shape"))
+        g.node.insert(1, helper.make_node("Concat", ["shape", "shape"], ["twice"],
+                                          name="twice", axis=3))
+        g.node.insert(2, helper.make_node("Reshape", ["input", "twice"], ["reshaped"],
+                                          name="reshape"))
+        g.node[3].input[0] = "reshaped"
+    elif kind == "matmul-scalar":  # a scalar times the hidden activations
+        g.node.insert(0, helper.make_node(
+            "Constant", [], ["two"], name="two",
+            value=numpy_helper.from_array(np.array(2, np.float32))))
+        g.node.insert(4, helper.make_node("MatMul", ["two", "a"], ["a2"], name="scalar_matmul"))
+        g.node[5].input[0] = "a2"
+    return g
+
+
 def main():
     name, path = sys.argv[1], sys.argv[2]
     if name == "classifier":
@@ -441,6 +468,8 @@ def main():
         save(external(path, "weights/fc1.bin"), path, check=False)
     elif name == "external-outside":
         save(external(path, "../outside.bin"), path, check=False)
+    elif name.startswith("malformed-"):
+        save(malformed(name[len("malformed-"):]), path)
     elif name == "truncated":
         save(classifier(batch=4), path)
         with open(path, "rb") as f:

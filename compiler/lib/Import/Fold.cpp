@@ -161,6 +161,9 @@ std::optional<KnownTensor> foldConstantOfShape(ImportContext &ctx) {
   auto shape = ctx.constInts(0);
   if (!shape)
     return std::nullopt;
+  for (int64_t d : *shape)
+    if (d < 0)
+      return std::nullopt;
   KnownTensor t;
   t.shape = *shape;
   double value = 0;
@@ -201,6 +204,16 @@ std::optional<KnownTensor> foldConcat(ImportContext &ctx) {
   int64_t axis = ctx.intAttr("axis", 0);
   if (axis < 0)
     axis += rank;
+  // Malformed nodes are left to the importer, which reports them.
+  if (axis < 0 || axis >= rank)
+    return std::nullopt;
+  for (const KnownTensor *p : parts) {
+    if (static_cast<int64_t>(p->shape.size()) != rank)
+      return std::nullopt;
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != axis && p->shape[d] != parts[0]->shape[d])
+        return std::nullopt;
+  }
   KnownTensor t;
   t.isFloat = parts[0]->isFloat;
   t.isBool = parts[0]->isBool;
@@ -241,6 +254,9 @@ std::optional<KnownTensor> foldSlice(ImportContext &ctx) {
       return std::nullopt;
     steps = *s;
   }
+  if (axes.size() != starts->size() || ends->size() != starts->size() ||
+      steps.size() != starts->size())
+    return std::nullopt;
   std::vector<int64_t> begin(rank, 0), step(rank, 1), size = data->shape;
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t axis = axes[i] < 0 ? axes[i] + rank : axes[i];
@@ -307,6 +323,12 @@ std::optional<KnownTensor> foldTranspose(ImportContext &ctx) {
   auto perm = ctx.intsAttr("perm", reversed);
   if (static_cast<int64_t>(perm.size()) != rank)
     return std::nullopt;
+  std::vector<bool> seen(rank, false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank || seen[p])
+      return std::nullopt;
+    seen[p] = true;
+  }
   KnownTensor t;
   t.isFloat = data->isFloat;
   t.isBool = data->isBool;
@@ -365,8 +387,13 @@ std::optional<KnownTensor> foldSqueeze(ImportContext &ctx) {
     return std::nullopt;
   int64_t rank = data->shape.size();
   std::vector<bool> drop(rank, axes->empty());
-  for (int64_t a : *axes)
-    drop[a < 0 ? a + rank : a] = true;
+  for (int64_t a : *axes) {
+    if (a < 0)
+      a += rank;
+    if (a < 0 || a >= rank)
+      return std::nullopt;
+    drop[a] = true;
+  }
   KnownTensor t = *data;
   t.shape.clear();
   for (int64_t i = 0; i < rank; ++i)
@@ -378,12 +405,17 @@ std::optional<KnownTensor> foldSqueeze(ImportContext &ctx) {
 std::optional<KnownTensor> foldRange(ImportContext &ctx) {
   const KnownTensor *start = in(ctx, 0), *limit = in(ctx, 1),
                     *delta = in(ctx, 2);
-  if (!start || !limit || !delta || delta->values[0] == 0)
+  if (!start || !limit || !delta || start->values.size() != 1 ||
+      limit->values.size() != 1 || delta->values.size() != 1 ||
+      delta->values[0] == 0)
     return std::nullopt;
   KnownTensor t;
   t.isFloat = start->isFloat;
   double s = start->values[0], l = limit->values[0], d = delta->values[0];
-  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((l - s) / d)));
+  const double steps = std::ceil((l - s) / d);
+  if (!std::isfinite(steps) || steps > double(1 << 30))
+    return std::nullopt;
+  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(steps));
   for (int64_t i = 0; i < n; ++i)
     t.values.push_back(s + i * d);
   t.shape = {n};

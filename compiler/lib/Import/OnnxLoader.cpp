@@ -14,9 +14,16 @@
 #include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <set>
+#include <string>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace mtc;
 
@@ -74,6 +81,191 @@ static llvm::Error inlineExternalData(onnx::TensorProto &tensor,
   tensor.set_raw_data((*buffer)->getBufferStart() + offset, length);
   tensor.clear_external_data();
   tensor.set_data_location(onnx::TensorProto::DEFAULT);
+  return llvm::Error::success();
+}
+
+/// The bytes of one element of an ONNX tensor type; 0 for the types whose
+/// data is not fixed-size (strings) or that mtc never reads.
+static int64_t elementBytes(int32_t type) {
+  switch (type) {
+  case onnx::TensorProto::BOOL:
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8:
+    return 1;
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16:
+  case onnx::TensorProto::INT16:
+  case onnx::TensorProto::UINT16:
+    return 2;
+  case onnx::TensorProto::FLOAT:
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::UINT32:
+    return 4;
+  case onnx::TensorProto::DOUBLE:
+  case onnx::TensorProto::INT64:
+  case onnx::TensorProto::UINT64:
+    return 8;
+  default:
+    return 0;
+  }
+}
+
+/// The elements `tensor`'s typed data field holds (raw_data aside).
+static int64_t typedElements(const onnx::TensorProto &tensor) {
+  switch (tensor.data_type()) {
+  case onnx::TensorProto::FLOAT:
+    return tensor.float_data_size();
+  case onnx::TensorProto::DOUBLE:
+    return tensor.double_data_size();
+  case onnx::TensorProto::INT64:
+    return tensor.int64_data_size();
+  case onnx::TensorProto::UINT32:
+  case onnx::TensorProto::UINT64:
+    return tensor.uint64_data_size();
+  default: // 8- and 16-bit types and int32 live in int32_data
+    return tensor.int32_data_size();
+  }
+}
+
+/// Refuses a tensor (an initializer, or a Constant node's value) whose data
+/// does not hold the elements its dims make: read as they are, such data
+/// would be read past its end (ONNX's own shape inference does).
+static llvm::Error checkTensorData(const onnx::TensorProto &tensor,
+                                   const llvm::Twine &what) {
+  int64_t count = 1;
+  std::string dims;
+  for (int64_t d : tensor.dims()) {
+    dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    if (d < 0)
+      return makeError(what + " has a negative dimension [" + dims + "]");
+    count = d != 0 && count > std::numeric_limits<int64_t>::max() / d
+                ? -1
+                : count * d;
+    if (count < 0)
+      return makeError(what + " has too many elements [" + dims + "]");
+  }
+  const int64_t bytes = elementBytes(tensor.data_type());
+  if (bytes == 0)
+    return llvm::Error::success();
+  const int64_t held =
+      tensor.has_raw_data()
+          ? static_cast<int64_t>(tensor.raw_data().size()) / bytes
+          : typedElements(tensor);
+  const bool exact =
+      !tensor.has_raw_data() ||
+      static_cast<int64_t>(tensor.raw_data().size()) % bytes == 0;
+  if (held == count && exact)
+    return llvm::Error::success();
+  return makeError(what + ": its dims [" + dims + "] make " +
+                   llvm::Twine(count) + " elements, but its data holds " +
+                   (tensor.has_raw_data()
+                        ? llvm::Twine(tensor.raw_data().size()) + " bytes (" +
+                              llvm::Twine(bytes) + " an element)"
+                        : llvm::Twine(held) + " elements"));
+}
+
+/// checkTensorData over the initializers and the Constant nodes' values.
+static llvm::Error checkGraphData(const onnx::GraphProto &graph) {
+  for (const auto &tensor : graph.initializer())
+    if (llvm::Error err =
+            checkTensorData(tensor, "initializer '" + tensor.name() + "'"))
+      return err;
+  for (const auto &node : graph.node())
+    for (const auto &attr : node.attribute())
+      if (attr.has_t())
+        if (llvm::Error err = checkTensorData(
+                attr.t(), "attribute '" + attr.name() + "' of node '" +
+                              node.name() + "' (" + node.op_type() + ")"))
+          return err;
+  return llvm::Error::success();
+}
+
+/// ONNX's shape inference, run in a child process: the library reads some
+/// malformed nodes out of bounds (an attribute list shorter than the op
+/// needs, say) and would take mtc down with it. The child sends back the
+/// model as inference left it, less the initializers' data, which stays
+/// here. Where no child can be made it runs here.
+static llvm::Error inferShapes(onnx::ModelProto &model, llvm::StringRef path) {
+  onnx::ShapeInferenceOptions inferOptions{/*check_type=*/true,
+                                           /*error_mode=*/0,
+                                           /*enable_data_propagation=*/true};
+  auto infer = [&](onnx::ModelProto &m) {
+    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
+                                       inferOptions);
+  };
+  auto failedWith = [&](const std::string &what) {
+    return makeError("ONNX shape inference failed on '" + path + "': " + what);
+  };
+  int fds[2];
+  pid_t child = -1;
+  if (pipe(fds) == 0) {
+    std::fflush(nullptr);
+    child = fork();
+    if (child < 0) {
+      close(fds[0]);
+      close(fds[1]);
+    }
+  }
+  if (child < 0) {
+    try {
+      infer(model);
+    } catch (const std::exception &e) {
+      return failedWith(e.what());
+    }
+    return llvm::Error::success();
+  }
+  if (child == 0) {
+    close(fds[0]);
+    std::string reply;
+    try {
+      infer(model);
+      model.mutable_graph()->clear_initializer();
+      reply = "M" + model.SerializeAsString();
+    } catch (const std::exception &e) {
+      reply = std::string("E") + e.what();
+    }
+    for (size_t sent = 0; sent < reply.size();) {
+      ssize_t n = write(fds[1], reply.data() + sent, reply.size() - sent);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        _exit(1);
+      sent += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string reply;
+  char chunk[1 << 16];
+  for (;;) {
+    ssize_t n = read(fds[0], chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    reply.append(chunk, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status))
+    return failedWith(std::string("the library crashed (") +
+                      strsignal(WTERMSIG(status)) +
+                      ") on a malformed node: an attribute, input or shape "
+                      "that does not fit its op");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || reply.empty())
+    return failedWith("its process ended without an answer");
+  if (reply[0] == 'E')
+    return failedWith(reply.substr(1));
+  onnx::ModelProto inferred;
+  if (reply[0] != 'M' ||
+      !inferred.ParseFromArray(reply.data() + 1,
+                               static_cast<int>(reply.size() - 1)))
+    return failedWith("its answer could not be read");
+  inferred.mutable_graph()->mutable_initializer()->Swap(
+      model.mutable_graph()->mutable_initializer());
+  model.Swap(&inferred);
   return llvm::Error::success();
 }
 
@@ -164,15 +356,9 @@ mtc::loadOnnxModel(llvm::StringRef path, const ImportOptions &options,
   } catch (const std::exception &e) {
     return makeError("'" + path + "' fails the ONNX checker: " + e.what());
   }
-  try {
-    onnx::ShapeInferenceOptions inferOptions{/*check_type=*/true,
-                                             /*error_mode=*/0,
-                                             /*enable_data_propagation=*/true};
-    onnx::shape_inference::InferShapes(*model, onnx::OpSchemaRegistry::Instance(),
-                                       inferOptions);
-  } catch (const std::exception &e) {
-    return makeError("ONNX shape inference failed on '" + path +
-                     "': " + e.what());
-  }
+  if (llvm::Error err = checkGraphData(model->graph()))
+    return makeError("'" + path + "': " + llvm::toString(std::move(err)));
+  if (llvm::Error err = inferShapes(*model, path))
+    return std::move(err);
   return std::move(model);
 }

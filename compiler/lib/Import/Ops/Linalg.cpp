@@ -82,6 +82,10 @@ LogicalResult importMatMul(ImportContext &ctx) {
     return bld.create<ReshapeOp>(
         loc, RankedTensorType::get(shape, type.getElementType()), v);
   };
+  if (shapeOf(*a).empty() || shapeOf(*b).empty())
+    return ctx.fail("A and B must have at least one dimension (A has " +
+                    Twine(shapeOf(*a).size()) + ", B " +
+                    Twine(shapeOf(*b).size()) + ")");
   bool aVector = shapeOf(*a).size() == 1, bVector = shapeOf(*b).size() == 1;
   Value lhs = aVector ? promote(*a, true) : *a;
   Value rhs = bVector ? promote(*b, false) : *b;
