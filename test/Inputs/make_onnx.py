@@ -393,6 +393,10 @@ def external(path, location):
 
 def malformed(kind):
     """The classifier broken in one way the ONNX checker lets through."""
+    if kind == "conv-bias":  # conv1 has 4 output channels, its bias 3
+        g = conv_classifier()
+        g.initializer[1].CopyFrom(init("conv1.bias", [3], 2))
+        return g
     if kind == "conv-zero-stride":
         g = conv_classifier()
         del g.node[2].attribute[:]

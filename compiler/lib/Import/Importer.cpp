@@ -576,10 +576,15 @@ mtc::importOnnxFile(MLIRContext &context, StringRef path,
 
   // Capture diagnostics so they become the returned error.
   std::string diagnostics;
+  // The verifier's messages name the op, not the ONNX node it came from:
+  // its name is the op's location.
+  bool verifying = false;
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
     llvm::raw_string_ostream os(diagnostics);
     if (!diagnostics.empty())
       os << "\n";
+    if (auto name = dyn_cast<NameLoc>(diag.getLocation()); verifying && name)
+      os << "node '" << name.getName().getValue() << "': ";
     os << diag;
     return success();
   });
@@ -640,6 +645,7 @@ mtc::importOnnxFile(MLIRContext &context, StringRef path,
                                  ValueRange(results).getTypes()));
   func.setAllResultAttrs(resultAttrs);
 
+  verifying = true;
   if (failed(verify(*module)))
     return makeError("the imported model does not verify:\n" + diagnostics);
   return std::move(module);

@@ -1,6 +1,7 @@
 """Feeds mtc mutated copies of a model: none may crash it.
 
 Usage: mutate_models.py MODEL.onnx --mtc MTC --work DIR [--count N] [--seed S]
+           [--args "MORE MTC COMPILE FLAGS"]
 
 Each copy gets one to three random edits of the kinds a broken exporter or
 a hand-edited file makes (an input dropped, added or renamed, an op type
@@ -119,6 +120,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--count", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--args", default="",
+                    help="more flags for mtc compile (e.g. --target cuda)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     rng = random.Random(args.seed)
@@ -133,7 +136,8 @@ def main():
         onnx.save(model, path)
         try:
             r = subprocess.run([args.mtc, "compile", "--no-build", "-o",
-                                os.path.join(args.work, "out", "trainer"), path],
+                                os.path.join(args.work, "out", "trainer"), path] +
+                               args.args.split(),
                                capture_output=True, text=True, errors="replace",
                                timeout=300)
         except subprocess.TimeoutExpired:
