@@ -331,8 +331,12 @@ mtc::loadOnnxModel(llvm::StringRef path, const ImportOptions &options,
                      buffer.getError().message());
   auto model = std::make_unique<onnx::ModelProto>();
   llvm::StringRef bytes = (*buffer)->getBuffer();
-  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
-      !model->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    return makeError("'" + path + "' is " + llvm::Twine(bytes.size() >> 20) +
+                     " MiB: a protobuf file over 2 GiB cannot be read (ONNX "
+                     "keeps such models' weights as external data: save it "
+                     "with save_as_external_data=True)");
+  if (!model->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return makeError("'" + path +
                      "' is not a valid ONNX model (malformed or truncated "
                      "protobuf)");
